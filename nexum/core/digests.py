@@ -1,0 +1,23 @@
+"""Canonical serialization and content digests: one definition used for every digest Nexum computes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+
+def canonical_json(value: Any) -> str:
+    """A byte-stable JSON text: sorted keys, no insignificant whitespace, UTF-8 kept as is."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def sha256_hex(data: bytes | str) -> str:
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    return hashlib.sha256(data).hexdigest()
+
+
+def digest_of(value: Any) -> str:
+    """The sha256 of the canonical JSON of ``value``."""
+    return sha256_hex(canonical_json(value))
