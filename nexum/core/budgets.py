@@ -1,8 +1,55 @@
-"""Model cards and the budget each one gets (SPEC B1–B5)."""
+"""Model cards and the budget each one gets (SPEC B1-B5, with the live overlay of O3).
+
+Rules this module settles where the spec is silent:
+
+* The 1,024-token floor outranks the clamp: when ``window - reserve`` is below 1,024 the budget is
+  exactly 1,024 (so it can exceed ``window - reserve`` only then). The floor also lifts overrides and
+  constraints below 1,024.
+* A model whose window is unknown (no card window and no overlay ``context_tokens``) cannot be budgeted:
+  ``budget_for_profile`` raises ``ValidationFailed`` (code ``model_window_unknown``) rather than invent
+  a window, because every later check (request guard, compaction trigger) measures against
+  ``ModelBudget.window``.
+* Tool counts may be 0 (a model without tool use); token numbers must be positive.
+* Request-time overrides (``overrides=``) outrank the card's own overrides, member by member.
+* The tool count is not clamped by the window; the compiler charges tool schemas to the token budget (C2).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal, TypeGuard
+
+from nexum.core.errors import ValidationFailed
+from nexum.core.overlays import ContextWindowOverlay, ModelCatalog, overlay_for, physical_window_of
+
+Tier = Literal["local", "cloud"]
+TIERS: tuple[str, ...] = ("local", "cloud")
+
+SMALL = "small"
+STANDARD = "standard"
+FRONTIER = "frontier"
+
+QUICK_CAPABILITY = "quick"
+FAST_LATENCY = "fast"
+
+DEFAULT_RESERVE_OUTPUT_TOKENS = 4_096
+CONTEXT_TOKENS_FLOOR = 1_024
+DEFAULT_ENCODING = "cl100k_base"
+
+
+@dataclass(frozen=True)
+class SizeClassDefaults:
+    context_tokens: int
+    tool_count: int
+    reasoning: str
+
+
+SIZE_CLASS_DEFAULTS: Mapping[str, SizeClassDefaults] = {
+    SMALL: SizeClassDefaults(context_tokens=8_000, tool_count=6, reasoning="low"),
+    STANDARD: SizeClassDefaults(context_tokens=24_000, tool_count=12, reasoning="medium"),
+    FRONTIER: SizeClassDefaults(context_tokens=48_000, tool_count=20, reasoning="high"),
+}
 
 
 @dataclass(frozen=True)
@@ -20,3 +67,150 @@ class ModelBudget:
     reasoning: str
     reserve_output_tokens: int
     window: int
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_count(owner: str, name: str, value: object, *, minimum: int) -> None:
+    if value is None:
+        return
+    if not _is_int(value) or value < minimum:
+        kind = "a positive integer" if minimum > 0 else "a non-negative integer"
+        raise ValidationFailed(f"{owner}: {name} must be {kind} or absent, got {value!r}", field=name)
+
+
+def _check_text(owner: str, name: str, value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationFailed(f"{owner}: {name} must be a non-empty string, got {value!r}", field=name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetOverrides:
+    """Explicit overrides, the first rung of B3's precedence. ``None`` means "not overridden"."""
+
+    context_tokens: int | None = None
+    tool_count: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_count("budget overrides", "context_tokens", self.context_tokens, minimum=1)
+        _check_count("budget overrides", "tool_count", self.tool_count, minimum=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelCard:
+    """One catalog entry: a word and the model it routes to, with its geometry and budget knobs.
+
+    ``capabilities`` may be given as any iterable of strings and is stored as a tuple in the given order
+    (a bare string is refused: ``"quick"`` would otherwise read as five capabilities).
+    """
+
+    word: str
+    model_id: str
+    tier: Tier
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    capabilities: tuple[str, ...] = ()
+    latency_class: str | None = None
+    encoding: str = DEFAULT_ENCODING
+    preferred_context_tokens: int | None = None
+    max_tool_count: int | None = None
+    overrides: BudgetOverrides = field(default_factory=BudgetOverrides)
+
+    def __post_init__(self) -> None:
+        _check_text("model card", "word", self.word)
+        owner = f"model card {self.word!r}"
+        _check_text(owner, "model_id", self.model_id)
+        if self.tier not in TIERS:
+            raise ValidationFailed(
+                f"{owner}: tier must be 'local' or 'cloud', got {self.tier!r}", field="tier"
+            )
+        _check_count(owner, "context_window", self.context_window, minimum=1)
+        _check_count(owner, "max_output_tokens", self.max_output_tokens, minimum=1)
+        _check_count(owner, "preferred_context_tokens", self.preferred_context_tokens, minimum=1)
+        _check_count(owner, "max_tool_count", self.max_tool_count, minimum=0)
+        if isinstance(self.capabilities, str | bytes) or not hasattr(self.capabilities, "__iter__"):
+            raise ValidationFailed(
+                f"{owner}: capabilities must be a list of strings, got {self.capabilities!r}",
+                field="capabilities",
+            )
+        capabilities = tuple(self.capabilities)
+        for capability in capabilities:
+            _check_text(owner, "capabilities", capability)
+        object.__setattr__(self, "capabilities", capabilities)
+        if self.latency_class is not None:
+            _check_text(owner, "latency_class", self.latency_class)
+        _check_text(owner, "encoding", self.encoding)
+        if not isinstance(self.overrides, BudgetOverrides):
+            raise ValidationFailed(f"{owner}: overrides must be BudgetOverrides", field="overrides")
+
+
+def size_class_of(card: ModelCard) -> str:
+    """B1: ``small`` for the ``quick`` capability or latency class ``fast``; else ``frontier`` on the cloud
+    tier; else ``standard``. Matching is exact (case-sensitive)."""
+    if QUICK_CAPABILITY in card.capabilities or card.latency_class == FAST_LATENCY:
+        return SMALL
+    if card.tier == "cloud":
+        return FRONTIER
+    return STANDARD
+
+
+def _first_declared(*values: int | None) -> int | None:
+    return next((value for value in values if value is not None), None)
+
+
+def budget_for_profile(
+    card: ModelCard,
+    overlay: ContextWindowOverlay | None = None,
+    *,
+    overrides: BudgetOverrides | None = None,
+) -> ModelBudget:
+    """B1-B5 over the physical window of O3.
+
+    context tokens = override → ``preferred_context_tokens`` → size-class default (B3), clamped to
+    ``window - reserve`` and floored at 1,024 (B4); tool count = override → ``max_tool_count`` → default.
+    reserve = ``max_output_tokens`` or 4,096, capped at half the physical window (integer division).
+    """
+    window = physical_window_of(card, overlay)
+    if window is None:
+        raise ValidationFailed(
+            f"model card {card.word!r} has no context window: declare the card's context_window or an "
+            f"overlay context_tokens before budgeting it",
+            field="context_window",
+            code="model_window_unknown",
+            details={"word": card.word},
+        )
+    size_class = size_class_of(card)
+    defaults = SIZE_CLASS_DEFAULTS[size_class]
+    request = overrides or BudgetOverrides()
+
+    wanted_tokens = _first_declared(
+        request.context_tokens, card.overrides.context_tokens, card.preferred_context_tokens
+    )
+    tool_count = _first_declared(request.tool_count, card.overrides.tool_count, card.max_tool_count)
+
+    reserve = min(card.max_output_tokens or DEFAULT_RESERVE_OUTPUT_TOKENS, window // 2)
+    wanted = defaults.context_tokens if wanted_tokens is None else wanted_tokens
+    context_tokens = min(wanted, window - reserve)
+    return ModelBudget(
+        size_class=size_class,
+        context_tokens=max(context_tokens, CONTEXT_TOKENS_FLOOR),
+        tool_count=defaults.tool_count if tool_count is None else tool_count,
+        reasoning=defaults.reasoning,
+        reserve_output_tokens=reserve,
+        window=window,
+    )
+
+
+def budget_for_ref(
+    ref: str | ModelCard,
+    catalog: ModelCatalog,
+    settings: Mapping[str, ContextWindowOverlay] | None,
+    *,
+    overrides: BudgetOverrides | None = None,
+) -> ModelBudget:
+    """The live budget for a call made under ``ref``: a catalog word (resolved, overlay looked up per O5) or
+    a pinned ``ModelCard`` (used as declared, never overlaid). Unknown words raise ``ValidationFailed``."""
+    card = ref if isinstance(ref, ModelCard) else catalog.resolve(ref)
+    return budget_for_profile(card, overlay_for(settings, ref, catalog), overrides=overrides)
