@@ -47,7 +47,7 @@ class EncodingRegistry:
         return sorted(set(_OFFLINE_ALIASES) | set(self._files))
 
     def check(self, name: str) -> None:
-        """Raise ``UnknownEncoding`` unless ``name`` can be loaded (used at catalog load, not compile time)."""
+        """Raise ``UnknownEncoding`` unless ``name`` loads (checked at catalog load, not at compile time)."""
         self.encoding(name)
 
     def encoding(self, name: str) -> tiktoken.Encoding:
@@ -62,8 +62,9 @@ class EncodingRegistry:
             if not path.is_file():
                 raise UnknownEncoding(f"encoding {name!r}: file {path} does not exist", field="encoding")
             ranks = load_tiktoken_bpe(str(path))
-            return tiktoken.Encoding(name=name, pat_str=_CL100K_PATTERN, mergeable_ranks=ranks,
-                                     special_tokens={})
+            return tiktoken.Encoding(
+                name=name, pat_str=_CL100K_PATTERN, mergeable_ranks=ranks, special_tokens={}
+            )
         if name in _OFFLINE_ALIASES:
             return tiktoken.get_encoding(_OFFLINE_ALIASES[name])
         raise UnknownEncoding(

@@ -15,8 +15,14 @@ class DomainError(Exception):
     code = "domain_error"
     kind = "invalid"  # invalid | not_found | conflict | too_large | refused | forbidden
 
-    def __init__(self, message: str, *, field: str | None = None, details: dict[str, Any] | None = None,
-                 code: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        details: dict[str, Any] | None = None,
+        code: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.field = field

@@ -1,0 +1,45 @@
+# Two commands for a newcomer: `make run` (the service with a demo world) and `make test` (everything).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run test lint format bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py nexum_demo
+	@echo ""
+	@echo "  Nexum is starting on the embedded default (SQLite, Celery eager):"
+	@echo "    admin        http://$(HOST):$(PORT)/admin/"
+	@echo "    API docs     http://$(HOST):$(PORT)/api/docs/"
+	@echo "    health       http://$(HOST):$(PORT)/api/v1/health"
+	@echo ""
+	$(BIN)/python manage.py runserver $(HOST):$(PORT)
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: $(STAMP)
+	$(BIN)/python bench/append.py
+
+clean:
+	rm -rf $(VENV) data/*.sqlite3* data/artifacts

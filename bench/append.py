@@ -1,0 +1,165 @@
+"""Append and rebuild throughput on PostgreSQL (run by hand; not a test).
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/nexum_bench .venv/bin/python bench/append.py
+
+Compares, in one run: single-event appends through the service layer with raw psycopg single-row insert
+transactions on a similar table; batch appends with raw ``executemany``; and ``rebuild_projections``
+throughput. Prints each rate and each ratio. Uses (and resets) the database named by DATABASE_URL.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nexum.settings")
+
+import django
+
+django.setup()
+
+import psycopg  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
+
+from nexum.core.projects import AgentTokenIssued, HealthPinged, project_stream  # noqa: E402
+from nexum.eventstore import projections, store  # noqa: E402
+from tasks_app.services import project_create  # noqa: E402
+
+SINGLE = int(os.environ.get("BENCH_SINGLE", 2000))
+BATCHES = int(os.environ.get("BENCH_BATCHES", 100))
+BATCH_SIZE = int(os.environ.get("BENCH_BATCH_SIZE", 100))
+REBUILD_EVENTS = int(os.environ.get("BENCH_REBUILD_EVENTS", 50_000))
+TOKENS_PER_PROJECT = int(os.environ.get("BENCH_TOKENS_PER_PROJECT", 500))
+
+
+def rate(count: int, seconds: float) -> float:
+    return count / seconds if seconds else float("inf")
+
+
+def raw_connection() -> psycopg.Connection:
+    params = connection.get_connection_params()
+    return psycopg.connect(
+        **{k: v for k, v in params.items() if k in {"dbname", "user", "host", "port", "password"}}
+    )
+
+
+RAW_TABLE = """
+CREATE TABLE IF NOT EXISTS bench_raw_event (
+    position bigserial PRIMARY KEY, stream_id varchar(200) NOT NULL, version integer NOT NULL,
+    event_type varchar(100) NOT NULL, schema_version smallint NOT NULL, data jsonb NOT NULL,
+    metadata jsonb NOT NULL, idempotency_key varchar(200), project_id uuid,
+    recorded_at timestamptz NOT NULL DEFAULT now(), UNIQUE (stream_id, version));
+TRUNCATE bench_raw_event;
+"""
+RAW_INSERT = (
+    "INSERT INTO bench_raw_event (stream_id, version, event_type, schema_version, data, metadata) "
+    "VALUES (%s, %s, 'HealthPinged', 1, %s, '{}')"
+)
+
+
+def bench_raw_single(raw: psycopg.Connection) -> float:
+    stream = f"raw-{uuid.uuid4()}"
+    start = time.perf_counter()
+    for i in range(SINGLE):
+        with raw.transaction():
+            raw.execute(RAW_INSERT, (stream, i + 1, f'{{"ping_id": "{i}"}}'))
+    return rate(SINGLE, time.perf_counter() - start)
+
+
+def bench_raw_batches(raw: psycopg.Connection) -> float:
+    start = time.perf_counter()
+    for b in range(BATCHES):
+        stream = f"raw-batch-{b}-{uuid.uuid4()}"
+        with raw.transaction(), raw.cursor() as cursor:
+            cursor.executemany(
+                RAW_INSERT, [(stream, i + 1, f'{{"ping_id": "{i}"}}') for i in range(BATCH_SIZE)]
+            )
+    return rate(BATCHES * BATCH_SIZE, time.perf_counter() - start)
+
+
+def bench_service_single() -> float:
+    stream = f"svc-{uuid.uuid4()}"
+    start = time.perf_counter()
+    for i in range(SINGLE):
+        store.append(stream_id=stream, events=[HealthPinged(ping_id=str(i))], expected_version=i)
+    return rate(SINGLE, time.perf_counter() - start)
+
+
+def bench_service_batches() -> float:
+    start = time.perf_counter()
+    for b in range(BATCHES):
+        store.append(
+            stream_id=f"svc-batch-{b}-{uuid.uuid4()}",
+            events=[HealthPinged(ping_id=str(i)) for i in range(BATCH_SIZE)],
+            expected_version=0,
+        )
+    return rate(BATCHES * BATCH_SIZE, time.perf_counter() - start)
+
+
+def fill_for_rebuild() -> None:
+    """A log of REBUILD_EVENTS events that all change a read model: projects, each with many agent tokens."""
+    while store.head_position() < REBUILD_EVENTS:
+        project = project_create(slug=f"bench-{uuid.uuid4().hex[:12]}", name="Bench", actor="bench")
+        tokens = [
+            AgentTokenIssued(
+                token_id=str(uuid.uuid4()),
+                name=f"agent-{t}",
+                key_prefix="nx_bench",
+                key_sha256=uuid.uuid4().hex * 2,
+            )
+            for t in range(TOKENS_PER_PROJECT)
+        ]
+        store.append(
+            stream_id=project_stream(str(project.id)),
+            events=tokens,
+            expected_version=1,
+            project_id=str(project.id),
+        )
+
+
+def bench_rebuild() -> tuple[int, int, float]:
+    """(events in the log, events replayed through a projection, seconds)."""
+    log = store.head_position()
+    start = time.perf_counter()
+    replayed = projections.rebuild()
+    return log, replayed, time.perf_counter() - start
+
+
+def main() -> None:
+    if connection.vendor != "postgresql":
+        sys.exit("bench/append.py measures PostgreSQL: set DATABASE_URL=postgres://…")
+    call_command("migrate", verbosity=0)
+    call_command("flush", interactive=False, verbosity=0)
+    with raw_connection() as raw:
+        raw.execute(RAW_TABLE)
+        raw.commit()
+        raw_single = bench_raw_single(raw)
+        raw_batch = bench_raw_batches(raw)
+        raw.execute("DROP TABLE bench_raw_event")
+        raw.commit()
+    service_single = bench_service_single()
+    service_batch = bench_service_batches()
+    fill_for_rebuild()
+    log, replayed, seconds = bench_rebuild()
+
+    print(
+        f"single-event append   service {service_single:9.0f}/s   raw insert txn {raw_single:9.0f}/s   "
+        f"ratio {service_single / raw_single:.2f} (goal >= 0.5)"
+    )
+    print(
+        f"batch append ({BATCH_SIZE:>3})    service {service_batch:9.0f}/s   raw executemany {raw_batch:8.0f}/s   "
+        f"ratio {service_batch / raw_batch:.2f} (goal >= 0.3)"
+    )
+    print(
+        f"rebuild_projections   log of {log} events, {replayed} projected: {log / seconds:.0f} log events/s, "
+        f"{replayed / seconds:.0f} projected events/s (goal >= 20000)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""The foundation's endpoints: health and the event feed."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import connection
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from nexum.eventstore import store
+
+
+class HealthView(APIView):
+    """Is the service able to work: can it reach its database and its broker?"""
+
+    authentication_classes: list[type] = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        responses=inline_serializer(
+            "Health",
+            {
+                "status": serializers.CharField(),
+                "database": serializers.DictField(),
+                "broker": serializers.DictField(),
+            },
+        )
+    )
+    def get(self, request: Request) -> Response:
+        database = _database_health()
+        broker = _broker_health()
+        healthy = database["ok"] and broker["ok"]
+        return Response(
+            {"status": "ok" if healthy else "degraded", "database": database, "broker": broker},
+            status=200 if healthy else 503,
+        )
+
+
+def _database_health() -> dict[str, object]:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return {"ok": True, "vendor": connection.vendor, "head_position": store.head_position()}
+    except Exception as error:  # any failure to reach the database is what this endpoint reports
+        return {"ok": False, "vendor": connection.vendor, "error": str(error)}
+
+
+def _broker_health() -> dict[str, object]:
+    if not settings.CELERY_BROKER_URL:
+        return {"ok": True, "mode": "eager"}
+    from nexum.celery import app
+
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+        return {"ok": True, "mode": "broker", "transport": conn.transport_cls}
+    except Exception as error:  # an unreachable broker is reported, not raised
+        return {"ok": False, "mode": "broker", "error": str(error)}
+
+
+class EventFeedQuery(serializers.Serializer):
+    after = serializers.IntegerField(min_value=0, default=0)
+    limit = serializers.IntegerField(min_value=1, max_value=settings.NEXUM_EVENT_FEED_MAX_LIMIT, default=100)
+
+
+class StoredEventSerializer(serializers.Serializer):
+    position = serializers.IntegerField()
+    stream_id = serializers.CharField()
+    version = serializers.IntegerField()
+    type = serializers.CharField(source="event_type")
+    schema_version = serializers.IntegerField(source="event.schema_version")
+    data = serializers.DictField()
+    metadata = serializers.DictField()
+    recorded_at = serializers.DateTimeField()
+
+
+class EventFeedView(APIView):
+    """The project's events in position order, for subscribers tailing the log (SPEC E8)."""
+
+    @extend_schema(
+        parameters=[EventFeedQuery],
+        responses=inline_serializer(
+            "EventFeed",
+            {
+                "events": StoredEventSerializer(many=True),
+                "next_after": serializers.IntegerField(),
+                "has_more": serializers.BooleanField(),
+            },
+        ),
+    )
+    def get(self, request: Request) -> Response:
+        query = EventFeedQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        after, limit = query.validated_data["after"], query.validated_data["limit"]
+        events = store.read_all(after=after, limit=limit + 1, project_id=request.user.project_id)
+        page = events[:limit]
+        return Response(
+            {
+                "events": StoredEventSerializer(page, many=True).data,
+                "next_after": page[-1].position if page else after,
+                "has_more": len(events) > limit,
+            }
+        )

@@ -1,0 +1,66 @@
+"""Projects (the tenant, SPEC T0) and the agent tokens that act within one."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from nexum.core.errors import ValidationFailed
+from nexum.core.events import Event, event_type, upcaster
+
+SLUG_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+
+
+def project_stream(project_id: str) -> str:
+    return f"project-{project_id}"
+
+
+def check_slug(slug: str) -> str:
+    if not SLUG_PATTERN.match(slug):
+        raise ValidationFailed(
+            "a project slug is 1–63 lowercase letters, digits or dashes, starting with a letter or digit",
+            field="slug",
+        )
+    return slug
+
+
+@event_type("ProjectCreated", version=2)
+@dataclass(frozen=True)
+class ProjectCreated(Event):
+    project_id: str
+    slug: str
+    name: str
+    description: str
+
+
+@upcaster("ProjectCreated", from_version=1)
+def _project_created_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 had no description."""
+    return {**data, "description": ""}
+
+
+@event_type("AgentTokenIssued")
+@dataclass(frozen=True)
+class AgentTokenIssued(Event):
+    """A credential for one agent in one project. Only the key's sha256 is recorded, never the key."""
+
+    token_id: str
+    name: str
+    key_prefix: str
+    key_sha256: str
+
+
+@event_type("AgentTokenRevoked")
+@dataclass(frozen=True)
+class AgentTokenRevoked(Event):
+    token_id: str
+    reason: str
+
+
+@event_type("HealthPinged")
+@dataclass(frozen=True)
+class HealthPinged(Event):
+    """Written by the health-ping worker task: proof that a worker reached the database."""
+
+    ping_id: str

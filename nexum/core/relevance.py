@@ -1,0 +1,102 @@
+"""Deterministic BM25 relevance for the context compiler (SPEC C2, C4, C5).
+
+Texts are turned into terms once, when an item is stored (``terms_of``), and the compiler scores those stored
+terms against the query (goal + step objective + inputs). Scoring is cheap on large corpora: a document that
+shares no term with the query is skipped with one C-level set test, and only matching documents are counted.
+Scores depend only on a document's terms and the corpus statistics, never on the order documents arrive in.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from operator import attrgetter
+from typing import NamedTuple, Protocol
+
+_TERM = re.compile(r"[^\W_]+")
+
+DEFAULT_K1 = 1.2
+DEFAULT_B = 0.75
+
+
+def terms_of(text: str) -> tuple[str, ...]:
+    """The lowercase alphanumeric terms of ``text``, in order, duplicates kept (BM25 needs frequencies)."""
+    return tuple(_TERM.findall(text.lower()))
+
+
+class Document(NamedTuple):
+    """A plain document; anything with ``id`` and ``terms`` attributes (a ``ContextItem``) scores as well."""
+
+    id: str
+    terms: tuple[str, ...]
+
+
+class HasTerms(Protocol):
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def terms(self) -> Sequence[str]: ...
+
+
+_terms_of_document = attrgetter("terms")
+
+
+def bm25_scores(
+    query_terms: Iterable[str],
+    documents: Sequence[HasTerms],
+    *,
+    k1: float = DEFAULT_K1,
+    b: float = DEFAULT_B,
+) -> dict[str, float]:
+    """BM25 scores of ``documents`` for the query, by document id; documents that score 0 are absent.
+
+    IDF is the non-negative form ``ln(1 + (N - df + 0.5) / (df + 0.5))``. Query terms are used as a set, and
+    a document's terms are summed in the order they occur in it, so the floating-point result is the same for
+    any order of the query or of the documents.
+    A document that shares no term with the query costs one C-level set test.
+    """
+    query = frozenset(query_terms)
+    total_documents = len(documents)
+    if not query or not total_documents:
+        return {}
+    average_length = sum(map(len, map(_terms_of_document, documents))) / total_documents or 1.0
+
+    matches: list[tuple[str, dict[str, int], int]] = []
+    document_frequency: dict[str, int] = {}
+    isdisjoint = query.isdisjoint
+    for document in documents:
+        terms = document.terms
+        if isdisjoint(terms):
+            continue
+        frequencies: dict[str, int] = {}
+        for term in terms:
+            if term in query:
+                frequencies[term] = frequencies.get(term, 0) + 1
+        for term in frequencies:
+            document_frequency[term] = document_frequency.get(term, 0) + 1
+        matches.append((document.id, frequencies, len(terms)))
+
+    idf = {
+        term: math.log(1.0 + (total_documents - count + 0.5) / (count + 0.5))
+        for term, count in document_frequency.items()
+    }
+    scores: dict[str, float] = {}
+    # Terms are summed in the order they first occur in the document: a property of the document alone.
+    for document_id, frequencies, length in matches:
+        norm = k1 * (1.0 - b + b * length / average_length)
+        score = 0.0
+        for term, frequency in frequencies.items():
+            score += idf[term] * frequency * (k1 + 1.0) / (frequency + norm)
+        if score > 0.0:
+            scores[document_id] = max(score, scores.get(document_id, 0.0))
+    return scores
+
+
+def rank_by_relevance(query_terms: Iterable[str], documents: Sequence[HasTerms]) -> list[tuple[str, float]]:
+    """``(id, score)`` for every document, best first; equal scores (including 0) are ordered by id."""
+    scores = bm25_scores(query_terms, documents)
+    ranked = [(document.id, scores.get(document.id, 0.0)) for document in documents]
+    ranked.sort(key=lambda pair: (-pair[1], pair[0]))
+    return ranked

@@ -1,0 +1,56 @@
+"""The one event log of the whole system (SPEC E1, E4)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class AppendOnlyError(Exception):
+    """Raised by the model layer on any attempt to change or remove a stored event."""
+
+
+class EventQuerySet(models.QuerySet):
+    def update(self, **kwargs):  # type: ignore[no-untyped-def]
+        raise AppendOnlyError("the event log is append-only: events cannot be updated")
+
+    def delete(self):  # type: ignore[no-untyped-def]
+        raise AppendOnlyError("the event log is append-only: events cannot be deleted")
+
+
+class Event(models.Model):
+    """One stored event. Written only by ``nexum.eventstore.store.append``; never updated or deleted."""
+
+    position = models.BigAutoField(primary_key=True)
+    stream_id = models.CharField(max_length=200)
+    version = models.PositiveIntegerField()
+    event_type = models.CharField(max_length=100, db_index=True)
+    schema_version = models.PositiveSmallIntegerField()
+    data = models.JSONField()
+    metadata = models.JSONField(default=dict)
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    project_id = models.UUIDField(null=True, blank=True)
+    recorded_at = models.DateTimeField()
+
+    objects = EventQuerySet.as_manager()
+
+    class Meta:
+        db_table = "nexum_event"
+        ordering = ["position"]
+        constraints = [
+            models.UniqueConstraint(fields=["stream_id", "version"], name="nexum_event_stream_version"),
+        ]
+        indexes = [
+            models.Index(fields=["stream_id", "idempotency_key"], name="nexum_event_idempotency"),
+            models.Index(fields=["project_id", "position"], name="nexum_event_project_feed"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.position} {self.event_type} {self.stream_id}@{self.version}"
+
+    def save(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if not self._state.adding:
+            raise AppendOnlyError("the event log is append-only: events cannot be updated")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AppendOnlyError("the event log is append-only: events cannot be deleted")

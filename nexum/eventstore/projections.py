@@ -1,0 +1,269 @@
+"""Read models kept by projections, registered explicitly in settings (SPEC E5, E6).
+
+A projection owns some tables and handles some event types. Handlers change rows only through the
+``ReadModelRows`` they are given, by primary key: live appends get ``OrmRows``, which writes immediately
+inside the append's transaction (a reader never sees an event without its read model or the reverse); a
+rebuild gets ``BufferedRows``, which keeps every row in memory and writes each table once with
+``bulk_create``, so replaying the log costs one pass over it, not one query per event.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from functools import cache
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from django.conf import settings
+from django.db import connection, models, transaction
+from django.utils.module_loading import import_string
+
+if TYPE_CHECKING:
+    from nexum.eventstore.store import StoredEvent
+
+Row = dict[str, Any]
+
+
+class ReadModelRows(Protocol):
+    """Row operations by primary key; field names are attribute names (``project_id`` for a foreign key)."""
+
+    def insert(self, model: type[models.Model], **fields: Any) -> None: ...
+
+    def update(self, model: type[models.Model], pk: Any, **fields: Any) -> None: ...
+
+    def get(self, model: type[models.Model], pk: Any) -> Row | None: ...
+
+    def delete(self, model: type[models.Model], pk: Any) -> None: ...
+
+
+class OrmRows:
+    """Writes through the ORM at once: used for live appends."""
+
+    def insert(self, model: type[models.Model], **fields: Any) -> None:
+        model._base_manager.create(**fields)
+
+    def update(self, model: type[models.Model], pk: Any, **fields: Any) -> None:
+        model._base_manager.filter(pk=pk).update(**fields)
+
+    def get(self, model: type[models.Model], pk: Any) -> Row | None:
+        return model._base_manager.filter(pk=pk).values(*_attnames(model)).first()
+
+    def delete(self, model: type[models.Model], pk: Any) -> None:
+        model._base_manager.filter(pk=pk).delete()
+
+
+class BufferedRows:
+    """Keeps rows in memory during a rebuild and writes each table once at the end."""
+
+    def __init__(self) -> None:
+        self._tables: dict[type[models.Model], dict[Any, Row]] = {}
+
+    def insert(self, model: type[models.Model], **fields: Any) -> None:
+        pk = fields[model._meta.pk.attname]
+        table = self._tables.setdefault(model, {})
+        if pk in table:
+            raise ValueError(f"{model.__name__} {pk} inserted twice during rebuild")
+        table[pk] = fields
+
+    def update(self, model: type[models.Model], pk: Any, **fields: Any) -> None:
+        row = self._tables.get(model, {}).get(pk)
+        if row is not None:
+            row.update(fields)
+
+    def get(self, model: type[models.Model], pk: Any) -> Row | None:
+        row = self._tables.get(model, {}).get(pk)
+        return None if row is None else {name: row.get(name) for name in _attnames(model)}
+
+    def delete(self, model: type[models.Model], pk: Any) -> None:
+        self._tables.get(model, {}).pop(pk, None)
+
+    def flush(self, order: Sequence[type[models.Model]]) -> None:
+        """Write every buffered row, table by table in ``order`` (parents first)."""
+        for model in order:
+            rows = list(self._tables.get(model, {}).values())
+            if rows:
+                write = _copy_rows if connection.vendor == "postgresql" else _insert_rows
+                write(model, rows)
+
+
+def _column_values(model: type[models.Model], rows: list[Row]) -> tuple[list[str], Iterator[list[Any]]]:
+    fields = model._meta.concrete_fields
+    columns = [connection.ops.quote_name(field.column) for field in fields]
+
+    def values(row: Row) -> list[Any]:
+        return [row[field.attname] if field.attname in row else field.get_default() for field in fields]
+
+    return columns, (values(row) for row in rows)
+
+
+def _copy_rows(model: type[models.Model], rows: list[Row]) -> None:
+    """PostgreSQL: one COPY per table; JSON columns are sent as JSON text."""
+    columns, values = _column_values(model, rows)
+    json_columns = [
+        i for i, field in enumerate(model._meta.concrete_fields) if isinstance(field, models.JSONField)
+    ]
+    table = connection.ops.quote_name(model._meta.db_table)
+    with (
+        connection.cursor() as cursor,
+        cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy,
+    ):
+        for row in values:
+            for i in json_columns:
+                row[i] = json.dumps(row[i])
+            copy.write_row(row)
+
+
+def _insert_rows(model: type[models.Model], rows: list[Row], rows_per_statement: int = 500) -> None:
+    """SQLite: multi-row INSERTs of values prepared by their fields."""
+    fields = model._meta.concrete_fields
+    columns, values = _column_values(model, rows)
+    placeholder = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    prepared = [
+        [field.get_db_prep_save(value, connection) for field, value in zip(fields, row, strict=True)]
+        for row in values
+    ]
+    with connection.cursor() as cursor:
+        for start in range(0, len(prepared), rows_per_statement):
+            chunk = prepared[start : start + rows_per_statement]
+            cursor.execute(
+                f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({', '.join(columns)}) "
+                f"VALUES {', '.join([placeholder] * len(chunk))}",
+                [value for row in chunk for value in row],
+            )
+
+
+@cache
+def _attnames(model: type[models.Model]) -> tuple[str, ...]:
+    return tuple(field.attname for field in model._meta.concrete_fields)
+
+
+Handler = Callable[[Any, "StoredEvent", ReadModelRows], None]
+
+
+def handles(event_type: str) -> Callable[[Handler], Handler]:
+    """Mark a projection method as the handler of one stored event type."""
+
+    def mark(method: Handler) -> Handler:
+        method.handles_event_type = event_type  # type: ignore[attr-defined]
+        return method
+
+    return mark
+
+
+class Projection:
+    """Subclasses list the ``models`` they own (parents first) and mark handlers with ``@handles``."""
+
+    models: ClassVar[Sequence[type[models.Model]]] = ()
+    _handlers: ClassVar[dict[str, Handler]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._handlers = {
+            method.handles_event_type: method
+            for klass in reversed(cls.__mro__)
+            for method in vars(klass).values()
+            if hasattr(method, "handles_event_type")
+        }
+
+    def event_types(self) -> frozenset[str]:
+        return frozenset(self._handlers)
+
+    def apply(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        handler = self._handlers.get(stored.event_type)
+        if handler is not None:
+            handler(self, stored, rows)
+
+
+@cache
+def registered() -> tuple[Projection, ...]:
+    return tuple(import_string(path)() for path in settings.NEXUM_PROJECTIONS)
+
+
+@cache
+def _dispatch() -> dict[str, tuple[Projection, ...]]:
+    table: dict[str, list[Projection]] = {}
+    for projection in registered():
+        for name in projection.event_types():
+            table.setdefault(name, []).append(projection)
+    return {name: tuple(found) for name, found in table.items()}
+
+
+_LIVE_ROWS = OrmRows()
+
+
+def apply(stored_events: Iterable[StoredEvent], rows: ReadModelRows = _LIVE_ROWS) -> None:
+    dispatch = _dispatch()
+    for stored in stored_events:
+        for projection in dispatch.get(stored.event_type, ()):
+            projection.apply(stored, rows)
+
+
+def rebuild(*, until: int | None = None, progress: Callable[[int], None] | None = None) -> int:
+    """Clear every read model and replay the log (up to ``until``) through the projections.
+
+    Runs in one transaction: readers see the old read models until the rebuilt ones commit. Rows are
+    built in memory and written table by table. Returns the number of events replayed through a projection.
+    """
+    from nexum.eventstore.store import iter_all
+
+    with transaction.atomic():
+        _clear_read_models()
+        rows = BufferedRows()
+        replayed = 0
+        batch: list[StoredEvent] = []
+        # Only events some projection handles: the others cannot change a read model.
+        for stored in iter_all(until=until, chunk_size=5000, event_types=_dispatch()):
+            batch.append(stored)
+            if len(batch) == 1000:
+                apply(batch, rows)
+                replayed += len(batch)
+                if progress:
+                    progress(len(batch))
+                batch.clear()
+        apply(batch, rows)
+        replayed += len(batch)
+        if progress and batch:
+            progress(len(batch))
+        rows.flush(_read_models())
+    return replayed
+
+
+def _read_models() -> list[type[models.Model]]:
+    return [model for projection in registered() for model in projection.models]
+
+
+def _clear_read_models() -> None:
+    """Empty every read model: one TRUNCATE on PostgreSQL (no CASCADE: a foreign table is an error)."""
+    if connection.vendor == "postgresql":
+        tables = ", ".join(connection.ops.quote_name(model._meta.db_table) for model in _read_models())
+        with connection.cursor() as cursor:
+            # Django's foreign keys are deferred: settle pending checks, or TRUNCATE refuses.
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            cursor.execute(f"TRUNCATE {tables}")
+            cursor.execute("SET CONSTRAINTS ALL DEFERRED")
+    else:
+        for model in reversed(_read_models()):
+            model._base_manager.all().delete()
+
+
+@contextmanager
+def state_as_of(position: int) -> Iterator[None]:
+    """Inside the block, every read model shows the state as of log ``position``; afterwards, nothing changed.
+
+    The rebuild happens in a transaction that is always rolled back, so the live read models are untouched.
+    """
+    with transaction.atomic():
+        rebuild(until=position)
+        yield
+        transaction.set_rollback(True)
+
+
+def snapshot() -> dict[str, list[tuple[Any, ...]]]:
+    """Every read model's rows, ordered by primary key: what 'rebuilt equals live' compares."""
+    tables: dict[str, list[tuple[Any, ...]]] = {}
+    for projection in registered():
+        for model in projection.models:
+            columns = [field.attname for field in model._meta.concrete_fields]
+            tables[model._meta.db_table] = list(model._base_manager.order_by("pk").values_list(*columns))
+    return tables

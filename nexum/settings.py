@@ -1,0 +1,145 @@
+"""Django settings. Every value an operator can change is read from the environment here, and only here."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(os.environ.get("NEXUM_DATA_DIR", BASE_DIR / "data"))
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    return default if raw in (None, "") else int(raw)
+
+
+DEBUG = _env_bool("NEXUM_DEBUG", True)
+SECRET_KEY = os.environ.get("NEXUM_SECRET_KEY") or ("nexum-insecure-development-key" if DEBUG else "")
+if not SECRET_KEY:
+    raise RuntimeError("NEXUM_SECRET_KEY must be set when NEXUM_DEBUG is off")
+ALLOWED_HOSTS = [
+    h for h in os.environ.get("NEXUM_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h
+]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "nexum.eventstore",
+    "tasks_app",
+    "context_app",
+    "verification_app",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "nexum.urls"
+WSGI_APPLICATION = "nexum.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database: PostgreSQL in production, a SQLite file as the embedded default -----------------------------
+DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{DATA_DIR / 'nexum.sqlite3'}"
+_database = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
+if _database["ENGINE"] == "django.db.backends.sqlite3":
+    # Our backend adds the SQL function the append-only triggers consult (see nexum/dbbackends).
+    _database["ENGINE"] = "nexum.dbbackends.sqlite3"
+    _database["OPTIONS"] = {
+        # BEGIN IMMEDIATE: a writer takes the database lock when its transaction starts, so appends are
+        # serialized and global positions are assigned in commit order.
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    _database["TEST"] = {"NAME": str(DATA_DIR / "test-nexum.sqlite3")}
+DATABASES = {"default": _database}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = []
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+LOGIN_URL = "/admin/login/"
+
+# --- REST API -----------------------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["nexum.api.auth.AgentTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["nexum.api.auth.IsProjectAgent"],
+    "EXCEPTION_HANDLER": "nexum.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Nexum API",
+    "DESCRIPTION": "World state, context compilation and verification for LLM agents.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# --- Celery: eager in process when no broker is configured, real workers otherwise ------------------------
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
+CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_RESULT_BACKEND = None
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": _env_int("NEXUM_CELERY_VISIBILITY_TIMEOUT", 3600)}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# --- Nexum --------------------------------------------------------------------------------------------------
+NEXUM_ARTIFACT_ROOT = Path(os.environ.get("NEXUM_ARTIFACT_ROOT", DATA_DIR / "artifacts"))
+NEXUM_ARTIFACT_MAX_BYTES = _env_int("NEXUM_ARTIFACT_MAX_BYTES", 10 * 1024 * 1024)
+# Extra tokenizer encodings an operator supplies as local .tiktoken files: "name=/path/file.tiktoken,…".
+NEXUM_TOKENIZER_ENCODINGS = dict(
+    item.split("=", 1) for item in os.environ.get("NEXUM_TOKENIZER_ENCODINGS", "").split(",") if "=" in item
+)
+# Read models, in dependency order: rebuilds clear them in reverse and replay the log through them in order.
+NEXUM_PROJECTIONS = [
+    "tasks_app.projections.ProjectProjection",
+]
+NEXUM_EVENT_FEED_MAX_LIMIT = 1000
+NEXUM_DEMO_TOKEN = os.environ.get("NEXUM_DEMO_TOKEN", "nx_demo_local_development_only")

@@ -1,0 +1,35 @@
+"""Prepare a development instance: a local admin user and the demo project with a known agent token.
+
+Idempotent: running it again changes nothing. Refuses to run with NEXUM_DEBUG off.
+"""
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from tasks_app.models import AgentToken, Project
+from tasks_app.services import agent_token_issue, hash_key, project_create
+
+ADMIN_USERNAME = "admin"
+ADMIN_PASSWORD = "admin"
+
+
+class Command(BaseCommand):
+    help = "Create the development admin user and the demo project (idempotent; development only)."
+
+    def handle(self, *args, **options):  # type: ignore[no-untyped-def]
+        if not settings.DEBUG:
+            raise CommandError("nexum_demo creates well-known credentials; it runs only with NEXUM_DEBUG on")
+        users = get_user_model()
+        if not users.objects.filter(username=ADMIN_USERNAME).exists():
+            users.objects.create_superuser(ADMIN_USERNAME, "admin@localhost", ADMIN_PASSWORD)
+        project = Project.objects.filter(slug="demo").first() or project_create(
+            slug="demo", name="Demo", description="A demo world for trying Nexum", actor="nexum_demo"
+        )
+        token = settings.NEXUM_DEMO_TOKEN
+        if not AgentToken.objects.filter(key_sha256=hash_key(token)).exists():
+            agent_token_issue(project_id=str(project.id), name="demo-agent", key=token, actor="nexum_demo")
+        self.stdout.write(
+            f"admin login: {ADMIN_USERNAME} / {ADMIN_PASSWORD} (development only)\n"
+            f"demo project: {project.slug}; agent token: {token}"
+        )

@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def celery_eager_unless_worker_test(request: pytest.FixtureRequest):
+    """Tasks run in process by default; tests marked ``worker`` talk to a real worker on the broker."""
+    from nexum.celery import app
+
+    eager = request.node.get_closest_marker("worker") is None
+    previous = app.conf.task_always_eager
+    app.conf.task_always_eager = eager or previous
+    yield
+    app.conf.task_always_eager = previous
+
+
+@pytest.fixture
+def project(db):
+    from tasks_app.services import project_create
+
+    return project_create(slug="acme", name="Acme", actor="test")
+
+
+@pytest.fixture
+def other_project(db):
+    from tasks_app.services import project_create
+
+    return project_create(slug="globex", name="Globex", actor="test")
+
+
+def _client_for(project, name: str):
+    from rest_framework.test import APIClient
+
+    from tasks_app.services import agent_token_issue
+
+    issued = agent_token_issue(project_id=str(project.id), name=name, actor="test")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.key}")
+    return client
+
+
+@pytest.fixture
+def api(project):
+    """An API client authenticated as an agent of ``project``."""
+    return _client_for(project, "agent-1")
+
+
+@pytest.fixture
+def other_api(other_project):
+    """An API client authenticated as an agent of another project."""
+    return _client_for(other_project, "intruder")

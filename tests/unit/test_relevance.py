@@ -1,0 +1,89 @@
+"""BM25 relevance used by the compiler (SPEC C2, C5): deterministic, order-independent, cheap to skip."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nexum.core.relevance import Document, bm25_scores, rank_by_relevance, terms_of
+
+
+def docs(**texts: str) -> list[Document]:
+    return [Document(doc_id, terms_of(text)) for doc_id, text in texts.items()]
+
+
+def test_terms_are_lowercase_alphanumeric_runs() -> None:
+    assert terms_of("Make auth_spec.rb pass — HTTP 401!") == (
+        "make",
+        "auth",
+        "spec",
+        "rb",
+        "pass",
+        "http",
+        "401",
+    )
+    assert terms_of("") == ()
+    assert terms_of("Überprüfung café") == ("überprüfung", "café")
+
+
+def test_documents_without_a_query_term_score_nothing() -> None:
+    scores = bm25_scores(terms_of("redis cache"), docs(a="redis is required", b="postgres only"))
+    assert set(scores) == {"a"}
+    assert scores["a"] > 0
+
+
+def test_more_matching_terms_rank_higher() -> None:
+    ranked = rank_by_relevance(
+        terms_of("authentication spec fails"),
+        docs(one="the spec", two="the authentication spec", three="authentication spec fails here"),
+    )
+    assert [doc_id for doc_id, _ in ranked] == ["three", "two", "one"]
+
+
+def test_rare_terms_weigh_more_than_common_ones() -> None:
+    corpus = docs(
+        common1="spec spec",
+        common2="spec other",
+        common3="spec more",
+        rare="redis other",
+    )
+    scores = bm25_scores(["spec", "redis"], corpus)
+    assert scores["rare"] > scores["common2"]
+
+
+def test_shorter_documents_win_at_equal_term_frequency() -> None:
+    scores = bm25_scores(["redis"], docs(short="redis required", long="redis " + "filler " * 30))
+    assert scores["short"] > scores["long"]
+
+
+def test_ties_and_zero_scores_are_ordered_by_id() -> None:
+    ranked = rank_by_relevance(["redis"], docs(c="redis", a="redis", b="nothing", d="nothing"))
+    assert [doc_id for doc_id, _ in ranked] == ["a", "c", "b", "d"]
+    assert ranked[-1][1] == 0.0
+
+
+def test_empty_query_or_corpus_scores_nothing() -> None:
+    assert bm25_scores([], docs(a="redis")) == {}
+    assert bm25_scores(["redis"], []) == {}
+
+
+words = st.sampled_from(["auth", "spec", "redis", "token", "the", "fails", "line", "48", "schema", "db"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    corpus=st.lists(st.lists(words, max_size=12), min_size=1, max_size=25),
+    query=st.lists(words, max_size=6),
+    seed=st.integers(0, 2**16),
+)
+def test_scores_do_not_depend_on_document_or_query_order(
+    corpus: list[list[str]], query: list[str], seed: int
+) -> None:
+    documents = [Document(f"d{index:03d}", tuple(terms)) for index, terms in enumerate(corpus)]
+    shuffled = documents[:]
+    random.Random(seed).shuffle(shuffled)
+    assert bm25_scores(query, documents) == bm25_scores(list(reversed(query)), shuffled)
+    assert rank_by_relevance(query, documents) == rank_by_relevance(query, shuffled)
+    assert all(score > 0 for score in bm25_scores(query, documents).values())
