@@ -152,7 +152,8 @@ def main() -> None:
         f"ratio {service_single / raw_single:.2f} (goal >= 0.5)"
     )
     print(
-        f"batch append ({BATCH_SIZE:>3})    service {service_batch:9.0f}/s   raw executemany {raw_batch:8.0f}/s   "
+        f"batch append ({BATCH_SIZE:>3})    service {service_batch:9.0f}/s   "
+        f"raw executemany {raw_batch:8.0f}/s   "
         f"ratio {service_batch / raw_batch:.2f} (goal >= 0.3)"
     )
     print(
