@@ -140,6 +140,7 @@ NEXUM_TOKENIZER_ENCODINGS = dict(
 # Read models, in dependency order: rebuilds clear them in reverse and replay the log through them in order.
 NEXUM_PROJECTIONS = [
     "tasks_app.projections.ProjectProjection",
+    "tasks_app.projections.TaskProjection",
 ]
 NEXUM_EVENT_FEED_MAX_LIMIT = 1000
 NEXUM_DEMO_TOKEN = os.environ.get("NEXUM_DEMO_TOKEN", "nx_demo_local_development_only")

@@ -48,3 +48,97 @@ class AgentToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.project_id}:{self.name}"
+
+
+RISK_CHOICES = [(risk, risk) for risk in ("low", "medium", "high")]
+STATE_CHOICES = [
+    (state, state) for state in ("pending", "running", "completed", "failed", "blocked", "cancelled")
+]
+
+
+class Task(models.Model):
+    """A goal or one of its tasks (SPEC T1–T3). A goal is the root task of its plan (``is_goal``).
+
+    ``goal`` is the root goal for every row, the goal itself included (it points to itself), so
+    ``task.goal_id`` always names the plan a task belongs to. ``parent`` is the task a step refines (the goal
+    for top-level steps, None for the goal). ``depends_on`` holds keys of tasks in the same goal.
+
+    A task's ``state`` follows its lifecycle (``nexum/core/tasks.py``); a goal's ``state`` is derived from
+    its tasks' states (``progress`` counts them by state) and no command changes it directly. ``version`` is
+    the version of the row's own stream (``task-<id>``, or ``goal-<id>`` for a goal) after the last event
+    applied: pass it back as ``expected_version``.
+    """
+
+    id = models.UUIDField(primary_key=True)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="tasks", db_constraint=False)
+    goal = models.ForeignKey("self", on_delete=models.CASCADE, related_name="plan_tasks", db_constraint=False)
+    parent = models.ForeignKey(
+        "self", on_delete=models.CASCADE, related_name="children", null=True, blank=True, db_constraint=False
+    )
+    key = models.CharField(
+        max_length=64, blank=True, help_text="the task's key within its goal; '' for a goal"
+    )
+    ordinal = models.PositiveIntegerField(help_text="position in the goal's plan; 0 for the goal")
+    is_goal = models.BooleanField()
+    objective = models.TextField()
+    inputs = models.JSONField(default=list)
+    constraints = models.JSONField(default=list)
+    success_criteria = models.JSONField(default=list)
+    risk = models.CharField(max_length=6, choices=RISK_CHOICES)
+    depends_on = models.JSONField(default=list)
+    state = models.CharField(max_length=9, choices=STATE_CHOICES)
+    attempt = models.PositiveIntegerField(default=0)
+    version = models.PositiveIntegerField()
+    progress = models.JSONField(default=dict, help_text="a goal's tasks counted by state; empty for a task")
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["goal_id", "ordinal"]
+        constraints = [models.UniqueConstraint(fields=["goal", "key"], name="task_key_per_goal")]
+        indexes = [
+            models.Index(fields=["project", "is_goal", "-created_at"], name="task_project_goals"),
+            models.Index(fields=["project", "state"], name="task_project_state"),
+        ]
+
+    def __str__(self) -> str:
+        return f"goal: {self.objective[:60]}" if self.is_goal else f"{self.key}: {self.objective[:60]}"
+
+
+class Goal(Task):
+    """Goals only, for the admin: the same rows as ``Task``."""
+
+    class Meta:
+        proxy = True
+
+
+class TaskTransition(models.Model):
+    """One entry of a task's timeline: who moved it, when, from which state to which, and why.
+
+    The primary key is the event's position in the log, so a rebuild reproduces the same rows.
+    """
+
+    position = models.BigIntegerField(primary_key=True)
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="transitions", db_constraint=False)
+    goal = models.ForeignKey(
+        Task, on_delete=models.CASCADE, related_name="goal_transitions", db_constraint=False
+    )
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="task_transitions", db_constraint=False
+    )
+    event_type = models.CharField(max_length=100)
+    from_state = models.CharField(max_length=9, blank=True, help_text="'' for the creation")
+    to_state = models.CharField(max_length=9)
+    attempt = models.PositiveIntegerField()
+    version = models.PositiveIntegerField()
+    actor = models.CharField(max_length=200)
+    reason = models.TextField(blank=True)
+    decision_id = models.CharField(max_length=200, blank=True)
+    recorded_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["position"]
+        indexes = [models.Index(fields=["task", "position"], name="transition_task_position")]
+
+    def __str__(self) -> str:
+        return f"{self.from_state or '·'} → {self.to_state}"

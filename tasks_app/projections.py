@@ -3,9 +3,18 @@ from __future__ import annotations
 import uuid
 
 from nexum.core.projects import AgentTokenIssued, AgentTokenRevoked, ProjectCreated
+from nexum.core.tasks import (
+    PENDING,
+    TRANSITION_EVENTS,
+    GoalCreated,
+    TaskCreated,
+    TaskStarted,
+    count_states,
+    derive_goal_state,
+)
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
 from nexum.eventstore.store import StoredEvent
-from tasks_app.models import AgentToken, Project
+from tasks_app.models import AgentToken, Project, Task, TaskTransition
 
 
 class ProjectProjection(Projection):
@@ -44,6 +53,163 @@ class ProjectProjection(Projection):
         event: AgentTokenRevoked = stored.event  # type: ignore[assignment]
         rows.update(AgentToken, _uuid(event.token_id), revoked_at=stored.recorded_at)
         rows.update(Project, _uuid(stored.project_id), version=stored.version)
+
+
+class TaskProjection(Projection):
+    """Goals and tasks with their states, and every task's transition timeline.
+
+    A goal's ``progress`` counts its tasks by state and its ``state`` is derived from those counts: each
+    task event carries ``goal_id``, so a handler finds the goal row by primary key.
+    """
+
+    models = (Task, TaskTransition)
+
+    @handles("GoalCreated")
+    def goal_created(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: GoalCreated = stored.event  # type: ignore[assignment]
+        goal_id = _uuid(event.goal_id)
+        rows.insert(
+            Task,
+            id=goal_id,
+            project_id=_uuid(stored.project_id),
+            goal_id=goal_id,
+            parent_id=None,
+            key="",
+            ordinal=0,
+            is_goal=True,
+            objective=event.objective,
+            inputs=list(event.inputs),
+            constraints=list(event.constraints),
+            success_criteria=list(event.success_criteria),
+            risk=event.risk,
+            depends_on=[],
+            state=PENDING,
+            attempt=0,
+            version=stored.version,
+            progress=count_states(()),
+            created_at=stored.recorded_at,
+            updated_at=stored.recorded_at,
+        )
+
+    @handles("TaskCreated")
+    def task_created(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: TaskCreated = stored.event  # type: ignore[assignment]
+        task_id, goal_id = _uuid(event.task_id), _uuid(event.goal_id)
+        rows.insert(
+            Task,
+            id=task_id,
+            project_id=_uuid(stored.project_id),
+            goal_id=goal_id,
+            parent_id=_uuid(event.parent_id),
+            key=event.key,
+            ordinal=event.ordinal,
+            is_goal=False,
+            objective=event.objective,
+            inputs=list(event.inputs),
+            constraints=list(event.constraints),
+            success_criteria=list(event.success_criteria),
+            risk=event.risk,
+            depends_on=list(event.depends_on),
+            state=PENDING,
+            attempt=0,
+            version=stored.version,
+            progress={},
+            created_at=stored.recorded_at,
+            updated_at=stored.recorded_at,
+        )
+        self._timeline(stored, rows, task_id, goal_id, "", PENDING, attempt=0)
+        self._count(stored, rows, goal_id, None, PENDING)
+
+    @handles("TaskStarted")
+    def task_started(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        self._transition(stored, rows)
+
+    @handles("TaskFailed")
+    def task_failed(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        self._transition(stored, rows)
+
+    @handles("TaskBlocked")
+    def task_blocked(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        self._transition(stored, rows)
+
+    @handles("TaskUnblocked")
+    def task_unblocked(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        self._transition(stored, rows)
+
+    @handles("TaskCancelled")
+    def task_cancelled(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        self._transition(stored, rows)
+
+    @handles("TaskCompleted")
+    def task_completed(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        self._transition(stored, rows)
+
+    def _transition(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event = stored.event
+        task_id, goal_id = _uuid(event.task_id), _uuid(event.goal_id)  # type: ignore[attr-defined]
+        task = rows.get(Task, task_id)
+        if task is None:
+            return
+        to_state = TRANSITION_EVENTS[stored.event_type]
+        attempt = event.attempt if isinstance(event, TaskStarted) else task["attempt"]
+        rows.update(
+            Task,
+            task_id,
+            state=to_state,
+            attempt=attempt,
+            version=stored.version,
+            updated_at=stored.recorded_at,
+        )
+        self._timeline(stored, rows, task_id, goal_id, task["state"], to_state, attempt=attempt)
+        self._count(stored, rows, goal_id, task["state"], to_state)
+
+    def _timeline(
+        self,
+        stored: StoredEvent,
+        rows: ReadModelRows,
+        task_id: uuid.UUID,
+        goal_id: uuid.UUID,
+        from_state: str,
+        to_state: str,
+        *,
+        attempt: int,
+    ) -> None:
+        data = stored.data
+        rows.insert(
+            TaskTransition,
+            position=stored.position,
+            task_id=task_id,
+            goal_id=goal_id,
+            project_id=_uuid(stored.project_id),
+            event_type=stored.event_type,
+            from_state=from_state,
+            to_state=to_state,
+            attempt=attempt,
+            version=stored.version,
+            actor=str(stored.metadata.get("actor", "")),
+            reason=data.get("reason") or "",
+            decision_id=data.get("decision_id") or "",
+            recorded_at=stored.recorded_at,
+        )
+
+    def _count(
+        self,
+        stored: StoredEvent,
+        rows: ReadModelRows,
+        goal_id: uuid.UUID,
+        from_state: str | None,
+        to_state: str,
+    ) -> None:
+        goal = rows.get(Task, goal_id)
+        if goal is None:
+            return
+        progress = dict(goal["progress"])
+        if from_state is not None:
+            progress[from_state] -= 1
+        progress[to_state] += 1
+        rows.update(
+            Task, goal_id, progress=progress, state=derive_goal_state(progress), updated_at=stored.recorded_at
+        )
 
 
 def _uuid(value: str | None) -> uuid.UUID:

@@ -1,13 +1,32 @@
-"""Writes to projects and agent tokens. Every change is an event; read models follow by projection."""
+"""Writes to projects, agent tokens and the task graph. Every change is an event; read models follow by
+projection.
+
+The task graph's writes decide with the pure rules of ``nexum/core/tasks.py`` and append to the task's own
+stream (``task-<id>``) at the version they decided on. No function here sets a task ``completed`` except
+``task_record_gate_decision``, which is reserved for the verification gate (SPEC V): it is called by the
+verification app after its deterministic checks, never by an endpoint or the admin.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import secrets
 import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from nexum.core.errors import Conflict, NotFound, ValidationFailed
+from django.db import transaction
+
+from nexum.core.errors import (
+    ConcurrencyError,
+    Conflict,
+    IllegalTransition,
+    NotFound,
+    PolicyRefused,
+    ValidationFailed,
+)
+from nexum.core.events import Event
 from nexum.core.projects import (
     AgentTokenIssued,
     AgentTokenRevoked,
@@ -15,8 +34,26 @@ from nexum.core.projects import (
     check_slug,
     project_stream,
 )
+from nexum.core.tasks import (
+    GoalCreated,
+    TaskCreated,
+    TaskState,
+    check_reason,
+    decide_block,
+    decide_cancel,
+    decide_fail,
+    decide_gate_decision,
+    decide_start,
+    decide_unblock,
+    goal_stream,
+    plan_goal,
+    task_state_from_row,
+    task_stream,
+)
 from nexum.eventstore import store
-from tasks_app.models import AgentToken, Project
+from nexum.eventstore.models import Event as EventRow
+from tasks_app import selectors
+from tasks_app.models import AgentToken, Project, Task
 
 TOKEN_PREFIX = "nx_"
 
@@ -91,3 +128,327 @@ def _project(project_id: str) -> Project:
     if project is None:
         raise NotFound(f"no project {project_id}", field="project_id")
     return project
+
+
+# --- the task graph ---------------------------------------------------------------------------------------
+
+# Ids derived from an idempotency key: a retried goal creation names the same streams, so the event store
+# recognises the key and writes nothing again.
+_GOAL_ID_NAMESPACE = uuid.UUID("4f1c7f9e-2f53-4d0c-9a55-6c1f0f7f6a10")
+
+
+class VerificationRequired(PolicyRefused):
+    code = "verification_required"
+
+
+def goal_create(
+    *,
+    project_id: str,
+    objective: str,
+    tasks: Sequence[Mapping[str, Any]],
+    actor: str,
+    inputs: Sequence[str] = (),
+    constraints: Sequence[str] = (),
+    success_criteria: Sequence[str] = (),
+    risk: str | None = None,
+    idempotency_key: str | None = None,
+) -> Task:
+    """Create a goal (the root task) with its tasks, all pending. Returns the goal.
+
+    Each task is a mapping with ``key`` and ``objective`` and optionally ``inputs``, ``constraints``,
+    ``success_criteria`` (lists of strings), ``risk`` (default ``medium``), ``depends_on`` (keys in this
+    goal) and ``parent`` (a key in this goal; the goal when absent). Unknown members, unknown keys and
+    cycles are refused. With ``idempotency_key``, a repeat of the same request returns the same goal and
+    writes nothing; the same key with a different request is a conflict (``idempotency_key_reused``).
+    """
+    plan = plan_goal(
+        objective=objective,
+        tasks=list(tasks) if isinstance(tasks, list | tuple) else tasks,
+        inputs=inputs,
+        constraints=constraints,
+        success_criteria=success_criteria,
+        risk=risk,
+    )
+    project = _project(project_id)
+    if idempotency_key is not None:
+        if not isinstance(idempotency_key, str) or not idempotency_key:
+            raise ValidationFailed("an idempotency key is a non-empty string", field="idempotency_key")
+        goal_id = str(uuid.uuid5(_GOAL_ID_NAMESPACE, f"{project.id}:{idempotency_key}"))
+    else:
+        goal_id = str(uuid.uuid4())
+    task_ids = {spec.key: str(uuid.uuid5(uuid.UUID(goal_id), spec.key)) for spec in plan.tasks}
+    common = {"metadata": {"actor": actor}, "project_id": str(project.id), "idempotency_key": idempotency_key}
+    with transaction.atomic():
+        created = store.append(
+            stream_id=goal_stream(goal_id),
+            events=[
+                GoalCreated(
+                    goal_id=goal_id,
+                    objective=plan.objective,
+                    inputs=plan.inputs,
+                    constraints=plan.constraints,
+                    success_criteria=plan.success_criteria,
+                    risk=plan.risk,
+                    task_keys=tuple(spec.key for spec in plan.tasks),
+                )
+            ],
+            expected_version=0,
+            **common,
+        )
+        for ordinal, spec in enumerate(plan.tasks, start=1):
+            task_id = task_ids[spec.key]
+            appended = store.append(
+                stream_id=task_stream(task_id),
+                events=[
+                    TaskCreated(
+                        task_id=task_id,
+                        goal_id=goal_id,
+                        parent_id=task_ids[spec.parent] if spec.parent else goal_id,
+                        parent_key=spec.parent,
+                        key=spec.key,
+                        ordinal=ordinal,
+                        objective=spec.objective,
+                        inputs=spec.inputs,
+                        constraints=spec.constraints,
+                        success_criteria=spec.success_criteria,
+                        risk=spec.risk,
+                        depends_on=spec.depends_on,
+                    )
+                ],
+                expected_version=0,
+                **common,
+            )
+            if appended.replayed != created.replayed:
+                # A retry must repeat the original request exactly; raising undoes this transaction.
+                raise store.IdempotencyKeyReused(
+                    f"idempotency key {idempotency_key!r} was used for a different goal",
+                    field="idempotency_key",
+                )
+    return Task.objects.get(id=goal_id)
+
+
+def task_start(
+    *,
+    project_id: str,
+    task_id: str,
+    actor: str,
+    reason: str = "",
+    expected_version: int | None = None,
+    idempotency_key: str | None = None,
+) -> Task:
+    """pending → running once every dependency is completed; failed → running is a retry (attempt + 1)."""
+
+    def decide(task: Task, state: TaskState) -> list[Event]:
+        return decide_start(
+            state, dependency_states=selectors.task_dependency_states(task=task), reason=reason
+        )
+
+    return _transition(
+        project_id, task_id, "TaskStarted", decide, actor, reason, expected_version, idempotency_key
+    )
+
+
+def task_fail(
+    *,
+    project_id: str,
+    task_id: str,
+    actor: str,
+    reason: str = "",
+    expected_version: int | None = None,
+    idempotency_key: str | None = None,
+) -> Task:
+    """running → failed (retryable with ``task_start``)."""
+    return _transition(
+        project_id,
+        task_id,
+        "TaskFailed",
+        lambda task, state: decide_fail(state, reason=reason),
+        actor,
+        reason,
+        expected_version,
+        idempotency_key,
+    )
+
+
+def task_block(
+    *,
+    project_id: str,
+    task_id: str,
+    actor: str,
+    reason: str = "",
+    expected_version: int | None = None,
+    idempotency_key: str | None = None,
+) -> Task:
+    """running → blocked: the task needs a human or an operator."""
+    return _transition(
+        project_id,
+        task_id,
+        "TaskBlocked",
+        lambda task, state: decide_block(state, reason=reason),
+        actor,
+        reason,
+        expected_version,
+        idempotency_key,
+    )
+
+
+def task_unblock(
+    *,
+    project_id: str,
+    task_id: str,
+    actor: str,
+    reason: str = "",
+    expected_version: int | None = None,
+    idempotency_key: str | None = None,
+) -> Task:
+    """blocked → running."""
+    return _transition(
+        project_id,
+        task_id,
+        "TaskUnblocked",
+        lambda task, state: decide_unblock(state, reason=reason),
+        actor,
+        reason,
+        expected_version,
+        idempotency_key,
+    )
+
+
+def task_cancel(
+    *,
+    project_id: str,
+    task_id: str,
+    actor: str,
+    reason: str = "",
+    expected_version: int | None = None,
+    idempotency_key: str | None = None,
+) -> Task:
+    """Any non-final state → cancelled (final)."""
+    return _transition(
+        project_id,
+        task_id,
+        "TaskCancelled",
+        lambda task, state: decide_cancel(state, reason=reason),
+        actor,
+        reason,
+        expected_version,
+        idempotency_key,
+    )
+
+
+def task_request_completion(*, project_id: str, task_id: str, actor: str) -> Task:
+    """A caller asks for a task to be completed. Refused until the verification gate exists: completion is
+    never granted on request, only by ``task_record_gate_decision`` after deterministic checks."""
+    task = selectors.task_get(project_id=project_id, task_id=task_id)
+    raise VerificationRequired(
+        f"task {task.key or task.id} can only be completed by the verification gate, which is not"
+        " available yet; nothing was changed",
+        field="state",
+        details={"state": task.state},
+    )
+
+
+def task_record_gate_decision(
+    *,
+    task_id: str,
+    outcome: str,
+    decision_id: str,
+    expected_version: int | None,
+    actor: str,
+    reason: str = "",
+    idempotency_key: str | None = None,
+) -> Task:
+    """RESERVED FOR THE VERIFICATION GATE: record its decision on a running task.
+
+    ``outcome`` is ``completed``, ``failed`` or ``blocked``. This is the only code path that appends
+    ``TaskCompleted``. It must never be called from an endpoint, an admin action or on an agent's claim —
+    only by the verification app once its deterministic checks have decided. ``expected_version`` is the
+    task version the gate ran against: of two concurrent decisions exactly one is recorded.
+    """
+    task = selectors.task_get_unscoped(task_id=task_id)
+    return _transition(
+        str(task.project_id),
+        str(task.id),
+        {"completed": "TaskCompleted", "failed": "TaskFailed", "blocked": "TaskBlocked"}.get(outcome, ""),
+        lambda task, state: decide_gate_decision(
+            state, outcome=outcome, decision_id=decision_id, reason=reason
+        ),
+        actor,
+        reason,
+        expected_version,
+        idempotency_key,
+    )
+
+
+def _transition(
+    project_id: str,
+    task_id: str,
+    event_type: str,
+    decide: Callable[[Task, TaskState], list[Event]],
+    actor: str,
+    reason: str,
+    expected_version: int | None,
+    idempotency_key: str | None,
+) -> Task:
+    """Load the task within the project, decide on its current state, append at the version decided on."""
+    reason = check_reason(reason)
+    task = selectors.task_get(project_id=project_id, task_id=task_id)
+    if task.is_goal:
+        raise IllegalTransition(
+            "a goal's state is derived from its tasks; start, fail, block, unblock or cancel its tasks",
+            field="task_id",
+            details={"state": task.state},
+        )
+    stream_id = task_stream(str(task.id))
+    if idempotency_key is not None and _already_applied(stream_id, idempotency_key, event_type, reason):
+        return task
+    if expected_version is not None and expected_version != task.version:
+        raise ConcurrencyError(
+            f"task {task.key} is at version {task.version}, not the expected {expected_version}",
+            field="expected_version",
+            details={"current_version": task.version, "expected_version": expected_version},
+        )
+    events = decide(task, task_state_from_row(_row(task)))
+    store.append(
+        stream_id=stream_id,
+        events=events,
+        expected_version=task.version,
+        idempotency_key=idempotency_key,
+        metadata={"actor": actor},
+        project_id=str(task.project_id),
+    )
+    task.refresh_from_db()
+    return task
+
+
+def _already_applied(stream_id: str, idempotency_key: str, event_type: str, reason: str) -> bool:
+    """Did a request with this idempotency key already change this task the same way?
+
+    Checked before deciding, because a retried transition would otherwise be refused as illegal (the task
+    has moved on). The same key used for a different change is a conflict, as in the event store.
+    """
+    recorded = list(
+        EventRow.objects.filter(stream_id=stream_id, idempotency_key=idempotency_key).values_list(
+            "event_type", "data"
+        )
+    )
+    if not recorded:
+        return False
+    if [(name, data.get("reason")) for name, data in recorded] != [(event_type, reason)]:
+        raise store.IdempotencyKeyReused(
+            f"idempotency key {idempotency_key!r} was used on this task for a different change",
+            field="idempotency_key",
+        )
+    return True
+
+
+def _row(task: Task) -> dict[str, Any]:
+    return {
+        "id": task.id,
+        "goal_id": task.goal_id,
+        "key": task.key,
+        "depends_on": task.depends_on,
+        "state": task.state,
+        "attempt": task.attempt,
+        "version": task.version,
+    }

@@ -1,0 +1,88 @@
+"""Reads of the task graph, always within one project: another project's id is simply not found."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db.models import QuerySet
+
+from nexum.core.errors import NotFound
+from tasks_app.models import Task, TaskTransition
+
+
+def _uuid_or_none(value: object) -> uuid.UUID | None:
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def task_get(*, project_id: str | uuid.UUID, task_id: str | uuid.UUID) -> Task:
+    """A task or goal of the project; a missing, malformed or other project's id raises ``NotFound``."""
+    pk = _uuid_or_none(task_id)
+    task = None if pk is None else Task.objects.filter(project_id=project_id, id=pk).first()
+    if task is None:
+        raise NotFound(f"no task {task_id}", field="task_id")
+    return task
+
+
+def goal_get(*, project_id: str | uuid.UUID, goal_id: str | uuid.UUID) -> Task:
+    """A goal (the root task) of the project; a task that is not a goal is not found either."""
+    pk = _uuid_or_none(goal_id)
+    goal = None if pk is None else Task.objects.filter(project_id=project_id, id=pk, is_goal=True).first()
+    if goal is None:
+        raise NotFound(f"no goal {goal_id}", field="goal_id")
+    return goal
+
+
+def goal_list(*, project_id: str | uuid.UUID) -> QuerySet[Task]:
+    """The project's goals, newest first."""
+    return Task.objects.filter(project_id=project_id, is_goal=True).order_by("-created_at", "id")
+
+
+def goal_tasks(*, goal: Task) -> QuerySet[Task]:
+    """A goal's tasks (not the goal itself) in plan order."""
+    return Task.objects.filter(goal_id=goal.id, is_goal=False).order_by("ordinal")
+
+
+def task_list(
+    *, project_id: str | uuid.UUID, goal_id: str | uuid.UUID | None = None, state: str | None = None
+) -> QuerySet[Task]:
+    """The project's tasks (goals excluded), optionally of one goal (``NotFound`` if not the project's) and
+    in one state; ordered by goal, then plan order."""
+    tasks = Task.objects.filter(project_id=project_id, is_goal=False)
+    if goal_id is not None:
+        tasks = tasks.filter(goal_id=goal_get(project_id=project_id, goal_id=goal_id).id)
+    if state is not None:
+        tasks = tasks.filter(state=state)
+    return tasks.order_by("created_at", "goal_id", "ordinal")
+
+
+def task_transitions(*, task: Task) -> QuerySet[TaskTransition]:
+    """A task's timeline, oldest first. For a goal: the timeline of all its tasks."""
+    if task.is_goal:
+        return TaskTransition.objects.filter(goal_id=task.id).order_by("position")
+    return TaskTransition.objects.filter(task_id=task.id).order_by("position")
+
+
+def task_dependency_states(*, task: Task) -> dict[str, str]:
+    """The current state of each task ``task`` depends on, by key."""
+    if not task.depends_on:
+        return {}
+    return dict(
+        Task.objects.filter(goal_id=task.goal_id, is_goal=False, key__in=task.depends_on).values_list(
+            "key", "state"
+        )
+    )
+
+
+def task_get_unscoped(*, task_id: str | uuid.UUID) -> Task:
+    """A task by id in any project. Only for internal callers that were handed the id by the system itself
+    (the verification gate's worker); never for an agent's request, which must use ``task_get``."""
+    pk = _uuid_or_none(task_id)
+    task = None if pk is None else Task.objects.filter(id=pk).first()
+    if task is None:
+        raise NotFound(f"no task {task_id}", field="task_id")
+    return task
