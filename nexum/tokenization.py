@@ -8,6 +8,8 @@ digest) so the same text is tokenized once per process.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import threading
 from collections import OrderedDict
@@ -15,7 +17,6 @@ from functools import cache
 from pathlib import Path
 
 import tiktoken
-from tiktoken.load import load_tiktoken_bpe
 
 from nexum.core.errors import ValidationFailed
 
@@ -61,15 +62,56 @@ class EncodingRegistry:
             path = Path(self._files[name])
             if not path.is_file():
                 raise UnknownEncoding(f"encoding {name!r}: file {path} does not exist", field="encoding")
-            ranks = load_tiktoken_bpe(str(path))
-            return tiktoken.Encoding(
-                name=name, pat_str=_CL100K_PATTERN, mergeable_ranks=ranks, special_tokens={}
-            )
+            ranks = _read_ranks(name, path)
+            try:
+                return tiktoken.Encoding(
+                    name=name, pat_str=_CL100K_PATTERN, mergeable_ranks=ranks, special_tokens={}
+                )
+            except ValueError as error:
+                raise UnknownEncoding(f"encoding {name!r}: {path}: {error}", field="encoding") from error
         if name in _OFFLINE_ALIASES:
             return tiktoken.get_encoding(_OFFLINE_ALIASES[name])
         raise UnknownEncoding(
             f"unknown tokenizer encoding {name!r}; known: {', '.join(self.names())}", field="encoding"
         )
+
+
+def _read_ranks(name: str, path: Path) -> dict[bytes, int]:
+    """Parse a ``.tiktoken`` file (lines of ``base64(token bytes) rank``) straight from disk.
+
+    tiktoken's own loader copies every file into a cache keyed by its path, so an operator who edits the
+    file in place would keep counting with the stale copy; and a malformed line must be an
+    ``UnknownEncoding`` naming the file (a clear error at catalog load), not a bare ``ValueError``.
+    """
+    try:
+        contents = path.read_bytes()
+    except OSError as error:
+        raise UnknownEncoding(f"encoding {name!r}: cannot read {path}: {error}", field="encoding") from error
+    ranks: dict[bytes, int] = {}
+    for number, line in enumerate(contents.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            token, rank = line.split()
+            ranks[base64.b64decode(token, validate=True)] = int(rank)
+        except (ValueError, binascii.Error) as error:
+            raise UnknownEncoding(
+                f"encoding {name!r}: {path} line {number} is not 'base64-token rank'", field="encoding"
+            ) from error
+    # tiktoken's Rust core panics (an exception ``except Exception`` does not catch) on repeated ranks, and
+    # on text with a byte no token covers: refuse such files here, at catalog load.
+    if len(set(ranks.values())) != len(ranks) or min(ranks.values(), default=0) < 0:
+        raise UnknownEncoding(
+            f"encoding {name!r}: {path} repeats a rank or has a negative one", field="encoding"
+        )
+    missing = [value for value in range(256) if bytes([value]) not in ranks]
+    if missing:
+        raise UnknownEncoding(
+            f"encoding {name!r}: {path} does not rank every single byte ({len(missing)} missing, "
+            f"e.g. {missing[0]:#04x}); a byte-level BPE file must",
+            field="encoding",
+        )
+    return ranks
 
 
 class TiktokenCounter:
