@@ -141,6 +141,7 @@ NEXUM_TOKENIZER_ENCODINGS = dict(
 NEXUM_PROJECTIONS = [
     "tasks_app.projections.ProjectProjection",
     "tasks_app.projections.TaskProjection",
+    "context_app.projections.WorldProjection",
 ]
 NEXUM_EVENT_FEED_MAX_LIMIT = 1000
 NEXUM_DEMO_TOKEN = os.environ.get("NEXUM_DEMO_TOKEN", "nx_demo_local_development_only")
