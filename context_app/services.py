@@ -254,7 +254,7 @@ EXCERPT_CHARS = 400
 def _text_excerpt(content: bytes) -> str:
     if not _decodes(content):
         return ""
-    return content.decode("utf-8")[:EXCERPT_CHARS]
+    return content.decode("utf-8").replace("\x00", "")[:EXCERPT_CHARS]
 
 
 def _decodes(content: bytes) -> bool:
@@ -425,6 +425,7 @@ def tool_define(
         schema_text = canonical_json(schema)
     except (TypeError, ValueError) as error:
         raise ValidationFailed(f"schema must be JSON: {error}", field="schema") from None
+    _storable(schema_text, "schema")
     if len(schema_text) > SCHEMA_MAX_CHARS:
         raise ValidationFailed(f"schema is over {SCHEMA_MAX_CHARS} characters of JSON", field="schema")
     if not isinstance(pinned, bool):
@@ -483,11 +484,9 @@ def tool_scope_set(
     registered = set(Tool.objects.filter(project_id=scope.project_id).values_list("name", flat=True))
     for field_name, names in (("allowed", allowed or []), ("pinned", pinned)):
         for index, name in enumerate(names):
-            world.check_tool_name(name, field_name=f"{field_name}[{index}]")
+            world.check_tool_name(name, field_name=f"{field_name}.{index}")
             if name not in registered:
-                raise ValidationFailed(
-                    f"no tool named {name!r} is registered", field=f"{field_name}[{index}]"
-                )
+                raise ValidationFailed(f"no tool named {name!r} is registered", field=f"{field_name}.{index}")
     if allowed is not None:
         outside = [name for name in pinned if name not in set(allowed)]
         if outside:
@@ -600,12 +599,23 @@ def _new_item_id(scope: Scope, kind: str, idempotency_key: str | None) -> str:
 def _text(value: Any, field: str, *, required: bool = True, limit: int = world.TEXT_MAX) -> str:
     if not isinstance(value, str):
         raise ValidationFailed(f"{field} must be a string", field=field)
+    _storable(value, field)
     value = value.strip()
     if required and not value:
         raise ValidationFailed(f"{field} must not be empty", field=field)
     if len(value) > limit:
         raise ValidationFailed(f"{field} is over {limit} characters", field=field)
     return value
+
+
+def _storable(text: str, field: str) -> None:
+    """Text every database keeps: no NUL (PostgreSQL refuses it) and no unpaired surrogate."""
+    if "\x00" in text or (field == "schema" and "\\u0000" in text):
+        raise ValidationFailed(f"{field} must not contain NUL characters", field=field)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationFailed(f"{field} is not valid UTF-8 (unpaired surrogate)", field=field) from None
 
 
 def _short(value: Any, field: str) -> str:
@@ -617,7 +627,10 @@ def _iso(value: datetime | None) -> str | None:
         return None
     if value.tzinfo is None:
         raise ValidationFailed("observed_at needs a time zone", field="observed_at")
-    return value.astimezone(UTC).isoformat()
+    try:
+        return value.astimezone(UTC).isoformat()
+    except (OverflowError, ValueError):
+        raise ValidationFailed("observed_at is out of range", field="observed_at") from None
 
 
 def _uuid_text(value: Any, field: str) -> str:

@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from context_app import api as world_api
 from nexum.api import views
 
 handler404 = "nexum.urls.not_found"
@@ -10,6 +11,27 @@ handler500 = "nexum.api.errors.json_server_error"
 api_v1 = [
     path("health", views.HealthView.as_view(), name="health"),
     path("events", views.EventFeedView.as_view(), name="event-feed"),
+    path("goals/<str:scope_id>/facts", world_api.GoalFactView.as_view(), name="goal-facts"),
+    path("goals/<str:scope_id>/decisions", world_api.GoalDecisionView.as_view(), name="goal-decisions"),
+    path("goals/<str:scope_id>/artifacts", world_api.GoalArtifactView.as_view(), name="goal-artifacts"),
+    path("goals/<str:scope_id>/progress", world_api.GoalProgressView.as_view(), name="goal-progress"),
+    path("goals/<str:scope_id>/tools", world_api.GoalToolsView.as_view(), name="goal-tools"),
+    path("tasks/<str:scope_id>/facts", world_api.TaskFactView.as_view(), name="task-facts"),
+    path("tasks/<str:scope_id>/decisions", world_api.TaskDecisionView.as_view(), name="task-decisions"),
+    path("tasks/<str:scope_id>/artifacts", world_api.TaskArtifactView.as_view(), name="task-artifacts"),
+    path("tasks/<str:scope_id>/failures", world_api.TaskFailureView.as_view(), name="task-failures"),
+    path("tasks/<str:scope_id>/progress", world_api.TaskProgressView.as_view(), name="task-progress"),
+    path("tasks/<str:scope_id>/tool-calls", world_api.TaskToolCallView.as_view(), name="task-tool-calls"),
+    path("tasks/<str:scope_id>/tools", world_api.TaskToolsView.as_view(), name="task-tools"),
+    path("facts/<str:fact_id>", world_api.FactDetailView.as_view(), name="fact"),
+    path("facts/<str:fact_id>/verify", world_api.FactVerifyView.as_view(), name="fact-verify"),
+    path("facts/<str:fact_id>/retract", world_api.FactRetractView.as_view(), name="fact-retract"),
+    path("facts/<str:fact_id>/supersede", world_api.FactSupersedeView.as_view(), name="fact-supersede"),
+    path("items", world_api.ItemListView.as_view(), name="items"),
+    path("items/<str:item_id>", world_api.ItemDetailView.as_view(), name="item"),
+    path("artifacts/<str:item_id>/content", world_api.ArtifactContentView.as_view(), name="artifact-content"),
+    path("tools", world_api.ToolListView.as_view(), name="tools"),
+    path("tools/<str:name>", world_api.ToolDetailView.as_view(), name="tool"),
 ]
 
 urlpatterns = [

@@ -227,7 +227,7 @@ def test_tools_registry_and_narrowing(project):
     assert [(tool.name, tool.pinned) for tool in seen] == [("search", True), ("shell", False)]
     with pytest.raises(ValidationFailed) as error:
         services.tool_scope_set(scope=task_scope(project, test), allowed=["nope"], pinned=[], actor="a")
-    assert error.value.field == "allowed[0]"
+    assert error.value.field == "allowed.0"
     services.tool_remove(project_id=pid, name="editor", actor="a")
     services.tool_define(project_id=pid, name="editor", description="back", actor="a")
     assert Tool.objects.get(name="editor").version == 3
