@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from context_app import api as world_api
 from nexum.api import views
+from tasks_app import api as tasks_api
 
 handler404 = "nexum.urls.not_found"
 handler500 = "nexum.api.errors.json_server_error"
@@ -11,6 +12,16 @@ handler500 = "nexum.api.errors.json_server_error"
 api_v1 = [
     path("health", views.HealthView.as_view(), name="health"),
     path("events", views.EventFeedView.as_view(), name="event-feed"),
+    path("goals", tasks_api.GoalListCreateView.as_view(), name="goals"),
+    path("goals/<str:goal_id>", tasks_api.GoalDetailView.as_view(), name="goal"),
+    path("tasks", tasks_api.TaskListView.as_view(), name="tasks"),
+    path("tasks/<str:task_id>", tasks_api.TaskDetailView.as_view(), name="task"),
+    path("tasks/<str:task_id>/start", tasks_api.TaskStartView.as_view(), name="task-start"),
+    path("tasks/<str:task_id>/fail", tasks_api.TaskFailView.as_view(), name="task-fail"),
+    path("tasks/<str:task_id>/block", tasks_api.TaskBlockView.as_view(), name="task-block"),
+    path("tasks/<str:task_id>/unblock", tasks_api.TaskUnblockView.as_view(), name="task-unblock"),
+    path("tasks/<str:task_id>/cancel", tasks_api.TaskCancelView.as_view(), name="task-cancel"),
+    path("tasks/<str:task_id>/complete", tasks_api.TaskCompleteView.as_view(), name="task-complete"),
     path("goals/<str:scope_id>/facts", world_api.GoalFactView.as_view(), name="goal-facts"),
     path("goals/<str:scope_id>/decisions", world_api.GoalDecisionView.as_view(), name="goal-decisions"),
     path("goals/<str:scope_id>/artifacts", world_api.GoalArtifactView.as_view(), name="goal-artifacts"),
