@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "nexum.eventstore",
     "tasks_app",
     "context_app",
+    "context_app.catalog",
     "verification_app",
 ]
 
@@ -141,6 +142,7 @@ NEXUM_TOKENIZER_ENCODINGS = dict(
 NEXUM_PROJECTIONS = [
     "tasks_app.projections.ProjectProjection",
     "tasks_app.projections.TaskProjection",
+    "context_app.catalog.projections.ModelCatalogProjection",
     "context_app.projections.WorldProjection",
 ]
 NEXUM_EVENT_FEED_MAX_LIMIT = 1000

@@ -3,6 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from context_app import api as world_api
+from context_app.catalog import api as catalog_api
 from nexum.api import views
 from tasks_app import api as tasks_api
 
@@ -43,6 +44,9 @@ api_v1 = [
     path("artifacts/<str:item_id>/content", world_api.ArtifactContentView.as_view(), name="artifact-content"),
     path("tools", world_api.ToolListView.as_view(), name="tools"),
     path("tools/<str:name>", world_api.ToolDetailView.as_view(), name="tool"),
+    path("models", catalog_api.ModelsView.as_view(), name="models"),
+    path("models/catalog", catalog_api.ModelCatalogView.as_view(), name="model-catalog"),
+    path("models/<str:word>/overlay", catalog_api.ModelOverlayView.as_view(), name="model-overlay"),
 ]
 
 urlpatterns = [

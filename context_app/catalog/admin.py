@@ -1,0 +1,151 @@
+"""Admin for the model catalog. Cards, aliases and the overlay audit trail mirror the log and are read-only.
+Overlays are editable (SPEC I4), but never through the ORM: the form checks the value with the same decision
+the API uses and ``save_model``/``delete_model`` call the audited services, so every edit is an event that
+records who, when, the old and the new value (SPEC O7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
+
+from context_app.catalog import selectors, services
+from context_app.catalog.models import CatalogAlias, CatalogCard, ModelOverlay, ModelOverlayChange
+from context_app.catalog.projections import word_row_id
+from nexum.core.catalog import decide_overlay_set
+from nexum.core.errors import DomainError
+from nexum.eventstore.admin import ReadOnlyAdmin
+
+ADMIN_WHERE = "admin"
+OVERLAY_FIELDS = ("context_tokens", "auto_compact_tokens", "enabled")
+
+
+def admin_actor(request: HttpRequest) -> str:
+    return f"admin:{request.user.get_username()}"
+
+
+@admin.register(CatalogCard)
+class CatalogCardAdmin(ReadOnlyAdmin):
+    list_display = (
+        "word",
+        "project",
+        "model_id",
+        "tier",
+        "context_window",
+        "max_output_tokens",
+        "latency_class",
+        "encoding",
+        "updated_at",
+    )
+    list_filter = ("project", "tier")
+    search_fields = ("word", "model_id")
+
+
+@admin.register(CatalogAlias)
+class CatalogAliasAdmin(ReadOnlyAdmin):
+    list_display = ("word", "kind", "target", "project", "updated_at")
+    list_filter = ("project", "kind")
+    search_fields = ("word", "target")
+
+
+@admin.register(ModelOverlayChange)
+class ModelOverlayChangeAdmin(ReadOnlyAdmin):
+    list_display = ("position", "project", "word", "old", "new", "actor", "recorded_at")
+    list_filter = ("project",)
+    search_fields = ("word", "actor")
+
+
+class ModelOverlayForm(forms.ModelForm):
+    """The overlay's members, left to the core's value gate (a number below 1 is refused there, by name)."""
+
+    context_tokens = forms.IntegerField(
+        required=False, help_text="lowers the model's window; never raises it"
+    )
+    auto_compact_tokens = forms.IntegerField(required=False, help_text="compaction trigger window")
+    enabled = forms.NullBooleanField(required=False, help_text="compaction default; unknown: on")
+
+    class Meta:
+        model = ModelOverlay
+        fields = ("project", "word", *OVERLAY_FIELDS)
+
+    def overlay_value(self) -> dict[str, Any]:
+        return {name: self.cleaned_data.get(name) for name in OVERLAY_FIELDS}
+
+    def target(self) -> tuple[Any, str | None]:
+        if self.instance.pk is not None:
+            return self.instance.project_id, self.instance.word
+        project = self.cleaned_data.get("project")
+        return (project.id if project is not None else None), self.cleaned_data.get("word")
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        project_id, word = self.target()
+        if project_id is None or not word or self.errors:
+            return cleaned
+        try:
+            decide_overlay_set(
+                selectors.catalog_state_for(str(project_id)), word, self.overlay_value(), where=ADMIN_WHERE
+            )
+        except DomainError as error:
+            field = error.field if error.field in self.fields else None
+            self.add_error(field, error.message)
+        return cleaned
+
+
+@admin.register(ModelOverlay)
+class ModelOverlayAdmin(admin.ModelAdmin):
+    form = ModelOverlayForm
+    actions = None
+    list_display = (
+        "word",
+        "project",
+        "context_tokens",
+        "auto_compact_tokens",
+        "enabled",
+        "updated_by",
+        "updated_at",
+    )
+    list_filter = ("project",)
+    search_fields = ("word",)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: ModelOverlay | None = None) -> tuple[str, ...]:
+        if obj is None:
+            return ()
+        return ("project", "word", "updated_by", "updated_at", "recent_changes")
+
+    def get_fields(self, request: HttpRequest, obj: ModelOverlay | None = None) -> tuple[str, ...]:
+        if obj is None:
+            return ("project", "word", *OVERLAY_FIELDS)
+        return ("project", "word", *OVERLAY_FIELDS, "updated_by", "updated_at", "recent_changes")
+
+    @admin.display(description="changes (who, when, old, new)")
+    def recent_changes(self, obj: ModelOverlay) -> str:
+        changes = ModelOverlayChange.objects.filter(project_id=obj.project_id, word=obj.word)[:20]
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            ((change.actor, change.recorded_at, change.old, change.new) for change in changes),
+        )
+        return format_html(
+            "<table><tr><th>who</th><th>when</th><th>old</th><th>new</th></tr>{}</table>", rows
+        )
+
+    def save_model(
+        self, request: HttpRequest, obj: ModelOverlay, form: ModelOverlayForm, change: bool
+    ) -> None:
+        services.model_overlay_set(
+            project_id=str(obj.project_id),
+            word=obj.word,
+            overlay=form.overlay_value(),
+            actor=admin_actor(request),
+            where=ADMIN_WHERE,
+        )
+        obj.pk = word_row_id(obj.project_id, obj.word)
+
+    def delete_model(self, request: HttpRequest, obj: ModelOverlay) -> None:
+        services.model_overlay_clear(
+            project_id=str(obj.project_id), word=obj.word, actor=admin_actor(request), where=ADMIN_WHERE
+        )
