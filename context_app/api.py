@@ -70,8 +70,28 @@ class StrictInput(serializers.Serializer):
         if isinstance(data, Mapping):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
-                raise serializers.ValidationError({unknown[0]: ["unknown field"]})
+                name = unknown[0] if _encodes(unknown[0]) else "(unnamed)"
+                raise serializers.ValidationError({name: ["unknown field"]})
+            for name, value in data.items():
+                if not _encodes(value):
+                    # Refused before any field echoes the value back in an error message it cannot render.
+                    raise serializers.ValidationError({name: ["not valid UTF-8 (unpaired surrogate)"]})
         return super().to_internal_value(data)
+
+
+def _encodes(value: Any) -> bool:
+    """Whether every string in ``value`` (keys included) is encodable as UTF-8."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    if isinstance(value, Mapping):
+        return all(_encodes(key) and _encodes(item) for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return all(_encodes(item) for item in value)
+    return True
 
 
 def _text(required: bool = True, max_length: int = world.TEXT_MAX, **kwargs: Any) -> StrictText:

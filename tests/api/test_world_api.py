@@ -368,7 +368,7 @@ def test_the_schema_documents_the_world_endpoints(api):
         assert path in schema["paths"], path
 
 
-@pytest.mark.parametrize("field", ["text", "subject"])
+@pytest.mark.parametrize("field", ["text", "subject", "trust_class", "observed_at", "\\ud800"])
 def test_unpaired_surrogates_are_400(api, plan, field):
     goal, _, _ = plan
     body = (
@@ -377,4 +377,7 @@ def test_unpaired_surrogates_are_400(api, plan, field):
         else '{"text": "ok", "FIELD": "\\ud800"}'.replace("FIELD", field)
     )
     response = api.post(f"/api/v1/goals/{goal.id}/facts", body, content_type="application/json")
-    assert assert_error(response, 400)["field"] == field
+    assert assert_error(response, 400)["field"] == (field if field != "\\ud800" else "(unnamed)")
+    tool = '{"name": "t", "schema": {"\\ud800": 1}}'
+    response = api.post("/api/v1/tools", tool, content_type="application/json")
+    assert assert_error(response, 400)["field"] == "schema"
