@@ -16,7 +16,15 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from nexum.core.tasks import MAX_REASON_CHARS, MAX_TEXT_CHARS, RISKS, TASK_FIELDS, TASK_STATES, UnknownField
+from nexum.core.tasks import (
+    MAX_REASON_CHARS,
+    MAX_TEXT_CHARS,
+    RISKS,
+    TASK_FIELDS,
+    TASK_STATES,
+    UnknownField,
+    printable_name,
+)
 from tasks_app import selectors, services
 from tasks_app.models import Task
 
@@ -39,7 +47,7 @@ class StrictSerializer(serializers.Serializer):
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict):
-            unknown = sorted(str(name) for name in set(data) - set(self.fields))
+            unknown = sorted(printable_name(name) for name in set(data) - set(self.fields))
             if unknown:
                 raise UnknownField(
                     f"unknown field {unknown[0]!r} (accepted: {', '.join(sorted(self.fields))})",
@@ -86,9 +94,22 @@ class GoalCreateSerializer(StrictSerializer):
     constraints = serializers.ListField(child=serializers.CharField(), required=False, default=list)
     success_criteria = serializers.ListField(child=serializers.CharField(), required=False, default=list)
     risk = serializers.ChoiceField(
-        choices=RISKS, required=False, help_text="default: the highest risk among the goal's tasks"
+        choices=RISKS,
+        required=False,
+        help_text="default: the highest risk among the goal's tasks",
+        error_messages={"invalid_choice": f"must be one of {', '.join(RISKS)}"},
     )
     tasks = TaskSpecListField(min_length=1)
+    contracts = serializers.DictField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="verification contracts by task key (see PUT /tasks/{id}/contract for the shape)",
+    )
+    contract_origin = serializers.DictField(
+        required=False,
+        help_text="where the contracts come from: {trust_class, derived_from: [world item ids]};"
+        " below repository_authored is refused (422)",
+    )
 
 
 class TransitionRequestSerializer(StrictSerializer):
@@ -100,11 +121,6 @@ class TransitionRequestSerializer(StrictSerializer):
     )
 
 
-class CompleteRequestSerializer(StrictSerializer):
-    answer = serializers.CharField(required=False, allow_blank=True, help_text="the model's answer")
-    expected_version = serializers.IntegerField(min_value=0, required=False)
-
-
 class GoalListQuery(serializers.Serializer):
     limit = serializers.IntegerField(min_value=1, max_value=200, required=False)
     offset = serializers.IntegerField(min_value=0, required=False)
@@ -112,7 +128,11 @@ class GoalListQuery(serializers.Serializer):
 
 class TaskListQuery(GoalListQuery):
     goal = serializers.UUIDField(required=False, help_text="only this goal's tasks")
-    state = serializers.ChoiceField(choices=TASK_STATES, required=False)
+    state = serializers.ChoiceField(
+        choices=TASK_STATES,
+        required=False,
+        error_messages={"invalid_choice": f"must be one of {', '.join(TASK_STATES)}"},
+    )
 
 
 # --- responses ---
@@ -302,20 +322,4 @@ TaskUnblockView = _transition_view("unblock", "blocked → running")
 TaskCancelView = _transition_view("cancel", "any non-final state → cancelled")
 
 
-class TaskCompleteView(GenericAPIView):  # type: ignore[type-arg]
-    """Completion is decided by the verification gate, never granted on request.
-
-    Until the gate is available this answers 422 ``verification_required`` and changes nothing.
-    """
-
-    serializer_class = TaskDetailSerializer
-
-    @extend_schema(
-        request=CompleteRequestSerializer, parameters=[IDEMPOTENCY_HEADER], responses=TaskDetailSerializer
-    )
-    def post(self, request: Request, task_id: str) -> Response:
-        CompleteRequestSerializer(data=request.data).is_valid(raise_exception=True)
-        task = services.task_request_completion(
-            project_id=request.user.project_id, task_id=task_id, actor=request.user.actor
-        )
-        return Response(TaskDetailSerializer(task).data)
+# POST /tasks/{id}/complete lives in verification_app.api: only the verification gate completes a task.

@@ -332,7 +332,7 @@ def find_cycle(graph: Mapping[str, Sequence[str]]) -> list[str] | None:
 def _task_spec(item: object, where: str) -> TaskSpec:
     if not isinstance(item, Mapping):
         raise ValidationFailed(f"{where} must be an object", field=where)
-    unknown = sorted(str(name) for name in set(item) - TASK_FIELDS)
+    unknown = sorted(printable_name(name) for name in set(item) - TASK_FIELDS)
     if unknown:
         raise UnknownField(
             f"{where}: unknown field {unknown[0]!r} (a task takes {', '.join(sorted(TASK_FIELDS))})",
@@ -377,7 +377,30 @@ def _text(value: object, field: str) -> str:
         raise ValidationFailed(f"{field} must be a non-empty string", field=field)
     if len(value) > MAX_TEXT_CHARS:
         raise ValidationFailed(f"{field} has at most {MAX_TEXT_CHARS} characters", field=field)
-    return value.strip()
+    return _storable(value, field).strip()
+
+
+def _storable(text: str, field: str) -> str:
+    """Text every database stores as given: no NUL, encodable as UTF-8 (no unpaired surrogates)."""
+    if "\x00" in text:
+        raise ValidationFailed(f"{field} must not contain NUL characters", field=field)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationFailed(
+            f"{field} must be valid Unicode (no unpaired surrogates)", field=field
+        ) from None
+    return text
+
+
+def printable_name(name: object) -> str:
+    """A member name safe to echo in an error: itself, or its escaped form if it holds NUL or a surrogate."""
+    text = str(name)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return ascii(text)
+    return ascii(text) if "\x00" in text else text
 
 
 def _strings(value: object, field: str) -> tuple[str, ...]:
@@ -399,7 +422,7 @@ def check_reason(reason: object) -> str:
         raise ValidationFailed("reason must be a string", field="reason")
     if len(reason) > MAX_REASON_CHARS:
         raise ValidationFailed(f"reason has at most {MAX_REASON_CHARS} characters", field="reason")
-    return reason.strip()
+    return _storable(reason, "reason").strip()
 
 
 # --- the lifecycle: state, evolve, decide ---

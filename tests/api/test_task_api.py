@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -200,15 +201,17 @@ def test_illegal_transitions_and_stale_versions_are_409_and_write_nothing(api):
     assert EventRow.objects.count() == before
 
 
-def test_complete_is_refused_until_the_verification_gate_exists(api):
+def test_complete_goes_to_the_verification_gate_and_a_claim_alone_never_completes(api):
     goal = create_goal(api)
     s1 = task_id(goal, "s1")
     post(api, s1, "start")
     before = EventRow.objects.count()
-    assert_error(post(api, s1, "complete", {"answer": "done, trust me"}), 422, "verification_required")
     assert_error(post(api, s1, "complete", {"state": "completed"}), 400, "unknown_field", "state")
-    assert api.get(f"/api/v1/tasks/{s1}").json()["state"] == "running"
     assert EventRow.objects.count() == before
+    # No contract registered: the gate refuses (SPEC V3), whatever the answer says.
+    decided = post(api, s1, "complete", {"answer": "done, trust me"}).json()
+    assert (decided["outcome"], decided["reason"]) == ("failed", "no checks registered")
+    assert api.get(f"/api/v1/tasks/{s1}").json()["state"] == "failed"
 
 
 def test_another_projects_goals_and_tasks_are_404_and_nothing_is_written(api, other_api):
@@ -334,3 +337,39 @@ def _request(admin_client):
     request = RequestFactory().get("/admin/")
     request.user = get_user_model().objects.get(username="admin")
     return request
+
+
+@pytest.mark.parametrize("bad", ["\x00", "\ud800"], ids=["nul", "lone-surrogate"])
+def test_nul_and_lone_surrogates_are_400_never_500(api, bad):
+    """Text PostgreSQL cannot store (NUL) or UTF-8 cannot encode is refused; nothing is echoed raw."""
+    base = {"objective": "x", "tasks": [{"key": "s1", "objective": "y"}]}
+    step = base["tasks"][0]
+    bodies = [
+        {**base, "objective": bad},
+        {**base, "risk": bad},
+        {**base, bad: 1},
+        {**base, "constraints": [bad]},
+        {**base, "tasks": [{**step, "objective": bad}]},
+        {**base, "tasks": [{**step, "key": bad}]},
+        {**base, "tasks": [{**step, bad: 1}]},
+        {**base, "tasks": [{**step, "inputs": [bad]}]},
+        {**base, "tasks": [{**step, "depends_on": [bad]}]},
+        {**base, "tasks": [{**step, "parent": bad}]},
+        {**base, "tasks": [{**step, "risk": bad}]},
+    ]
+    before = EventRow.objects.count()
+    for body in bodies:
+        response = api.post("/api/v1/goals", json.dumps(body), content_type="application/json")
+        assert response.status_code == 400, (body, response.content[:300])
+    assert EventRow.objects.count() == before
+    s1 = task_id(create_goal(api, base), "s1")
+    before = EventRow.objects.count()
+    for body in ({"reason": bad}, {bad: 1}):
+        response = api.post(f"/api/v1/tasks/{s1}/start", json.dumps(body), content_type="application/json")
+        assert response.status_code == 400, (body, response.content[:300])
+    for query in ("state=%ED%A0%80", "goal=%ED%A0%80", "state=%00", "goal=%00"):
+        assert api.get(f"/api/v1/tasks?{query}").status_code == 400
+    for path in ("/api/v1/tasks/%ED%A0%80", "/api/v1/tasks/%00", "/api/v1/goals/%ED%A0%80"):
+        assert api.get(path).status_code == 404
+    assert post(api, "%00", "start").status_code == 404
+    assert EventRow.objects.count() == before
