@@ -144,6 +144,31 @@ NEXUM_PROJECTIONS = [
     "tasks_app.projections.TaskProjection",
     "context_app.catalog.projections.ModelCatalogProjection",
     "context_app.projections.WorldProjection",
+    "verification_app.projections.VerificationProjection",
 ]
 NEXUM_EVENT_FEED_MAX_LIMIT = 1000
 NEXUM_DEMO_TOKEN = os.environ.get("NEXUM_DEMO_TOKEN", "nx_demo_local_development_only")
+
+# --- Verification gate: the command sandbox (SPEC V1, V8) -------------------------------------------------
+# Command checks run inside this folder only; executables must be on the operator's allowlist (bare names
+# found on the scrubbed PATH, or absolute paths), comma-separated. Empty allowlist: no command check runs.
+NEXUM_WORKSPACE_ROOT = Path(os.environ.get("NEXUM_WORKSPACE_ROOT", DATA_DIR / "workspace"))
+NEXUM_CHECK_EXECUTABLES = [
+    entry.strip() for entry in os.environ.get("NEXUM_CHECK_EXECUTABLES", "").split(",") if entry.strip()
+]
+NEXUM_CHECK_ENV_ALLOWLIST = [
+    name.strip()
+    for name in os.environ.get("NEXUM_CHECK_ENV_ALLOWLIST", "PATH,HOME,LANG,LC_ALL,TZ").split(",")
+    if name.strip()
+]
+NEXUM_CHECK_MAX_TIMEOUT_S = float(os.environ.get("NEXUM_CHECK_MAX_TIMEOUT_S", "3600"))
+NEXUM_CHECK_MAX_OUTPUT_BYTES = _env_int("NEXUM_CHECK_MAX_OUTPUT_BYTES", 1024 * 1024)
+NEXUM_CHECK_CPU_SECONDS = _env_int("NEXUM_CHECK_CPU_SECONDS", 300) or None
+NEXUM_CHECK_ADDRESS_SPACE_BYTES = _env_int("NEXUM_CHECK_ADDRESS_SPACE_BYTES", 4 * 1024**3) or None
+# RLIMIT_NPROC counts every process of the worker's user; 0 (the default) leaves it unset.
+NEXUM_CHECK_MAX_PROCESSES = _env_int("NEXUM_CHECK_MAX_PROCESSES", 0) or None
+NEXUM_CHECK_MAX_FILE_SIZE_BYTES = _env_int("NEXUM_CHECK_MAX_FILE_SIZE_BYTES", 256 * 1024**2) or None
+# Python callables that callable checks may name ("package.module:function"), imported only when named.
+NEXUM_CHECK_CALLABLES = [
+    entry.strip() for entry in os.environ.get("NEXUM_CHECK_CALLABLES", "").split(",") if entry.strip()
+]

@@ -6,6 +6,7 @@ from context_app import api as world_api
 from context_app.catalog import api as catalog_api
 from nexum.api import views
 from tasks_app import api as tasks_api
+from verification_app import api as verification_api
 
 handler404 = "nexum.urls.not_found"
 handler500 = "nexum.api.errors.json_server_error"
@@ -22,7 +23,14 @@ api_v1 = [
     path("tasks/<str:task_id>/block", tasks_api.TaskBlockView.as_view(), name="task-block"),
     path("tasks/<str:task_id>/unblock", tasks_api.TaskUnblockView.as_view(), name="task-unblock"),
     path("tasks/<str:task_id>/cancel", tasks_api.TaskCancelView.as_view(), name="task-cancel"),
-    path("tasks/<str:task_id>/complete", tasks_api.TaskCompleteView.as_view(), name="task-complete"),
+    path("tasks/<str:task_id>/complete", verification_api.TaskCompleteView.as_view(), name="task-complete"),
+    path(
+        "tasks/<str:task_id>/completions",
+        verification_api.TaskCompletionListView.as_view(),
+        name="task-completions",
+    ),
+    path("tasks/<str:task_id>/contract", verification_api.TaskContractView.as_view(), name="task-contract"),
+    path("completions/<str:request_id>", verification_api.CompletionDetailView.as_view(), name="completion"),
     path("goals/<str:scope_id>/facts", world_api.GoalFactView.as_view(), name="goal-facts"),
     path("goals/<str:scope_id>/decisions", world_api.GoalDecisionView.as_view(), name="goal-decisions"),
     path("goals/<str:scope_id>/artifacts", world_api.GoalArtifactView.as_view(), name="goal-artifacts"),

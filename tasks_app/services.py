@@ -152,6 +152,8 @@ def goal_create(
     success_criteria: Sequence[str] = (),
     risk: str | None = None,
     idempotency_key: str | None = None,
+    contracts: Mapping[str, Any] | None = None,
+    contract_origin: Mapping[str, Any] | None = None,
 ) -> Task:
     """Create a goal (the root task) with its tasks, all pending. Returns the goal.
 
@@ -160,6 +162,8 @@ def goal_create(
     goal) and ``parent`` (a key in this goal; the goal when absent). Unknown members, unknown keys and
     cycles are refused. With ``idempotency_key``, a repeat of the same request returns the same goal and
     writes nothing; the same key with a different request is a conflict (``idempotency_key_reused``).
+    ``contracts`` maps task keys to verification contracts, registered by the verification app in the same
+    transaction (``contract_origin``: the declared ``trust_class`` and ``derived_from`` item ids, SPEC V8).
     """
     plan = plan_goal(
         objective=objective,
@@ -224,6 +228,17 @@ def goal_create(
                     f"idempotency key {idempotency_key!r} was used for a different goal",
                     field="idempotency_key",
                 )
+        if contracts:
+            from verification_app.services import contracts_register_for_goal  # the gate owns contracts
+
+            contracts_register_for_goal(
+                project_id=str(project.id),
+                task_ids=task_ids,
+                contracts=contracts,
+                origin=contract_origin,
+                actor=actor,
+                idempotency_key=idempotency_key,
+            )
     return Task.objects.get(id=goal_id)
 
 
@@ -337,12 +352,13 @@ def task_cancel(
 
 
 def task_request_completion(*, project_id: str, task_id: str, actor: str) -> Task:
-    """A caller asks for a task to be completed. Refused until the verification gate exists: completion is
-    never granted on request, only by ``task_record_gate_decision`` after deterministic checks."""
+    """Always refused: the task graph never completes a task on request. Completion requests go to the
+    verification gate (``verification_app.services.completion_request``, ``POST /tasks/{id}/complete``),
+    which decides with deterministic checks and records through ``task_record_gate_decision``."""
     task = selectors.task_get(project_id=project_id, task_id=task_id)
     raise VerificationRequired(
-        f"task {task.key or task.id} can only be completed by the verification gate, which is not"
-        " available yet; nothing was changed",
+        f"task {task.key or task.id} can only be completed by the verification gate"
+        " (POST /api/v1/tasks/{id}/complete); nothing was changed",
         field="state",
         details={"state": task.state},
     )

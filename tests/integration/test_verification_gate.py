@@ -1,0 +1,506 @@
+"""The verification gate through its services (SPEC V1–V8): contracts, the real sandbox, decisions."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from django.db import connections
+
+from context_app.services import Scope, artifact_record, fact_record
+from nexum.core.errors import DomainError
+from nexum.eventstore import projections
+from nexum.eventstore.models import Event as EventRow
+from tasks_app import services as task_services
+from tasks_app.models import Task
+from verification_app import runner, selectors, services
+from verification_app.models import CheckRun
+
+PYTHON = sys.executable
+SLEEP_MARK = "600.31337"  # 'sleep 600' with a value no other process uses, so survivors can be found
+
+
+@pytest.fixture
+def workspace(tmp_path, settings) -> Path:
+    root = tmp_path / "workspace"
+    root.mkdir()
+    settings.NEXUM_WORKSPACE_ROOT = root
+    settings.NEXUM_ARTIFACT_ROOT = tmp_path / "artifacts"
+    settings.NEXUM_CHECK_EXECUTABLES = [PYTHON, "sh", "true", "false"]
+    return root
+
+
+@pytest.fixture
+def calls():
+    """Registered callables that count their calls."""
+    counted: list[str] = []
+
+    def passing() -> bool:
+        counted.append("pass")
+        return True
+
+    def raising() -> bool:
+        counted.append("raise")
+        raise RuntimeError("sandbox down")
+
+    runner.register_check_callable("tests.checks:passing", passing)
+    runner.register_check_callable("tests.checks:raising", raising)
+    yield counted
+    runner.unregister_check_callable("tests.checks:passing")
+    runner.unregister_check_callable("tests.checks:raising")
+
+
+def command(name: str, *argv: str, cwd: str = ".", timeout_s: float = 60) -> dict:
+    return {"kind": "command", "name": name, "argv": list(argv), "cwd": cwd, "timeout_s": timeout_s}
+
+
+def callable_check(name: str, path: str) -> dict:
+    return {"kind": "callable", "name": name, "dotted_path": path}
+
+
+def running_task(project, contract: dict | None = None, *, start: bool = True) -> Task:
+    goal = task_services.goal_create(
+        project_id=str(project.id),
+        objective="Ship",
+        tasks=[{"key": "s1", "objective": "Make the tests pass"}],
+        contracts={"s1": contract} if contract is not None else None,
+        actor="planner",
+    )
+    task = Task.objects.get(goal=goal, key="s1")
+    if start:
+        task = task_services.task_start(project_id=str(project.id), task_id=str(task.id), actor="agent")
+    return task
+
+
+def complete(task: Task, answer: str = "all tests pass") -> services.CompletionResult:
+    return services.completion_request(
+        project_id=str(task.project_id), task_id=str(task.id), answer=answer, actor="agent"
+    )
+
+
+def state(task: Task) -> str:
+    return Task.objects.get(id=task.id).state
+
+
+# --- the seed's semantics, one test each ----------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_running_task_with_passing_checks_completes(project, workspace, calls):
+    (workspace / "report.txt").write_text("coverage: 93%\n")
+    task = running_task(
+        project,
+        {
+            "checks": [
+                command("true", "true"),
+                {"kind": "file_exists", "name": "report", "path": "report.txt"},
+                {
+                    "kind": "file_matches",
+                    "name": "coverage",
+                    "path": "report.txt",
+                    "pattern": r"coverage: 9\d%",
+                },
+                callable_check("callable", "tests.checks:passing"),
+            ]
+        },
+    )
+    result = complete(task)
+    assert (result.outcome, result.reason) == ("completed", "all 4 checks passed")
+    assert state(task) == "completed"
+    runs = list(selectors.request_check_runs(request=result.request))
+    assert [(run.name, run.reason, run.exit_code) for run in runs] == [
+        ("true", "passed", 0),
+        ("report", "passed", None),
+        ("coverage", "passed", None),
+        ("callable", "passed", None),
+    ]
+    assert calls == ["pass"]
+    transition = Task.objects.get(id=task.id).transitions.order_by("-position").first()
+    assert (transition.actor, transition.decision_id) == ("gate", str(result.request.id))
+
+
+@pytest.mark.django_db
+def test_a_task_that_is_not_running_is_skipped_and_no_check_runs(project, workspace, calls):
+    task = running_task(project, {"checks": [callable_check("c", "tests.checks:passing")]}, start=False)
+    before = EventRow.objects.count()
+    result = complete(task)
+    assert result.outcome == "skipped" and result.request is None
+    assert "'pending'" in result.reason
+    assert calls == [] and EventRow.objects.count() == before and state(task) == "pending"
+
+
+@pytest.mark.django_db
+def test_an_empty_contract_refuses_completion(project, workspace):
+    task = running_task(project)
+    result = complete(task)
+    assert (result.outcome, result.reason) == ("failed", "no checks registered")
+    assert state(task) == "failed"
+    task2 = running_task(project, {"checks": []})
+    assert complete(task2).outcome == "failed"
+
+
+@pytest.mark.django_db
+def test_require_checks_false_completes_without_checks(project, workspace):
+    task = running_task(project, {"checks": [], "require_checks": False})
+    assert complete(task).outcome == "completed"
+    assert state(task) == "completed"
+
+
+@pytest.mark.django_db
+def test_a_raising_check_fails_the_task(project, workspace, calls):
+    task = running_task(project, {"checks": [callable_check("flaky", "tests.checks:raising")]})
+    result = complete(task)
+    assert result.outcome == "failed" and "flaky (raised)" in result.reason
+    run = CheckRun.objects.get(request=result.request)
+    assert run.reason == "raised" and "sandbox down" in selectors.stored_text(run.output_sha256)
+    assert state(task) == "failed"
+
+
+@pytest.mark.django_db
+def test_on_failure_blocked_blocks_the_task(project, workspace):
+    task = running_task(project, {"checks": [command("false", "false")], "on_failure": "blocked"})
+    result = complete(task)
+    assert result.outcome == "blocked" and state(task) == "blocked"
+
+
+@pytest.mark.django_db
+def test_the_reason_lists_every_failing_check(project, workspace):
+    task = running_task(
+        project,
+        {
+            "checks": [
+                command("unit", "false"),
+                command("lint", "true"),
+                {"kind": "file_exists", "name": "docs", "path": "docs/index.md"},
+            ]
+        },
+    )
+    result = complete(task)
+    assert result.reason == "2 of 3 checks failed: unit (exit_nonzero), docs (missing_file)"
+    assert result.request.failing_checks == ["unit", "docs"]
+
+
+# --- a real command check -------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_real_pytest_suite_fails_then_passes_and_the_answer_changes_nothing(project, workspace):
+    proj = workspace / "proj"
+    proj.mkdir()
+    (proj / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (proj / "test_calc.py").write_text("from calc import add\n\ndef test_add():\n    assert add(1, 2) == 3\n")
+    pytest_check = command("pytest", PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd="proj")
+    task = running_task(project, {"checks": [pytest_check]})
+
+    refused = complete(task, answer="all tests pass")
+    assert refused.outcome == "failed" and "pytest (exit_nonzero)" in refused.reason
+    run = CheckRun.objects.get(request=refused.request)
+    assert run.exit_code == 1 and "1 failed" in selectors.stored_text(run.output_sha256)
+    assert run.argv == [PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+
+    (proj / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    task = task_services.task_start(project_id=str(project.id), task_id=str(task.id), actor="agent")
+    completed = complete(task, answer="all tests pass")
+    assert completed.outcome == "completed" and state(task) == "completed"
+    run = CheckRun.objects.get(request=completed.request)
+    assert run.exit_code == 0 and "1 passed" in selectors.stored_text(run.output_sha256)
+    assert selectors.stored_text(completed.request.answer_sha256) == "all tests pass"
+
+
+def _live_sleepers() -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            status = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        if cmdline[:2] == [b"sleep", SLEEP_MARK.encode()] and status[status.rfind(")") + 2] not in "ZX":
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.django_db
+def test_a_timeout_kills_the_whole_group_and_is_recorded(project, workspace):
+    script = f"sleep {SLEEP_MARK} & sleep {SLEEP_MARK}"
+    task = running_task(project, {"checks": [command("hang", "sh", "-c", script, timeout_s=2)]})
+    started = time.monotonic()
+    result = complete(task)
+    assert time.monotonic() - started < 4
+    run = CheckRun.objects.get(request=result.request)
+    assert (result.outcome, run.reason) == ("failed", "timeout")
+    assert "timed out after 2s" in selectors.stored_text(run.output_sha256)
+    assert _live_sleepers() == []
+
+
+# --- the allowlist and the workspace --------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_an_executable_off_the_allowlist_is_refused_at_registration_and_at_run_time(
+    project, workspace, settings
+):
+    task = running_task(project)
+    before = EventRow.objects.count()
+    with pytest.raises(DomainError) as refused:
+        services.contract_register(
+            project_id=str(project.id),
+            task_id=str(task.id),
+            contract={"checks": [command("curl", "curl", "http://example.com")]},
+            actor="planner",
+        )
+    assert (refused.value.code, refused.value.kind) == ("denied_executable", "refused")
+    assert refused.value.field == "contract.checks[0].argv[0]"
+    assert EventRow.objects.count() == before
+
+    services.contract_register(
+        project_id=str(project.id),
+        task_id=str(task.id),
+        contract={"checks": [command("touch", "sh", "-c", "touch ran")]},
+        actor="planner",
+    )
+    settings.NEXUM_CHECK_EXECUTABLES = [PYTHON]  # the operator removed sh
+    result = complete(task)
+    run = CheckRun.objects.get(request=result.request)
+    assert (result.outcome, run.reason, run.exit_code) == ("failed", "denied_executable", None)
+    assert not (workspace / "ran").exists()
+
+
+@pytest.mark.django_db
+def test_a_working_directory_outside_the_workspace_is_refused(project, workspace, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (workspace / "escape").symlink_to(outside)
+    (workspace / "inside").mkdir()
+    task = running_task(project)
+    for cwd in ("..", "inside/../..", "escape", str(outside)):
+        with pytest.raises(DomainError) as refused:
+            services.contract_register(
+                project_id=str(project.id),
+                task_id=str(task.id),
+                contract={"checks": [command("true", "true", cwd=cwd)]},
+                actor="planner",
+            )
+        assert refused.value.code == "workspace_violation", cwd
+        assert refused.value.field == "contract.checks[0].cwd"
+    # Registered while the link pointed inside; repointed outside before the run: refused when it runs.
+    (workspace / "moving").symlink_to(workspace / "inside")
+    services.contract_register(
+        project_id=str(project.id),
+        task_id=str(task.id),
+        contract={"checks": [command("true", "true", cwd="moving")]},
+        actor="planner",
+    )
+    (workspace / "moving").unlink()
+    (workspace / "moving").symlink_to(outside)
+    result = complete(task)
+    assert CheckRun.objects.get(request=result.request).reason == "workspace_violation"
+
+
+# --- V8: untrusted content cannot define a contract -----------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_untrusted_content_cannot_register_or_change_a_contract(project, workspace):
+    task = running_task(project, start=False)
+    scope = Scope(project_id=str(project.id), goal_id=str(task.goal_id), task_id=str(task.id))
+    web = fact_record(scope=scope, text="a web page", trust_class="untrusted_retrieved", actor="resolver")
+    repo = fact_record(scope=scope, text="the README", trust_class="repository_authored", actor="resolver")
+    contract = {"checks": [], "require_checks": False}
+    before = EventRow.objects.count()
+    for kwargs in ({"trust_class": "untrusted_retrieved"}, {"derived_from": [str(repo.id), str(web.id)]}):
+        with pytest.raises(DomainError) as refused:
+            services.contract_register(
+                project_id=str(project.id), task_id=str(task.id), contract=contract, actor="a", **kwargs
+            )
+        assert (refused.value.code, refused.value.kind) == ("untrusted_content", "refused")
+    with pytest.raises(DomainError) as refused:
+        task_services.goal_create(
+            project_id=str(project.id),
+            objective="x",
+            tasks=[{"key": "s1", "objective": "y"}],
+            contracts={"s1": contract},
+            contract_origin={"derived_from": [str(web.id)]},
+            actor="a",
+        )
+    assert refused.value.code == "untrusted_content"
+    assert EventRow.objects.count() == before
+    registered = services.contract_register(
+        project_id=str(project.id),
+        task_id=str(task.id),
+        contract=contract,
+        derived_from=[str(repo.id)],
+        actor="a",
+    )
+    assert (registered.revision, registered.trust_class) == (1, "repository_authored")
+
+
+@pytest.mark.django_db
+def test_a_running_tasks_contract_cannot_be_replaced(project, workspace):
+    task = running_task(project, {"checks": [command("false", "false")]})
+    with pytest.raises(DomainError) as refused:
+        services.contract_register(
+            project_id=str(project.id),
+            task_id=str(task.id),
+            contract={"checks": [], "require_checks": False},
+            actor="agent",
+        )
+    assert refused.value.code == "contract_frozen"
+
+
+# --- artifacts, idempotency, concurrency ----------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_artifact_matches_reads_the_projects_artifact_by_digest(project, other_project, workspace):
+    task = running_task(project, start=False)
+    scope = Scope(project_id=str(project.id), goal_id=str(task.goal_id), task_id=str(task.id))
+    item = artifact_record(scope=scope, summary="results", content=b"37 passed, 0 failed", actor="ci")
+    other_goal = running_task(other_project, start=False)
+    other_scope = Scope(project_id=str(other_project.id), goal_id=str(other_goal.goal_id), task_id=None)
+    secret = artifact_record(scope=other_scope, summary="x", content=b"secret 0 failed", actor="ci")
+    services.contract_register(
+        project_id=str(project.id),
+        task_id=str(task.id),
+        contract={
+            "checks": [
+                {"kind": "artifact_matches", "name": "green", "artifact_digest": item.content_sha256,
+                 "pattern": r"\b0 failed"},
+                {"kind": "artifact_matches", "name": "probe", "artifact_digest": secret.content_sha256,
+                 "pattern": "secret"},
+            ]
+        },
+        actor="planner",
+    )  # fmt: skip
+    task = task_services.task_start(project_id=str(project.id), task_id=str(task.id), actor="agent")
+    result = complete(task)
+    runs = {run.name: run.reason for run in CheckRun.objects.filter(request=result.request)}
+    assert runs == {"green": "passed", "probe": "missing_file"}  # another project's content is not there
+
+
+@pytest.fixture
+def queued():
+    """Celery not eager: requests are recorded and left pending (the on-commit enqueue never fires inside
+    the test's transaction), so a test can play the worker by hand."""
+    from nexum.celery import app
+
+    app.conf.task_always_eager = False
+    yield
+    app.conf.task_always_eager = True
+
+
+@pytest.mark.django_db
+def test_a_redelivered_run_reuses_recorded_check_runs_and_decides_once(
+    project, workspace, calls, queued, monkeypatch
+):
+    contract = {
+        "checks": [callable_check("a", "tests.checks:passing"), callable_check("b", "tests.checks:passing")]
+    }
+    task = running_task(project, contract)
+    pending = complete(task)
+    assert pending.outcome == "pending" and state(task) == "running"
+    request_id = str(pending.request.id)
+
+    def killed(*args, **kwargs):
+        raise SystemExit("worker killed after running the checks")
+
+    monkeypatch.setattr(services, "_decide", killed)
+    with pytest.raises(SystemExit):
+        services.completion_run(request_id=request_id)
+    assert calls == ["pass", "pass"] and CheckRun.objects.filter(request_id=request_id).count() == 2
+    monkeypatch.undo()
+
+    decided = services.completion_run(request_id=request_id)  # the redelivery
+    assert decided.outcome == "completed" and calls == ["pass", "pass"]
+    before = EventRow.objects.count()
+    assert services.completion_run(request_id=request_id).outcome == "completed"  # and once more
+    assert EventRow.objects.count() == before
+    assert (
+        EventRow.objects.filter(stream_id=f"completion-{request_id}", event_type="GateDecided").count() == 1
+    )
+    assert state(task) == "completed"
+
+
+@pytest.mark.django_db
+def test_a_request_whose_task_moved_on_is_skipped_without_running_checks(project, workspace, calls, queued):
+    task = running_task(project, {"checks": [callable_check("a", "tests.checks:passing")]})
+    pending = complete(task)
+    task_services.task_block(project_id=str(project.id), task_id=str(task.id), actor="operator")
+    decided = services.completion_run(request_id=str(pending.request.id))
+    assert decided.outcome == "skipped" and "moved on" in decided.reason
+    assert calls == [] and state(task) == "blocked"
+
+
+@pytest.mark.django_db
+def test_a_second_request_while_one_is_pending_is_409(project, workspace, queued):
+    task = running_task(project, {"checks": [command("true", "true")]})
+    first = complete(task)
+    with pytest.raises(DomainError) as refused:
+        complete(task, answer="again")
+    assert refused.value.code == "completion_pending"
+    assert refused.value.details["request_id"] == str(first.request.id)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_completions_produce_exactly_one_decision(project, workspace):
+    task = running_task(project, {"checks": [command("slow", "sh", "-c", "sleep 0.3")]})
+    barrier = threading.Barrier(2)
+
+    def attempt(answer: str) -> str:
+        try:
+            barrier.wait()
+            return complete(task, answer=answer).outcome
+        except DomainError as error:
+            return error.code
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        outcomes = sorted(pool.map(attempt, ["one", "two"]))
+    assert outcomes in (["completed", "completion_pending"], ["completed", "skipped"])
+    assert EventRow.objects.filter(event_type="GateDecided").count() == 1
+    assert EventRow.objects.filter(event_type="TaskCompleted").count() == 1
+    assert state(task) == "completed"
+
+
+# --- read side ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_latest_check_runs_for_the_compile_service(project, workspace):
+    task = running_task(project, {"checks": [command("unit", "sh", "-c", "echo 2 failed; exit 1")]})
+    assert selectors.latest_check_runs(task_id=task.id) == []
+    complete(task)
+    rows = selectors.latest_check_runs(task_id=task.id)
+    assert [(r["name"], r["passed"], r["reason"]) for r in rows] == [("unit", False, "exit_nonzero")]
+    assert rows[0]["output"] == "2 failed\n"
+    fresh = running_task(project)
+    assert selectors.latest_check_runs(task_id=fresh.id) == []
+
+
+@pytest.mark.django_db
+def test_rebuilt_verification_read_models_equal_the_live_ones(project, workspace, calls):
+    task = running_task(project, {"checks": [command("false", "false")]})
+    complete(task)
+    services.contract_register(
+        project_id=str(project.id),
+        task_id=str(task.id),
+        contract={"checks": [callable_check("c", "tests.checks:passing")]},
+        actor="planner",
+    )
+    task = task_services.task_start(project_id=str(project.id), task_id=str(task.id), actor="a")
+    complete(task)
+    skipped = running_task(project, {"checks": []}, start=False)
+    complete(skipped)
+    live = projections.snapshot()
+    assert live["verification_app_checkrun"] and live["verification_app_completionrequest"]
+    assert live["verification_app_contract"]
+    projections.rebuild()
+    assert projections.snapshot() == live

@@ -1,0 +1,71 @@
+"""Read-only admin of the gate (SPEC I4): contracts, gate decisions with the model's answer beside the
+checks' verdict, and check runs with their output (read from the artifact store)."""
+
+from django.contrib import admin
+from django.utils.html import format_html
+
+from nexum.eventstore.admin import ReadOnlyAdmin
+from verification_app.models import CheckRun, CompletionRequest, Contract
+from verification_app.selectors import stored_text
+
+
+def _pre(text: str) -> str:
+    return format_html('<pre style="white-space: pre-wrap; max-height: 40em; overflow: auto">{}</pre>', text)
+
+
+@admin.register(Contract)
+class ContractAdmin(ReadOnlyAdmin):
+    list_display = ("task", "project", "revision", "require_checks", "on_failure", "trust_class", "actor")
+    list_filter = ("project", "on_failure", "trust_class")
+
+
+class CheckRunInline(admin.TabularInline):
+    model = CheckRun
+    fk_name = "request"
+    fields = ("ordinal", "name", "kind", "passed", "reason", "exit_code", "duration_ms", "argv", "output")
+    readonly_fields = fields
+    ordering = ("ordinal",)
+    extra = 0
+    can_delete = False
+
+    @admin.display(description="output")
+    def output(self, run: CheckRun) -> str:
+        marker = " (truncated)" if run.truncated else ""
+        return _pre(stored_text(run.output_sha256) + marker)
+
+    def has_add_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+        return False
+
+    def has_change_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+        return False
+
+    def has_delete_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+        return False
+
+
+@admin.register(CompletionRequest)
+class CompletionRequestAdmin(ReadOnlyAdmin):
+    """Per task: each completion request, the model's answer, the checks' verdict and the decision."""
+
+    list_display = ("task", "outcome", "decided", "task_version", "attempt", "requested_at", "decided_at")
+    list_filter = ("outcome", "decided", "project")
+    search_fields = ("=id", "=task__id")
+    readonly_fields = ("model_answer",)
+    exclude = ("answer_sha256",)
+    inlines = (CheckRunInline,)
+
+    @admin.display(description="model's answer (recorded, never deciding)")
+    def model_answer(self, request: CompletionRequest) -> str:
+        return _pre(stored_text(request.answer_sha256))
+
+
+@admin.register(CheckRun)
+class CheckRunAdmin(ReadOnlyAdmin):
+    list_display = ("name", "request", "passed", "reason", "exit_code", "duration_ms", "recorded_at")
+    list_filter = ("reason", "passed", "project")
+    readonly_fields = ("output",)
+
+    @admin.display(description="output")
+    def output(self, run: CheckRun) -> str:
+        marker = " (truncated)" if run.truncated else ""
+        return _pre(stored_text(run.output_sha256) + marker)

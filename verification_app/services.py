@@ -1,0 +1,518 @@
+"""Writes of the verification gate (SPEC V1–V8): contracts, completion requests, check runs, decisions.
+
+Flow of a completion:
+1. ``completion_request`` (the API's ``POST /tasks/{id}/complete``) records ``CompletionRequested`` at the
+   task's current version, keeping the model's answer in the artifact store (it never decides: V6). A task
+   that is not running gets ``skipped`` and nothing is written or run (V2). The request's id is derived from
+   the task and that version, so of two concurrent requests exactly one is recorded; the other gets 409
+   ``completion_pending`` naming the request to poll.
+2. ``completion_run`` (a Celery task; in process right away when Celery is eager) runs the contract's checks
+   in the sandbox. Each run is recorded (``CheckRunRecorded``, idempotency key ``check:<name>``); a
+   redelivered message re-uses every recorded run and runs only the checks that have none.
+3. The decision: ``GateDecided`` and the task's transition (``task_record_gate_decision`` at the version the
+   request was recorded at) are appended in one transaction. If the task moved on meanwhile, the decision is
+   ``skipped`` and the task is left alone. A redelivery after the decision changes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from context_app.artifacts import default_store
+from context_app.models import WorldItem
+from nexum.core.errors import ConcurrencyError, DomainError, IllegalTransition, NotFound, ValidationFailed
+from nexum.core.gate import (
+    RAISED,
+    CheckResult,
+    CheckSpec,
+    CommandCheck,
+    Contract,
+    GateDecision,
+    contract_from_dict,
+    gate_task_completion,
+)
+from nexum.core.tasks import MAX_REASON_CHARS
+from nexum.core.trust import TrustClass
+from nexum.core.verification import (
+    DECISION_KEY,
+    MAX_DERIVED_FROM,
+    CheckRunRecorded,
+    CompletionPending,
+    CompletionRequested,
+    GateDecided,
+    check_answer,
+    check_run_key,
+    completion_request_id,
+    completion_stream,
+    contract_stream,
+    decide_register_contract,
+    parse_trust,
+)
+from nexum.eventstore import store
+from nexum.eventstore.models import Event as EventRow
+from tasks_app import selectors as task_selectors
+from tasks_app import services as task_services
+from tasks_app.models import Task
+from verification_app import runner
+from verification_app.models import CheckRun, CompletionRequest
+from verification_app.models import Contract as ContractRow
+
+logger = logging.getLogger(__name__)
+
+GATE_ACTOR = "gate"
+DEFAULT_ORIGIN = TrustClass.repository_authored.name
+
+
+@dataclass(frozen=True)
+class CompletionResult:
+    """What a completion request produced: a recorded request (pending or decided), or ``skipped`` with no
+    request when the task was not running (nothing recorded)."""
+
+    task: Task
+    request: CompletionRequest | None
+    outcome: str
+    reason: str
+
+
+# --- contracts ------------------------------------------------------------------------------------------
+
+
+def contract_register(
+    *,
+    project_id: str,
+    task_id: str,
+    contract: object,
+    actor: str,
+    trust_class: str = DEFAULT_ORIGIN,
+    derived_from: Sequence[str] = (),
+    reason: str = "",
+    expected_revision: int | None = None,
+    idempotency_key: str | None = None,
+    field: str = "contract",
+) -> ContractRow:
+    """Register or replace a task's contract (SPEC V1, V8).
+
+    ``trust_class`` is the origin the caller declares; ``derived_from`` lists world items of the project the
+    contract was derived from. The lowest of them decides: below ``repository_authored`` → 422
+    ``untrusted_content`` and nothing is written. Command checks are vetted against the sandbox policy now
+    (working directory inside the workspace root, executable on the allowlist → 422 otherwise) and again
+    when they run. Errors inside the contract name ``<field>.checks[i].<member>``.
+    """
+    task = task_selectors.task_get(project_id=project_id, task_id=task_id)
+    origin = _origin_trust(project_id, trust_class, derived_from)
+    stream_id = contract_stream(str(task.id))
+    current = ContractRow.objects.filter(task_id=task.id).first()
+    revision = current.revision if current else 0
+    with _field_prefix(field):
+        parsed = contract if isinstance(contract, Contract) else _parse_contract(contract, origin)
+    if idempotency_key is not None and _replayed(stream_id, idempotency_key, parsed):
+        return ContractRow.objects.get(task_id=task.id)
+    if expected_revision is not None and expected_revision != revision:
+        raise ConcurrencyError(
+            f"the contract is at revision {revision}, not the expected {expected_revision}",
+            field="expected_revision",
+            details={"current_revision": revision, "expected_revision": expected_revision},
+        )
+    event = decide_register_contract(
+        task_id=str(task.id),
+        goal_id=str(task.goal_id),
+        task_state=task.state,
+        is_goal=task.is_goal,
+        current_revision=revision,
+        contract=parsed,
+        origin_trust=origin,
+        derived_from=tuple(derived_from),
+        reason=reason,
+    )
+    for index, check in enumerate(parsed.checks):
+        runner.refuse_unrunnable(check, f"{field}.checks[{index}]")
+    store.append(
+        stream_id=stream_id,
+        events=[event],
+        expected_version=revision,
+        idempotency_key=idempotency_key,
+        metadata={"actor": actor},
+        project_id=str(task.project_id),
+    )
+    return ContractRow.objects.get(task_id=task.id)
+
+
+def contracts_register_for_goal(
+    *,
+    project_id: str,
+    task_ids: Mapping[str, str],
+    contracts: object,
+    actor: str,
+    origin: Mapping[str, Any] | None = None,
+    idempotency_key: str | None = None,
+) -> None:
+    """The hook ``goal_create`` calls inside its transaction: ``contracts`` maps task keys to contracts."""
+    if not isinstance(contracts, Mapping):
+        raise ValidationFailed("contracts must map task keys to contracts", field="contracts")
+    origin = dict(origin or {})
+    unknown = sorted(set(origin) - {"trust_class", "derived_from"})
+    if unknown:
+        raise ValidationFailed(f"unknown member {unknown[0]!r} of contract_origin", field="contract_origin")
+    for key, contract in contracts.items():
+        if key not in task_ids:
+            raise ValidationFailed(f"{key!r} is not a task key of this goal", field=f"contracts.{key}")
+        contract_register(
+            project_id=project_id,
+            task_id=task_ids[key],
+            contract=contract,
+            actor=actor,
+            trust_class=origin.get("trust_class", DEFAULT_ORIGIN),
+            derived_from=origin.get("derived_from", ()),
+            idempotency_key=idempotency_key,
+            field=f"contracts.{key}",
+        )
+
+
+def _parse_contract(contract: object, origin: TrustClass) -> Contract:
+    from nexum.core.trust import require_authority
+
+    require_authority(origin, "registering a verification contract")  # before looking at its content
+    return contract_from_dict(contract)
+
+
+def _origin_trust(project_id: str, trust_class: object, derived_from: object) -> TrustClass:
+    if isinstance(derived_from, str) or not isinstance(derived_from, Sequence):
+        raise ValidationFailed("derived_from must be a list of world item ids", field="derived_from")
+    if len(derived_from) > MAX_DERIVED_FROM:
+        raise ValidationFailed(f"derived_from has at most {MAX_DERIVED_FROM} items", field="derived_from")
+    classes = []
+    for index, item_id in enumerate(derived_from):
+        pk = _uuid_or_none(item_id)
+        item = None if pk is None else WorldItem.objects.filter(project_id=project_id, id=pk).first()
+        if item is None:
+            raise NotFound(f"no world item {item_id}", field=f"derived_from[{index}]")
+        classes.append(TrustClass.parse(item.trust_class))
+    return parse_trust(trust_class, classes)
+
+
+def _replayed(stream_id: str, idempotency_key: str, contract: Contract) -> bool:
+    from nexum.core.gate import contract_to_dict
+
+    recorded = list(
+        EventRow.objects.filter(stream_id=stream_id, idempotency_key=idempotency_key).values_list(
+            "data", flat=True
+        )
+    )
+    if not recorded:
+        return False
+    if [data.get("contract") for data in recorded] != [contract_to_dict(contract)]:
+        raise store.IdempotencyKeyReused(
+            f"idempotency key {idempotency_key!r} was used for a different contract", field="idempotency_key"
+        )
+    return True
+
+
+class _field_prefix:
+    """Prefix the ``field`` of a validation error raised inside the block (``contract.checks[0].argv``)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, error: object, traceback: object) -> bool:
+        if isinstance(error, ValidationFailed):
+            error.field = f"{self.prefix}.{error.field}" if error.field else self.prefix
+        return False
+
+
+# --- completion requests --------------------------------------------------------------------------------
+
+
+def completion_request(
+    *,
+    project_id: str,
+    task_id: str,
+    answer: str = "",
+    actor: str,
+    expected_version: int | None = None,
+    idempotency_key: str | None = None,
+) -> CompletionResult:
+    """Ask the gate to complete a task with the model's ``answer`` (recorded, never deciding: V6).
+
+    Returns the decision when the checks ran in process (Celery eager), else the pending request to poll.
+    """
+    answer = check_answer(answer)
+    task = task_selectors.task_get(project_id=project_id, task_id=task_id)
+    if task.is_goal:
+        raise IllegalTransition(
+            "a goal's state is derived from its tasks; complete its tasks", field="task_id"
+        )
+    request_id = completion_request_id(str(task.id), task.version)
+    replay = _request_replay(
+        request_id, idempotency_key, project_id=str(task.project_id), task_id=str(task.id)
+    )
+    if replay is not None:
+        return _result(replay)
+    if expected_version is not None and expected_version != task.version:
+        raise ConcurrencyError(
+            f"task {task.key} is at version {task.version}, not the expected {expected_version}",
+            field="expected_version",
+            details={"current_version": task.version, "expected_version": expected_version},
+        )
+    if task.state != "running":
+        decision = gate_task_completion(task.state, Contract(), answer, _never_run)
+        return CompletionResult(task=task, request=None, outcome=decision.outcome, reason=decision.reason)
+    pending = CompletionRequest.objects.filter(id=request_id).first()
+    if pending is not None:
+        raise _pending(pending)
+    stored_answer = default_store().put(answer.encode("utf-8"))
+    contract = ContractRow.objects.filter(task_id=task.id).first()
+    event = CompletionRequested(
+        request_id=request_id,
+        task_id=str(task.id),
+        goal_id=str(task.goal_id),
+        task_version=task.version,
+        attempt=task.attempt,
+        contract_revision=contract.revision if contract else 0,
+        answer_sha256=stored_answer.sha256,
+        answer_bytes=stored_answer.size,
+    )
+    try:
+        store.append(
+            stream_id=completion_stream(request_id),
+            events=[event],
+            expected_version=0,
+            idempotency_key=idempotency_key,
+            metadata={"actor": actor},
+            project_id=str(task.project_id),
+        )
+    except ConcurrencyError:
+        # A concurrent request for this task version was recorded first: it alone is decided.
+        raise _pending(CompletionRequest.objects.get(id=request_id)) from None
+    _dispatch(request_id)
+    return _result(CompletionRequest.objects.get(id=request_id))
+
+
+def _dispatch(request_id: str) -> None:
+    """Eager (embedded default, tests): run now in this process — the same connection sees the request, and
+    a caller's outer transaction is respected. With a broker: enqueue once the request is committed."""
+    from nexum.celery import app
+    from verification_app.tasks import run_completion
+
+    if app.conf.task_always_eager:
+        completion_run(request_id=request_id)
+    else:
+        transaction.on_commit(lambda: run_completion.delay(request_id))
+
+
+def _request_replay(
+    request_id: str, idempotency_key: str | None, *, project_id: str, task_id: str
+) -> CompletionRequest | None:
+    if idempotency_key is None:
+        return None
+    used = EventRow.objects.filter(
+        stream_id=completion_stream(request_id), idempotency_key=idempotency_key
+    ).exists()
+    if used:
+        return CompletionRequest.objects.get(id=request_id)
+    # The same key on another version of the task: a retry of an earlier request.
+    event = (
+        EventRow.objects.filter(
+            event_type="CompletionRequested",
+            idempotency_key=idempotency_key,
+            project_id=project_id,
+            data__task_id=task_id,
+            stream_id__startswith="completion-",
+        )
+        .order_by("-position")
+        .first()
+    )
+    return None if event is None else CompletionRequest.objects.filter(id=event.data["request_id"]).first()
+
+
+def _pending(request: CompletionRequest) -> CompletionPending:
+    return CompletionPending(
+        f"a completion request for this task at version {request.task_version} is already recorded;"
+        f" poll /api/v1/completions/{request.id}",
+        field="task_id",
+        details={"request_id": str(request.id)},
+    )
+
+
+def _result(request: CompletionRequest) -> CompletionResult:
+    request.refresh_from_db()
+    task = Task.objects.get(id=request.task_id)
+    outcome = request.outcome if request.decided else "pending"
+    return CompletionResult(task=task, request=request, outcome=outcome, reason=request.reason)
+
+
+def _never_run(check: CheckSpec) -> CheckResult:
+    raise AssertionError("no check runs for a task that is not running")
+
+
+# --- running the checks and deciding (the worker's side) ------------------------------------------------
+
+
+def completion_run(*, request_id: str) -> CompletionRequest:
+    """Run the request's checks and record the gate's decision. Idempotent: safe to redeliver."""
+    request = CompletionRequest.objects.filter(id=request_id).first()
+    if request is None:
+        raise NotFound(f"no completion request {request_id}", field="request_id")
+    if request.decided:
+        return request
+    task = task_selectors.task_get_unscoped(task_id=request.task_id)
+    contract = _contract_at(str(request.task_id), request.contract_revision)
+    answer = _read_text(request.answer_sha256)
+    if task.version != request.task_version:
+        decision = GateDecision(
+            outcome="skipped",
+            reason=f"the task moved on (version {request.task_version} → {task.version}, now {task.state});"
+            " no check was run",
+            model_answer=answer,
+        )
+    elif task.state != "running":
+        decision = gate_task_completion(task.state, contract, answer, _never_run)
+    else:
+        results = {
+            check.name: _run_or_reuse(request, check, ordinal)
+            for ordinal, check in enumerate(contract.checks, start=1)
+        }
+        decision = gate_task_completion("running", contract, answer, lambda check: results[check.name])
+    return _decide(request, decision)
+
+
+def _contract_at(task_id: str, revision: int) -> Contract:
+    if revision == 0:
+        return Contract()
+    for stored in store.read_stream(contract_stream(task_id)):
+        if stored.version == revision:
+            return contract_from_dict(stored.event.contract)  # type: ignore[attr-defined]
+    raise NotFound(f"contract revision {revision} of task {task_id} is not in the log", field="revision")
+
+
+def _run_or_reuse(request: CompletionRequest, check: CheckSpec, ordinal: int) -> CheckResult:
+    recorded = CheckRun.objects.filter(request_id=request.id, name=check.name).first()
+    if recorded is not None:
+        return _result_of_row(recorded)
+    try:
+        result = runner.check_runner(str(request.project_id))(check)
+    except Exception as error:  # V4: a check that raises is a failed check, and it is recorded as such
+        result = CheckResult(
+            name=check.name, passed=False, reason=RAISED, output=f"{type(error).__name__}: {error}"
+        )
+    output = default_store().put(result.output.encode("utf-8"))
+    event = CheckRunRecorded(
+        request_id=str(request.id),
+        task_id=str(request.task_id),
+        name=check.name,
+        kind=check.kind,
+        ordinal=ordinal,
+        passed=result.passed,
+        reason=result.reason,
+        exit_code=result.exit_code,
+        duration_ms=result.duration_ms,
+        output_sha256=output.sha256,
+        output_bytes=output.size,
+        truncated=result.truncated,
+        argv=check.argv if isinstance(check, CommandCheck) else (),
+        cwd=check.cwd if isinstance(check, CommandCheck) else "",
+    )
+    try:
+        store.append(
+            stream_id=completion_stream(str(request.id)),
+            events=[event],
+            expected_version=None,
+            idempotency_key=check_run_key(check.name),
+            metadata={"actor": GATE_ACTOR},
+            project_id=str(request.project_id),
+        )
+    except store.IdempotencyKeyReused:
+        # A redelivered message ran the same check concurrently and recorded first: its run counts.
+        return _result_of_row(CheckRun.objects.get(request_id=request.id, name=check.name))
+    return result
+
+
+def _result_of_row(row: CheckRun) -> CheckResult:
+    return CheckResult(
+        name=row.name,
+        passed=row.passed,
+        reason=row.reason,
+        exit_code=row.exit_code,
+        output=_read_text(row.output_sha256),
+        truncated=row.truncated,
+        duration_ms=row.duration_ms,
+    )
+
+
+def _read_text(sha256: str) -> str:
+    try:
+        return default_store().read(sha256).decode("utf-8", errors="replace")
+    except DomainError:
+        return ""
+
+
+def _decide(request: CompletionRequest, decision: GateDecision) -> CompletionRequest:
+    """Append ``GateDecided`` and move the task, in one transaction; if the task moved on, ``skipped``."""
+    request_id = str(request.id)
+    try:
+        with transaction.atomic():
+            _append_decision(request, decision.outcome, decision.reason, decision.failing_checks)
+            if decision.outcome != "skipped":
+                task_services.task_record_gate_decision(
+                    task_id=str(request.task_id),
+                    outcome=decision.outcome,
+                    decision_id=request_id,
+                    expected_version=request.task_version,
+                    actor=GATE_ACTOR,
+                    reason=_short(decision.reason),
+                    idempotency_key=f"gate:{request_id}",
+                )
+    except store.IdempotencyKeyReused:
+        request.refresh_from_db()  # decided by a concurrent delivery of the same request
+        return request
+    except (ConcurrencyError, IllegalTransition):
+        task = Task.objects.get(id=request.task_id)
+        reason = (
+            f"the task moved on before the decision ({decision.outcome}) was recorded: version"
+            f" {request.task_version} → {task.version}, now {task.state}"
+        )
+        with contextlib.suppress(store.IdempotencyKeyReused):  # a concurrent delivery decided first
+            _append_decision(request, "skipped", reason, decision.failing_checks)
+    request.refresh_from_db()
+    return request
+
+
+def _append_decision(request: CompletionRequest, outcome: str, reason: str, failing: Sequence[str]) -> None:
+    store.append(
+        stream_id=completion_stream(str(request.id)),
+        events=[
+            GateDecided(
+                request_id=str(request.id),
+                task_id=str(request.task_id),
+                goal_id=str(request.goal_id),
+                outcome=outcome,
+                reason=reason,
+                failing_checks=tuple(failing),
+                task_version=request.task_version,
+            )
+        ],
+        expected_version=None,
+        idempotency_key=DECISION_KEY,
+        metadata={"actor": GATE_ACTOR},
+        project_id=str(request.project_id),
+    )
+
+
+def _short(reason: str) -> str:
+    return reason if len(reason) <= MAX_REASON_CHARS else reason[: MAX_REASON_CHARS - 1] + "…"
+
+
+def _uuid_or_none(value: object) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value))
+    except (TypeError, ValueError, AttributeError):
+        return None
