@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "tasks_app",
     "context_app",
     "context_app.catalog",
+    "context_app.resolution",
     "verification_app",
 ]
 
@@ -144,10 +145,25 @@ NEXUM_PROJECTIONS = [
     "tasks_app.projections.TaskProjection",
     "context_app.catalog.projections.ModelCatalogProjection",
     "context_app.projections.WorldProjection",
+    "context_app.resolution.projections.ResolutionProjection",
     "verification_app.projections.VerificationProjection",
 ]
 NEXUM_EVENT_FEED_MAX_LIMIT = 1000
 NEXUM_DEMO_TOKEN = os.environ.get("NEXUM_DEMO_TOKEN", "nx_demo_local_development_only")
+
+# --- Context resolver (SPEC R3, R7) -------------------------------------------------------------------------
+# Per-project HMAC-SHA256 keys for signed items, "project-slug=key,…" (a project id works as the name too).
+# Kept out of the event log and the database on purpose: a key is a secret, the log is exported by the feed.
+NEXUM_SIGNING_KEYS = dict(
+    item.split("=", 1) for item in os.environ.get("NEXUM_SIGNING_KEYS", "").split(",") if "=" in item
+)
+# Default resolve budget (items and tokens); a resolve request may ask for less or more.
+NEXUM_RESOLVE_BUDGET = {
+    "max_items": _env_int("NEXUM_RESOLVE_MAX_ITEMS", 40),
+    "max_tokens": _env_int("NEXUM_RESOLVE_MAX_TOKENS", 8000),
+}
+# Workers import the resolver's tasks (its app is a sub-app that autodiscovery does not reach).
+CELERY_IMPORTS = ["context_app.resolution.tasks"]
 
 # --- Verification gate: the command sandbox (SPEC V1, V8) -------------------------------------------------
 # Command checks run inside this folder only; executables must be on the operator's allowlist (bare names

@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from context_app import api as world_api
 from context_app.catalog import api as catalog_api
+from context_app.resolution import api as resolution_api
 from nexum.api import views
 from tasks_app import api as tasks_api
 from verification_app import api as verification_api
@@ -55,6 +56,20 @@ api_v1 = [
     path("models", catalog_api.ModelsView.as_view(), name="models"),
     path("models/catalog", catalog_api.ModelCatalogView.as_view(), name="model-catalog"),
     path("models/<str:word>/overlay", catalog_api.ModelOverlayView.as_view(), name="model-overlay"),
+    path("sources", resolution_api.SourceListCreateView.as_view(), name="sources"),
+    path("goals/<str:scope_id>/grants", resolution_api.GoalGrantView.as_view(), name="goal-grants"),
+    path("tasks/<str:scope_id>/grants", resolution_api.TaskGrantView.as_view(), name="task-grants"),
+    path("tasks/<str:task_id>/questions", resolution_api.TaskQuestionsView.as_view(), name="task-questions"),
+    path("tasks/<str:task_id>/resolve", resolution_api.TaskResolveView.as_view(), name="task-resolve"),
+    path("tasks/<str:task_id>/bundle", resolution_api.TaskBundleView.as_view(), name="task-bundle"),
+    path("bundles/<str:digest>", resolution_api.BundleDetailView.as_view(), name="bundle"),
+    path("escalations", resolution_api.EscalationListView.as_view(), name="escalations"),
+    path("escalations/<str:escalation_id>", resolution_api.EscalationDetailView.as_view(), name="escalation"),
+    path(
+        "escalations/<str:escalation_id>/resolve",
+        resolution_api.EscalationResolveView.as_view(),
+        name="escalation-resolve",
+    ),
 ]
 
 urlpatterns = [

@@ -251,9 +251,15 @@ def task_start(
     expected_version: int | None = None,
     idempotency_key: str | None = None,
 ) -> Task:
-    """pending → running once every dependency is completed; failed → running is a retry (attempt + 1)."""
+    """pending → running once every dependency is completed; failed → running is a retry (attempt + 1).
+
+    The plan gate (SPEC R9) must be open: refused with 422 ``plan_gate_closed`` while the task's latest
+    context bundle leaves an escalation open, unless an operator overrode it."""
 
     def decide(task: Task, state: TaskState) -> list[Event]:
+        from context_app.resolution.services import plan_gate_check
+
+        plan_gate_check(project_id=str(task.project_id), task_id=str(task.id))
         return decide_start(
             state, dependency_states=selectors.task_dependency_states(task=task), reason=reason
         )

@@ -1,0 +1,12 @@
+from django.apps import AppConfig
+
+
+class ResolutionConfig(AppConfig):
+    name = "context_app.resolution"
+    label = "resolution"
+    verbose_name = "Context resolver"
+
+    def ready(self) -> None:
+        # Register the event types and the built-in source kinds.
+        import nexum.core.resolution
+        import nexum.sources  # noqa: F401

@@ -1,0 +1,220 @@
+"""Reads of the context resolver, always within one project: another project's object is not found.
+
+``latest_bundle(task_id=…)`` is what the compile service reads: the digest of a task's latest bundle and its
+items with their text, trust class, origin and the compiler kind they become.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import QuerySet
+
+from context_app.resolution.models import (
+    BundleContent,
+    Escalation,
+    Grant,
+    Resolve,
+    Retrieval,
+    Source,
+    TaskContext,
+    TaskQuestions,
+)
+from nexum.core import resolution as core
+from nexum.core.errors import NotFound
+from nexum.core.resolver import RequiredQuestion
+from tasks_app.models import Task
+
+# The compiler kind each source kind's items become: code is evidence, the rest are facts.
+COMPILER_KIND_BY_SOURCE_KIND = {"folder": "code", "docs": "fact", "tickets_json": "fact", "http_json": "fact"}
+
+
+def _uuid_or_none(value: Any) -> uuid.UUID | None:
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def source_list(*, project_id: str | uuid.UUID) -> QuerySet[Source]:
+    return Source.objects.filter(project_id=project_id).order_by("name")
+
+
+def grant_get(*, project_id: str | uuid.UUID, grant_id: Any) -> Grant:
+    pk = _uuid_or_none(grant_id)
+    grant = None if pk is None else Grant.objects.filter(project_id=project_id, id=pk).first()
+    if grant is None:
+        raise NotFound(f"no grant {grant_id}", field="grant_id")
+    return grant
+
+
+def grant_list(*, project_id: str | uuid.UUID, goal_id: Any = None, task_id: Any = None) -> QuerySet[Grant]:
+    """Grants of the project; of one goal (the goal's own) or one task (the task's own)."""
+    grants = Grant.objects.filter(project_id=project_id)
+    if goal_id is not None:
+        grants = grants.filter(goal_id=goal_id, task_id__isnull=True)
+    if task_id is not None:
+        grants = grants.filter(task_id=task_id)
+    return grants.order_by("issued_at", "id")
+
+
+def grant_records(*, task: Task) -> list[core.GrantRecord]:
+    """The grants that apply to a task, not revoked: its own and its goal's."""
+    rows = Grant.objects.filter(project_id=task.project_id, goal_id=task.goal_id, revoked_at__isnull=True)
+    applicable = [g for g in rows if g.task_id is None or g.task_id == task.id]
+    return [
+        core.GrantRecord(scopes={k: tuple(v) for k, v in g.scopes.items()}, expires_at=g.expires_at)
+        for g in sorted(applicable, key=lambda g: (g.issued_at, str(g.id)))
+    ]
+
+
+def task_questions(*, task_id: str | uuid.UUID) -> tuple[RequiredQuestion, ...]:
+    row = TaskQuestions.objects.filter(task_id=task_id).first()
+    return () if row is None else core.questions_from_data(row.questions)
+
+
+def task_context(*, task_id: str | uuid.UUID) -> TaskContext | None:
+    return TaskContext.objects.filter(task_id=task_id).first()
+
+
+def bundle_content(*, digest: str) -> dict[str, Any]:
+    row = BundleContent.objects.filter(digest=digest).first()
+    if row is None:
+        raise NotFound(f"no bundle {digest}", field="digest")
+    return {**row.content, "digest": row.digest}
+
+
+def bundle_get(*, project_id: str | uuid.UUID, digest: str) -> dict[str, Any]:
+    """A bundle by digest, if one of the project's resolves produced it."""
+    if (
+        not isinstance(digest, str)
+        or not Resolve.objects.filter(project_id=project_id, bundle_digest=digest).exists()
+    ):
+        raise NotFound(f"no bundle {digest}", field="digest")
+    return bundle_content(digest=digest)
+
+
+def resolve_list(*, project_id: str | uuid.UUID, task_id: Any = None) -> QuerySet[Resolve]:
+    resolves = Resolve.objects.filter(project_id=project_id)
+    if task_id is not None:
+        resolves = resolves.filter(task_id=task_id)
+    return resolves.order_by("-position")
+
+
+def retrievals_of(*, resolve_id: Any) -> QuerySet[Retrieval]:
+    return Retrieval.objects.filter(resolve_id=resolve_id).order_by("position")
+
+
+def escalation_get(*, project_id: str | uuid.UUID, escalation_id: Any) -> Escalation:
+    pk = _uuid_or_none(escalation_id)
+    escalation = None if pk is None else Escalation.objects.filter(project_id=project_id, id=pk).first()
+    if escalation is None:
+        raise NotFound(f"no escalation {escalation_id}", field="escalation_id")
+    return escalation
+
+
+def escalation_list(
+    *, project_id: str | uuid.UUID, state: str | None = None, task_id: Any = None
+) -> QuerySet[Escalation]:
+    escalations = Escalation.objects.filter(project_id=project_id)
+    if state is not None:
+        escalations = escalations.filter(state=state)
+    if task_id is not None:
+        escalations = escalations.filter(task_id=task_id)
+    return escalations.order_by("-position")
+
+
+def rejected_digests(*, task_id: str | uuid.UUID) -> frozenset[str]:
+    """Items a human rejected by picking another side of a conflict on this task."""
+    rejected: set[str] = set()
+    for detail in Escalation.objects.filter(task_id=task_id, resolution=core.RESOLVE_PICK_SIDE).values_list(
+        "resolution_detail", flat=True
+    ):
+        rejected.update(detail.get("rejected", []))
+    return frozenset(rejected)
+
+
+# --- for the compile service --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BundleEntry:
+    """One item of a bundle, ready to become a compiler fact or evidence item.
+
+    ``origin`` is ``<source>:<locator>``; ``kind`` the compiler kind (``code`` or ``fact``); ``trust_class``
+    the effective class (content below ``repository_authored`` must be rendered as quoted data, C9)."""
+
+    digest: str
+    text: str
+    trust_class: str
+    origin: str
+    kind: str
+    source: str
+    locator: str
+    subject: str | None
+    observed_at: str | None
+    stale: bool
+    stale_reason: str | None
+    conflict_group: str | None
+    labels: tuple[str, ...]
+    rejected: bool
+
+    @property
+    def suspected_instruction(self) -> bool:
+        return "suspected_instruction" in self.labels
+
+
+@dataclass(frozen=True)
+class LatestBundle:
+    digest: str
+    task_id: str
+    resolve_id: str
+    complete: bool
+    stop_reason: str
+    items: tuple[BundleEntry, ...]
+
+    @property
+    def usable_items(self) -> tuple[BundleEntry, ...]:
+        """The items minus those a human rejected when picking a side of a conflict."""
+        return tuple(item for item in self.items if not item.rejected)
+
+
+def latest_bundle(*, task_id: str | uuid.UUID) -> LatestBundle | None:
+    """The task's latest bundle, or ``None`` when it was never resolved."""
+    head = TaskContext.objects.filter(task_id=task_id).first()
+    if head is None or head.latest_resolve_id is None:
+        return None
+    content = bundle_content(digest=head.latest_bundle_digest)
+    kinds = dict(Source.objects.filter(project_id=head.project_id).values_list("name", "kind"))
+    rejected = rejected_digests(task_id=task_id)
+    entries = tuple(
+        BundleEntry(
+            digest=item["digest"],
+            text=item["text"],
+            trust_class=item["trust_class"],
+            origin=f"{item['source']}:{item['locator']}",
+            kind=COMPILER_KIND_BY_SOURCE_KIND.get(kinds.get(item["source"], ""), "fact"),
+            source=item["source"],
+            locator=item["locator"],
+            subject=item.get("subject"),
+            observed_at=item.get("observed_at"),
+            stale=bool(item.get("stale")),
+            stale_reason=item.get("stale_reason"),
+            conflict_group=item.get("conflict_group"),
+            labels=tuple(item.get("labels") or ()),
+            rejected=item["digest"] in rejected,
+        )
+        for item in content["items"]
+    )
+    return LatestBundle(
+        digest=head.latest_bundle_digest,
+        task_id=str(head.task_id),
+        resolve_id=str(head.latest_resolve_id),
+        complete=bool(head.complete),
+        stop_reason=head.stop_reason,
+        items=entries,
+    )

@@ -1,0 +1,740 @@
+"""Writes of the context resolver (SPEC R1–R11). Every change is an event; read models follow by projection.
+
+Authority (R3, R4): every write that creates or changes a grant, a source, an escalation's outcome, the plan
+gate or a task's state takes ``content_trust`` (the trust class of the content the request derives from) and
+``derived_from`` (digests of bundle items it derives from) and refuses, with ``require_authority``, anything
+that rests on content below ``repository_authored``. An unknown digest counts as untrusted.
+
+Signing keys (R3) never enter the log: ``settings.NEXUM_SIGNING_KEYS`` maps a project's slug (or id) to its
+HMAC-SHA256 key, read from the environment (``NEXUM_SIGNING_KEYS="acme=…,globex=…"``).
+
+A resolve fetches its sources outside any database transaction (a slow source never holds the log's lock),
+then decides and appends everything (retrievals, denials, the bundle, escalations) in one append to the task's
+``context-<task_id>`` stream, at the version it read, with the bundle content stored by digest in the same
+transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from context_app.resolution import selectors
+from context_app.resolution.models import (
+    BundleContent,
+    BundleItem,
+    Escalation,
+    Grant,
+    Resolve,
+    Source,
+    TaskContext,
+    TaskQuestions,
+)
+from nexum.core import resolution as core
+from nexum.core.digests import canonical_json
+from nexum.core.errors import ConcurrencyError, Conflict, NotFound, ValidationFailed
+from nexum.core.events import Event
+from nexum.core.resolver import (
+    Bundle,
+    Freshness,
+    ResolveBudget,
+    SourceResult,
+    SourceSpec,
+    plan_retrievals,
+    resolve_bundle,
+)
+from nexum.core.trust import TrustClass, require_authority
+from nexum.eventstore import store
+from nexum.sources import build_source, fetch
+from nexum.tokenization import DEFAULT_ENCODING, counter_for
+from tasks_app import selectors as task_selectors
+from tasks_app.models import Project, Task
+
+_IDS = uuid.UUID("3d2c9a71-6b0e-4f5a-9c1d-8e7f4a2b5c60")
+MAX_SOURCE_LIMIT = 1000
+
+
+def _now(now: datetime | None) -> datetime:
+    value = now or timezone.now()
+    if value.tzinfo is None:
+        raise ValidationFailed("now must be timezone-aware", field="now")
+    return value
+
+
+# --- authority --------------------------------------------------------------------------------------------
+
+
+def content_trust_of(
+    *, project_id: str, content_trust: TrustClass | str | None = None, derived_from: Iterable[str] = ()
+) -> list[TrustClass]:
+    """The trust classes of what a request derives from: ``content_trust`` and the classes of the bundle
+    items named by ``derived_from`` (an unknown digest counts as ``untrusted_retrieved``)."""
+    classes = []
+    if content_trust is not None:
+        classes.append(TrustClass.parse(content_trust, field="content_trust"))
+    digests = list(dict.fromkeys(derived_from))
+    if digests:
+        if not all(isinstance(d, str) for d in digests):
+            raise ValidationFailed("derived_from lists item digests", field="derived_from")
+        known: dict[str, TrustClass] = {}
+        for digest, trust in BundleItem.objects.filter(project_id=project_id, digest__in=digests).values_list(
+            "digest", "trust_class"
+        ):
+            current = TrustClass.parse(trust)
+            known[digest] = min(known.get(digest, current), current)
+        classes += [known.get(digest, TrustClass.untrusted_retrieved) for digest in digests]
+    return classes
+
+
+def check_authority(
+    *,
+    project_id: str,
+    action: str,
+    content_trust: TrustClass | str | None = None,
+    derived_from: Iterable[str] = (),
+) -> tuple[str, ...]:
+    """Refuse ``action`` when it derives from content below ``repository_authored`` (R4); returns the
+    digests it derives from, for the record."""
+    digests = tuple(dict.fromkeys(derived_from))
+    classes = content_trust_of(project_id=project_id, content_trust=content_trust, derived_from=digests)
+    if classes:
+        require_authority(classes, action)
+    return digests
+
+
+# --- sources (R1) -----------------------------------------------------------------------------------------
+
+
+def source_register(
+    *,
+    project_id: str,
+    name: str,
+    kind: str,
+    config: Mapping[str, Any],
+    actor: str,
+    content_trust: TrustClass | str | None = None,
+    derived_from: Sequence[str] = (),
+) -> Source:
+    """Register a source: its configuration is checked by building it (``build_source``). A configuration is
+    stored in the log, so it must never hold a secret."""
+    project = _project(project_id)
+    check_authority(
+        project_id=str(project.id),
+        action="source.register",
+        content_trust=content_trust,
+        derived_from=derived_from,
+    )
+    core.check_source_name(name)
+    if not isinstance(kind, str):
+        raise ValidationFailed("kind must be a string", field="kind")
+    if not isinstance(config, Mapping):
+        raise ValidationFailed("config must be an object", field="config")
+    try:
+        canonical_json(dict(config))
+    except (TypeError, ValueError) as error:
+        raise ValidationFailed(f"config must be JSON: {error}", field="config") from None
+    spec = build_source(kind, name, dict(config)).spec
+    source_id = str(uuid.uuid5(_IDS, f"source:{project.id}:{name}"))
+    if Source.objects.filter(project_id=project.id, name=name).exists():
+        raise Conflict(f"a source named {name!r} already exists", field="name", code="source_exists")
+    store.append(
+        stream_id=core.source_stream(source_id),
+        events=[
+            core.SourceRegistered(
+                source_id=source_id,
+                name=name,
+                kind=kind,
+                config=dict(config),
+                declared_scopes=spec.declared_scopes,
+                highest_trust=spec.highest_trust.name,
+                ttl_seconds=spec.freshness.ttl_seconds,
+                track_revision=spec.freshness.track_revision,
+            )
+        ],
+        expected_version=0,
+        metadata={"actor": actor},
+        project_id=str(project.id),
+    )
+    return Source.objects.get(id=source_id)
+
+
+def source_spec(source: Source) -> SourceSpec:
+    return SourceSpec(
+        name=source.name,
+        kind=source.kind,
+        declared_scopes=tuple(source.declared_scopes),
+        highest_trust=TrustClass.parse(source.highest_trust),
+        freshness=Freshness(ttl_seconds=source.ttl_seconds, track_revision=source.track_revision),
+    )
+
+
+# --- grants (R2) ------------------------------------------------------------------------------------------
+
+
+def grant_issue(
+    *,
+    project_id: str,
+    sources: Mapping[str, Sequence[str]],
+    actor: str,
+    goal_id: str | None = None,
+    task_id: str | None = None,
+    expires_at: datetime | None = None,
+    reason: str = "",
+    content_trust: TrustClass | str | None = None,
+    derived_from: Sequence[str] = (),
+    now: datetime | None = None,
+    idempotency_key: str | None = None,
+) -> Grant:
+    """Allow the resolver to read ``sources`` (name → scopes; ``[]`` or ``["*"]`` = every declared scope) for
+    a goal (shared by its tasks) or one task, until ``expires_at`` if given. Every source must be one of the
+    project's (another project's source is not found)."""
+    project = _project(project_id)
+    digests = check_authority(
+        project_id=str(project.id),
+        action="grant.create",
+        content_trust=content_trust,
+        derived_from=derived_from,
+    )
+    if (goal_id is None) == (task_id is None):
+        raise ValidationFailed("a grant belongs to exactly one goal or one task", field="scope")
+    if goal_id is not None:
+        goal = task_selectors.goal_get(project_id=project.id, goal_id=goal_id)
+        scope_goal, scope_task = str(goal.id), None
+    else:
+        task = task_selectors.task_get(project_id=project.id, task_id=task_id)  # type: ignore[arg-type]
+        scope_goal, scope_task = str(task.goal_id), (None if task.is_goal else str(task.id))
+    scopes = core.check_grant_scopes(sources)
+    known = set(
+        Source.objects.filter(project_id=project.id, name__in=list(scopes)).values_list("name", flat=True)
+    )
+    missing = sorted(set(scopes) - known)
+    if missing:
+        raise NotFound(f"no source {missing[0]!r} in this project", field="sources")
+    if expires_at is not None:
+        if not isinstance(expires_at, datetime) or expires_at.tzinfo is None:
+            raise ValidationFailed("expires_at must be a timezone-aware time", field="expires_at")
+        if expires_at <= _now(now):
+            raise ValidationFailed("expires_at is in the past", field="expires_at")
+    reason = core.check_reason(reason)
+    if idempotency_key is not None:
+        grant_id = str(uuid.uuid5(_IDS, f"grant:{project.id}:{idempotency_key}"))
+    else:
+        grant_id = str(uuid.uuid4())
+    store.append(
+        stream_id=core.grant_stream(grant_id),
+        events=[
+            core.GrantIssued(
+                grant_id=grant_id,
+                goal_id=scope_goal,
+                task_id=scope_task,
+                scopes={name: list(granted) for name, granted in scopes.items()},
+                expires_at=expires_at.isoformat() if expires_at is not None else None,
+                reason=reason,
+                derived_from=digests,
+            )
+        ],
+        expected_version=0,
+        idempotency_key=idempotency_key,
+        metadata={"actor": actor},
+        project_id=str(project.id),
+    )
+    return Grant.objects.get(id=grant_id)
+
+
+def grant_revoke(
+    *,
+    project_id: str,
+    grant_id: str,
+    reason: str,
+    actor: str,
+    content_trust: TrustClass | str | None = None,
+    derived_from: Sequence[str] = (),
+) -> Grant:
+    check_authority(
+        project_id=project_id, action="grant.revoke", content_trust=content_trust, derived_from=derived_from
+    )
+    grant = selectors.grant_get(project_id=project_id, grant_id=grant_id)
+    if grant.revoked_at is None:
+        store.append(
+            stream_id=core.grant_stream(str(grant.id)),
+            events=[core.GrantRevoked(grant_id=str(grant.id), reason=core.check_reason(reason))],
+            expected_version=grant.version,
+            metadata={"actor": actor},
+            project_id=str(grant.project_id),
+        )
+        grant.refresh_from_db()
+    return grant
+
+
+# --- required questions (R7) ------------------------------------------------------------------------------
+
+
+def questions_set(
+    *,
+    project_id: str,
+    task_id: str,
+    questions: Sequence[Mapping[str, Any]],
+    actor: str,
+    expected_version: int | None = None,
+) -> TaskQuestions:
+    """Replace the required questions of a task's step: ``[{question, subjects: [...]}, …]``."""
+    task = _task(project_id, task_id)
+    checked = core.check_questions(questions)
+    row = TaskQuestions.objects.filter(task_id=task.id).first()
+    current = row.version if row is not None else 0
+    if expected_version is not None and expected_version != current:
+        raise ConcurrencyError(
+            f"the questions are at version {current}, not {expected_version}", field="expected_version"
+        )
+    store.append(
+        stream_id=core.questions_stream(str(task.id)),
+        events=[
+            core.RequiredQuestionsSet(
+                task_id=str(task.id), goal_id=str(task.goal_id), questions=core.questions_to_data(checked)
+            )
+        ],
+        expected_version=current,
+        metadata={"actor": actor},
+        project_id=str(task.project_id),
+    )
+    return TaskQuestions.objects.get(task_id=task.id)
+
+
+# --- resolving (R2–R8, R11) -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResolveOutcome:
+    resolve: Resolve
+    bundle: dict[str, Any]
+    """The bundle's stored content plus its digest."""
+
+
+SourceFactory = Callable[[Source, datetime], Any]
+
+
+def _default_factory(source: Source, now: datetime) -> Any:
+    return build_source(source.kind, source.name, source.config, clock=lambda: now)
+
+
+def default_budget() -> ResolveBudget:
+    configured = getattr(settings, "NEXUM_RESOLVE_BUDGET", {}) or {}
+    return ResolveBudget(
+        max_items=int(configured.get("max_items", 40)), max_tokens=int(configured.get("max_tokens", 8000))
+    )
+
+
+def signing_key_for(project: Project) -> str | None:
+    keys = getattr(settings, "NEXUM_SIGNING_KEYS", {}) or {}
+    return keys.get(project.slug) or keys.get(str(project.id)) or None
+
+
+def bundle_resolve(
+    *,
+    project_id: str,
+    task_id: str,
+    actor: str,
+    request_id: str | None = None,
+    budget: ResolveBudget | None = None,
+    requested: Mapping[str, Sequence[str]] | None = None,
+    query: str | None = None,
+    now: datetime | None = None,
+) -> ResolveOutcome:
+    """Resolve the context of a task's step and record the outcome.
+
+    Only the sources and scopes the task's grants allow (its own and its goal's, in force at ``now``) are
+    called; every call and every denial is an event. A source that fails makes the bundle incomplete, never
+    the resolve. Gaps that matter open escalations; gaps a later resolve no longer shows are closed.
+    ``request_id`` makes the call idempotent (a redelivered Celery message writes nothing twice).
+    """
+    task = _task(project_id, task_id)
+    if task.is_goal:
+        raise ValidationFailed("resolve the context of a task, not of a goal", field="task_id")
+    project = _project(str(task.project_id))
+    stream_id = core.context_stream(str(task.id))
+    idempotency_key = f"resolve:{request_id}" if request_id else None
+    if request_id is not None:
+        if not isinstance(request_id, str) or not 0 < len(request_id) <= 150:
+            raise ValidationFailed("request_id must be 1–150 characters", field="request_id")
+        resolve_id = resolve_id_for(task_id=str(task.id), request_id=request_id)
+        done = Resolve.objects.filter(id=resolve_id).first()
+        if done is not None:
+            return ResolveOutcome(done, selectors.bundle_content(digest=done.bundle_digest))
+    else:
+        resolve_id = str(uuid.uuid4())
+    now = _now(now)
+    budget = budget or default_budget()
+    if requested is not None and (
+        not isinstance(requested, Mapping)
+        or not all(
+            isinstance(name, str)
+            and isinstance(scopes, list | tuple)
+            and all(isinstance(s, str) for s in scopes)
+            for name, scopes in requested.items()
+        )
+    ):
+        raise ValidationFailed("sources must map source names to lists of scopes", field="sources")
+    sources = list(Source.objects.filter(project_id=project.id).order_by("name"))
+    specs = [source_spec(source) for source in sources]
+    grant = core.effective_grant(selectors.grant_records(task=task), now)
+    questions = selectors.task_questions(task_id=str(task.id))
+    if query is None:
+        query = core.build_query(task.objective, task.inputs, questions)
+    elif not isinstance(query, str) or len(query) > 4000:
+        raise ValidationFailed("query must be a string of at most 4000 characters", field="query")
+
+    plan = plan_retrievals(grant, specs, now=now, requested=requested)
+    by_name = {source.name: source for source in sources}
+    limit = min(max(budget.max_items * 2, 1), MAX_SOURCE_LIMIT)
+    results = [_call(by_name[call.source], call.scopes, query, limit, now) for call in plan.calls]
+    bundle = resolve_bundle(
+        grant=grant,
+        sources=specs,
+        results=results,
+        questions=questions,
+        budget=budget,
+        risk=task.risk,
+        now=now,
+        count_tokens=counter_for(DEFAULT_ENCODING).count,
+        signing_key=signing_key_for(project),
+        requested=requested,
+        step_inputs=tuple(task.inputs),
+        success_criteria=tuple(task.success_criteria),
+    )
+    with transaction.atomic():
+        head = TaskContext.objects.filter(task_id=task.id).first()
+        version = head.version if head is not None else 0
+        events = _resolve_events(task, resolve_id, query, plan.calls, results, bundle)
+        content = bundle.content()
+        BundleContent.objects.get_or_create(
+            digest=bundle.digest,
+            defaults={"content": content, "size": len(canonical_json(content)), "created_at": now},
+        )
+        store.append(
+            stream_id=stream_id,
+            events=events,
+            expected_version=version,
+            idempotency_key=idempotency_key,
+            metadata={"actor": actor},
+            project_id=str(project.id),
+        )
+    resolve = Resolve.objects.get(id=resolve_id)
+    return ResolveOutcome(resolve, selectors.bundle_content(digest=resolve.bundle_digest))
+
+
+def resolve_id_for(*, task_id: str, request_id: str) -> str:
+    """The id of the resolve a request id names (so a redelivery finds the resolve it already made)."""
+    return str(uuid.uuid5(_IDS, f"resolve:{task_id}:{request_id}"))
+
+
+def _call(source: Source, scopes: Sequence[str], query: str, limit: int, now: datetime) -> SourceResult:
+    """One authorized call. A source that cannot be built or answer is a failed result, never an error."""
+    try:
+        built = _default_factory(source, now)
+        return fetch(built, query, scopes, limit)
+    except Exception as error:  # a broken configuration or plugin must not fail the resolve (R11)
+        message = getattr(error, "message", None) or f"{type(error).__name__}: {error}"
+        return SourceResult.failed(source.name, str(message), kind="error")
+
+
+def _resolve_events(
+    task: Task,
+    resolve_id: str,
+    query: str,
+    calls: Sequence[Any],
+    results: Sequence[SourceResult],
+    bundle: Bundle,
+) -> list[Event]:
+    task_id, goal_id = str(task.id), str(task.goal_id)
+    events: list[Event] = []
+    by_source = {result.source: result for result in results}
+    for call in calls:
+        result = by_source[call.source]
+        events.append(
+            core.RetrievalPerformed(
+                resolve_id=resolve_id,
+                task_id=task_id,
+                goal_id=goal_id,
+                source=call.source,
+                scopes=tuple(call.scopes),
+                query=query,
+                outcome="failed" if result.error is not None else "retrieved",
+                item_digests=tuple(item.digest for item in result.items),
+                error_kind=result.error_kind,
+                error=result.error,
+            )
+        )
+    for denial in bundle.denials:
+        events.append(
+            core.RetrievalDenied(
+                resolve_id=resolve_id,
+                task_id=task_id,
+                goal_id=goal_id,
+                source=denial.source,
+                scopes=denial.scopes,
+                code=denial.code,
+                reason=denial.reason,
+                query=query,
+            )
+        )
+    gaps = core.gaps_of(bundle)
+    existing = Escalation.objects.filter(task_id=task.id)
+    open_by_key = {e.key: str(e.id) for e in existing if e.state == core.ESCALATION_OPEN}
+    resolved_keys = {e.key for e in existing if e.state == core.ESCALATION_RESOLVED}
+    plan = core.plan_escalations(gaps, open_by_key=open_by_key, resolved_keys=resolved_keys)
+    opened = [(str(uuid.uuid5(_IDS, f"escalation:{resolve_id}:{gap.key}")), gap) for gap in plan.to_open]
+    events.append(
+        core.BundleResolved(
+            resolve_id=resolve_id,
+            task_id=task_id,
+            goal_id=goal_id,
+            bundle_digest=bundle.digest,
+            complete=bundle.complete,
+            stop_reason=bundle.stop_reason,
+            risk=bundle.risk,
+            items=tuple(
+                {
+                    "digest": item.digest,
+                    "source": item.source,
+                    "locator": item.locator,
+                    "trust_class": item.trust_class.name,
+                    "stale": item.stale,
+                    "conflict_group": item.conflict_group,
+                    "labels": list(item.labels),
+                }
+                for item in bundle.items
+            ),
+            escalation_ids=tuple(sorted([*plan.still_open, *(ident for ident, _ in opened)])),
+            left_out_count=len(bundle.left_out_by_budget),
+            denial_count=len(bundle.denials),
+            source_error_count=len(bundle.source_errors),
+            tokens_used=bundle.tokens_used,
+        )
+    )
+    for ident, gap in opened:
+        events.append(
+            core.EscalationOpened(
+                escalation_id=ident,
+                task_id=task_id,
+                goal_id=goal_id,
+                resolve_id=resolve_id,
+                bundle_digest=bundle.digest,
+                key=gap.key,
+                kind=gap.kind,
+                missing=gap.missing,
+                why=gap.reason,
+                subjects=gap.subjects,
+                sources=gap.sources,
+                conflict_group=gap.conflict_group,
+                evidence=core.evidence_of(gap, bundle),
+            )
+        )
+    for ident in plan.to_close:
+        events.append(
+            core.EscalationResolved(
+                escalation_id=ident,
+                task_id=task_id,
+                resolution=core.RESOLVE_GAP_CLOSED,
+                detail={"resolve_id": resolve_id, "bundle_digest": bundle.digest},
+                reason="a later resolve no longer shows this gap",
+            )
+        )
+    return events
+
+
+# --- escalations (R5–R7, I5) ------------------------------------------------------------------------------
+
+
+def escalation_resolve(
+    *,
+    project_id: str,
+    escalation_id: str,
+    action: str,
+    actor: str,
+    text: str | None = None,
+    subject: str | None = None,
+    chosen: Sequence[str] = (),
+    source: str | None = None,
+    scopes: Sequence[str] | None = None,
+    expires_at: datetime | None = None,
+    reason: str = "",
+    content_trust: TrustClass | str | None = None,
+    derived_from: Sequence[str] = (),
+) -> Escalation:
+    """Close a gap: ``supply_fact`` (``text``, optional ``subject``: recorded as a verified fact with the
+    actor as its source), ``pick_side`` (``chosen`` item digests; the other members are kept, marked
+    rejected), ``grant_source`` (``source``, ``scopes``, ``expires_at``: a grant for the task), or ``cancel``
+    (the task is cancelled and every open escalation on it closed). Each is an event; the last open
+    escalation resolved opens the plan gate."""
+    escalation = selectors.escalation_get(project_id=project_id, escalation_id=escalation_id)
+    if action not in core.RESOLUTION_ACTIONS:
+        raise ValidationFailed(f"action must be one of {', '.join(core.RESOLUTION_ACTIONS)}", field="action")
+    digests = check_authority(
+        project_id=project_id,
+        action=f"escalation.{action}",
+        content_trust=content_trust,
+        derived_from=derived_from,
+    )
+    reason = core.check_reason(reason)
+    if escalation.state != core.ESCALATION_OPEN:
+        raise core.EscalationAlreadyResolved(
+            f"escalation {escalation.id} is already resolved ({escalation.resolution})",
+            field="escalation_id",
+        )
+    task = task_selectors.task_get(project_id=project_id, task_id=escalation.task_id)
+    with transaction.atomic():
+        detail: dict[str, Any] = {}
+        closing = [escalation]
+        if action == core.RESOLVE_SUPPLY_FACT:
+            from context_app import services as world_services
+
+            if not isinstance(text, str) or not text.strip():
+                raise ValidationFailed("supply the missing fact as text", field="text")
+            fact_subject = subject if subject is not None else (escalation.subjects or [""])[0]
+            fact = world_services.fact_record(
+                scope=world_services.scope_resolve(project_id=project_id, task_id=str(task.id)),
+                text=text,
+                source=actor,
+                subject=fact_subject,
+                verified=True,
+                trust_class="repository_authored",
+                actor=actor,
+            )
+            detail = {"fact_id": str(fact.id)}
+        elif action == core.RESOLVE_PICK_SIDE:
+            evidence = [entry["digest"] for entry in escalation.evidence]
+            if escalation.kind != "conflict":
+                raise ValidationFailed("only a conflict has sides to pick", field="action")
+            rejected = core.decide_pick_side(evidence, list(chosen))
+            detail = {"chosen": sorted(set(chosen)), "rejected": list(rejected)}
+        elif action == core.RESOLVE_GRANT_SOURCE:
+            if not isinstance(source, str):
+                raise ValidationFailed("name the source to grant", field="source")
+            grant = grant_issue(
+                project_id=project_id,
+                task_id=str(task.id),
+                sources={source: list(scopes or ["*"])},
+                expires_at=expires_at,
+                reason=reason or f"escalation {escalation.id}",
+                derived_from=digests,
+                actor=actor,
+            )
+            detail = {"grant_id": str(grant.id), "source": source}
+        else:
+            from tasks_app import services as task_services
+
+            if task.state != "cancelled":
+                task_services.task_cancel(
+                    project_id=project_id,
+                    task_id=str(task.id),
+                    reason=reason or f"escalation {escalation.id}",
+                    actor=actor,
+                )
+            closing = list(
+                Escalation.objects.filter(task_id=task.id, state=core.ESCALATION_OPEN).order_by("position")
+            )
+        head = TaskContext.objects.get(task_id=task.id)
+        store.append(
+            stream_id=core.context_stream(str(task.id)),
+            events=[
+                core.EscalationResolved(
+                    escalation_id=str(item.id),
+                    task_id=str(task.id),
+                    resolution=action,
+                    detail=detail if item.id == escalation.id else {"cancelled_with": str(escalation.id)},
+                    reason=reason,
+                )
+                for item in closing
+            ],
+            expected_version=head.version,
+            metadata={"actor": actor},
+            project_id=project_id,
+        )
+    escalation.refresh_from_db()
+    return escalation
+
+
+# --- the plan gate (R9) -----------------------------------------------------------------------------------
+
+
+def plan_gate_check(*, project_id: str, task_id: str) -> None:
+    """Raise ``PlanGateClosed`` (422 ``plan_gate_closed``) while the task's latest bundle leaves an
+    escalation open, unless an operator overrode the gate for that bundle."""
+    head = TaskContext.objects.filter(project_id=project_id, task_id=task_id).first()
+    if head is None or head.latest_resolve_id is None:
+        return
+    open_escalations = [
+        {"id": str(e.id), "kind": e.kind, "missing": e.missing}
+        for e in Escalation.objects.filter(task_id=task_id, state=core.ESCALATION_OPEN).order_by("position")
+    ]
+    core.decide_plan_gate(
+        has_bundle=True,
+        complete=bool(head.complete),
+        open_escalations=open_escalations,
+        overridden=head.overridden,
+    )
+
+
+def plan_gate_override(
+    *,
+    project_id: str,
+    task_id: str,
+    reason: str,
+    actor: str,
+    content_trust: TrustClass | str | None = None,
+    derived_from: Sequence[str] = (),
+) -> TaskContext:
+    """An operator lets the task start despite the open gaps of its latest bundle (recorded). A later
+    resolve closes the gate again if gaps remain."""
+    check_authority(
+        project_id=project_id,
+        action="plan_gate.override",
+        content_trust=content_trust,
+        derived_from=derived_from,
+    )
+    task = _task(project_id, task_id)
+    reason = core.check_reason(reason)
+    if not reason.strip():
+        raise ValidationFailed("an override needs a reason", field="reason")
+    head = TaskContext.objects.filter(task_id=task.id).first()
+    if head is None or head.latest_resolve_id is None:
+        raise ValidationFailed(
+            "the task has no resolved bundle; there is no gate to override", field="task_id"
+        )
+    store.append(
+        stream_id=core.context_stream(str(task.id)),
+        events=[
+            core.PlanGateOverridden(
+                task_id=str(task.id),
+                resolve_id=str(head.latest_resolve_id),
+                bundle_digest=head.latest_bundle_digest,
+                reason=reason,
+            )
+        ],
+        expected_version=head.version,
+        metadata={"actor": actor},
+        project_id=str(task.project_id),
+    )
+    head.refresh_from_db()
+    return head
+
+
+# --- helpers ----------------------------------------------------------------------------------------------
+
+
+def _project(project_id: str) -> Project:
+    project = Project.objects.filter(id=project_id).first()
+    if project is None:
+        raise NotFound(f"no project {project_id}", field="project_id")
+    return project
+
+
+def _task(project_id: str, task_id: Any) -> Task:
+    return task_selectors.task_get(project_id=project_id, task_id=task_id)
