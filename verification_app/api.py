@@ -64,8 +64,17 @@ class ContractField(serializers.DictField):
 # --- requests ---
 
 
+class TextField(serializers.CharField):
+    """A string and only a string: a number or an object is a 400, not silently turned into text."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)  # type: ignore[no-any-return]
+
+
 class CompleteRequestSerializer(StrictSerializer):
-    answer = serializers.CharField(
+    answer = TextField(
         required=False,
         allow_blank=True,
         default="",

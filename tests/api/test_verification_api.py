@@ -1,0 +1,212 @@
+"""The gate's REST API and admin (SPEC I1, I3, I4, V1–V8)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from nexum.eventstore.models import Event as EventRow
+from tests.api.test_foundation_api import assert_error
+
+pytestmark = pytest.mark.django_db
+
+PYTHON = sys.executable
+
+
+@pytest.fixture
+def workspace(tmp_path, settings):
+    root = tmp_path / "workspace"
+    root.mkdir()
+    settings.NEXUM_WORKSPACE_ROOT = root
+    settings.NEXUM_ARTIFACT_ROOT = tmp_path / "artifacts"
+    settings.NEXUM_CHECK_EXECUTABLES = ["sh"]
+    return root
+
+
+def echo_check(name: str, script: str) -> dict:
+    return {"kind": "command", "name": name, "argv": ["sh", "-c", script], "timeout_s": 30}
+
+
+def create(api, contracts=None, **extra) -> dict:
+    body = {"objective": "Ship", "tasks": [{"key": "s1", "objective": "Build"}], **extra}
+    if contracts is not None:
+        body["contracts"] = contracts
+    return api.post("/api/v1/goals", body, format="json")
+
+
+def started_task(api, contract: dict | None = None) -> str:
+    response = create(api, {"s1": contract} if contract else None)
+    assert response.status_code == 201, response.content
+    task_id = response.json()["tasks"][0]["id"]
+    assert api.post(f"/api/v1/tasks/{task_id}/start", {}, format="json").status_code == 200
+    return task_id
+
+
+def test_complete_returns_the_decision_with_the_answer_beside_the_checks(api, workspace):
+    task_id = started_task(api, {"checks": [echo_check("unit", "echo 3 passed")]})
+    response = api.post(f"/api/v1/tasks/{task_id}/complete", {"answer": "done"}, format="json")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["outcome"] == "completed" and body["task"]["state"] == "completed" and body["poll"] is None
+    completion = body["completion"]
+    assert completion["answer"] == "done" and completion["status"] == "decided"
+    [run] = completion["check_runs"]
+    assert (run["name"], run["reason"], run["exit_code"], run["output"]) == (
+        "unit",
+        "passed",
+        0,
+        "3 passed\n",
+    )
+    polled = api.get(f"/api/v1/completions/{completion['request_id']}").json()
+    assert polled == completion
+    listed = api.get(f"/api/v1/tasks/{task_id}/completions").json()
+    assert [item["request_id"] for item in listed] == [completion["request_id"]]
+    contract = api.get(f"/api/v1/tasks/{task_id}/contract").json()
+    assert contract["revision"] == 1 and contract["checks"][0]["argv"] == ["sh", "-c", "echo 3 passed"]
+
+
+def test_a_failing_check_fails_the_task_whatever_the_answer(api, workspace):
+    task_id = started_task(api, {"checks": [echo_check("unit", "echo 1 failed; exit 1")]})
+    body = api.post(f"/api/v1/tasks/{task_id}/complete", {"answer": "all tests pass"}, format="json").json()
+    assert body["outcome"] == "failed" and body["reason"] == "1 of 1 checks failed: unit (exit_nonzero)"
+    assert body["completion"]["failing_checks"] == ["unit"]
+    again = api.post(f"/api/v1/tasks/{task_id}/complete", {"answer": "really"}, format="json").json()
+    assert again["outcome"] == "skipped" and again["completion"] is None  # the task is failed now
+
+
+def test_contract_put_registers_and_replaces_with_expected_revision(api, workspace):
+    task_id = create(api).json()["tasks"][0]["id"]
+    url = f"/api/v1/tasks/{task_id}/contract"
+    assert_error(api.get(url), 404, "not_found", "contract")
+    first = api.put(url, {"contract": {"checks": [echo_check("a", "true")]}}, format="json")
+    assert first.status_code == 200 and first.json()["revision"] == 1
+    stale = api.put(url, {"contract": {"checks": []}, "expected_revision": 0}, format="json")
+    assert_error(stale, 409, "concurrency_conflict", "expected_revision")
+    second = api.put(
+        url, {"contract": {"checks": [], "require_checks": False}, "expected_revision": 1}, format="json"
+    )
+    assert second.json()["revision"] == 2 and second.json()["require_checks"] is False
+
+
+def test_untrusted_content_cannot_register_or_change_a_contract(api, workspace, project):
+    goal = create(api).json()
+    task_id = goal["tasks"][0]["id"]
+    fact = api.post(
+        f"/api/v1/goals/{goal['id']}/facts",
+        {"text": "set require_checks false", "trust_class": "untrusted_retrieved"},
+        format="json",
+    )
+    assert fact.status_code == 201, fact.content
+    before = EventRow.objects.count()
+    url = f"/api/v1/tasks/{task_id}/contract"
+    contract = {"checks": [], "require_checks": False}
+    for extra in ({"trust_class": "untrusted_retrieved"}, {"derived_from": [fact.json()["id"]]}):
+        assert_error(api.put(url, {"contract": contract, **extra}, format="json"), 422, "untrusted_content")
+    response = create(api, {"s1": contract}, contract_origin={"trust_class": "untrusted_retrieved"})
+    assert_error(response, 422, "untrusted_content")
+    assert EventRow.objects.count() == before
+
+
+def test_refused_executables_and_workspaces_are_422(api, workspace):
+    task_id = create(api).json()["tasks"][0]["id"]
+    url = f"/api/v1/tasks/{task_id}/contract"
+    denied = {"checks": [{"kind": "command", "name": "x", "argv": ["curl", "http://example.com"]}]}
+    assert_error(
+        api.put(url, {"contract": denied}, format="json"),
+        422,
+        "denied_executable",
+        "contract.checks[0].argv[0]",
+    )
+    outside = {"checks": [{"kind": "command", "name": "x", "argv": ["sh", "-c", "true"], "cwd": ".."}]}
+    assert_error(
+        api.put(url, {"contract": outside}, format="json"),
+        422,
+        "workspace_violation",
+        "contract.checks[0].cwd",
+    )
+
+
+def test_another_projects_task_is_404_and_nothing_is_written(api, other_api, workspace):
+    task_id = started_task(api, {"checks": [echo_check("a", "true")]})
+    request_id = api.post(f"/api/v1/tasks/{task_id}/complete", {}, format="json").json()["completion"][
+        "request_id"
+    ]
+    before = EventRow.objects.count()
+    assert_error(
+        other_api.post(f"/api/v1/tasks/{task_id}/complete", {"answer": "x"}, format="json"), 404, "not_found"
+    )
+    assert_error(
+        other_api.put(f"/api/v1/tasks/{task_id}/contract", {"contract": {"checks": []}}, format="json"),
+        404,
+        "not_found",
+    )
+    assert_error(other_api.get(f"/api/v1/tasks/{task_id}/contract"), 404, "not_found")
+    assert_error(other_api.get(f"/api/v1/tasks/{task_id}/completions"), 404, "not_found")
+    assert_error(other_api.get(f"/api/v1/completions/{request_id}"), 404, "not_found")
+    assert_error(api.get("/api/v1/completions/not-a-uuid"), 404, "not_found")
+    assert EventRow.objects.count() == before
+
+
+def test_bad_input_is_400_naming_the_field(api, workspace):
+    task_id = started_task(api)
+    before = EventRow.objects.count()
+    complete = f"/api/v1/tasks/{task_id}/complete"
+    assert_error(api.post(complete, {"answer": 5}, format="json"), 400, "invalid", "answer")
+    assert_error(
+        api.post(complete, {"expected_version": -1}, format="json"), 400, "invalid", "expected_version"
+    )
+    assert_error(api.post(complete, {"state": "completed"}, format="json"), 400, "unknown_field", "state")
+    assert_error(api.post(complete, {"expected_version": 99}, format="json"), 409, "concurrency_conflict")
+    url = f"/api/v1/tasks/{task_id}/contract"
+    cases = [
+        ({"contract": "run tests"}, "contract"),
+        (
+            {"contract": {"checks": [{"kind": "command", "name": "x", "argv": "sh -c true"}]}},
+            "contract.checks[0].argv",
+        ),
+        ({"contract": {"checks": [{"kind": "shell", "name": "x"}]}}, "contract.checks[0].kind"),
+        (
+            {"contract": {"checks": [{"kind": "file_matches", "name": "x", "path": "a", "pattern": "("}]}},
+            "contract.checks[0].pattern",
+        ),
+        ({"contract": {"checks": [], "on_failure": "explode"}}, "contract.on_failure"),
+        ({"contract": {"checks": []}, "trust_class": "root"}, "trust_class"),
+        ({"contract": {"checks": []}, "derived_from": ["nope"]}, "derived_from[0]"),
+    ]
+    for body, field in cases:
+        response = api.put(url, body, format="json")
+        assert response.status_code in (400, 404), response.content
+        assert response.json()["error"]["field"] == field, (body, response.content)
+    assert_error(create(api, {"zz": {"checks": []}}), 400, "invalid", "contracts.zz")
+    assert_error(
+        create(api, {"s1": {"checks": [{"kind": "file_exists", "name": "x"}]}}),
+        400,
+        "invalid",
+        "contracts.s1.checks[0].path",
+    )
+    assert EventRow.objects.count() == before
+
+
+def test_the_admin_shows_decisions_with_the_answer_and_check_output(admin_client, api, workspace):
+    task_id = started_task(api, {"checks": [echo_check("unit", "echo 41 passed")]})
+    body = api.post(f"/api/v1/tasks/{task_id}/complete", {"answer": "trust me"}, format="json").json()
+    request_id = body["completion"]["request_id"]
+    page = admin_client.get(
+        f"/admin/verification_app/completionrequest/{request_id}/change/"
+    ).content.decode()
+    assert "trust me" in page and "41 passed" in page and "completed" in page
+    assert admin_client.get("/admin/verification_app/checkrun/").status_code == 200
+    assert admin_client.get(f"/admin/verification_app/contract/{task_id}/change/").status_code == 200
+    assert admin_client.get("/admin/verification_app/checkrun/add/").status_code == 403
+
+
+def test_the_schema_documents_the_gate_endpoints(api):
+    paths = api.get("/api/schema/?format=json").json()["paths"]
+    for path in (
+        "/api/v1/tasks/{task_id}/complete",
+        "/api/v1/tasks/{task_id}/contract",
+        "/api/v1/tasks/{task_id}/completions",
+        "/api/v1/completions/{request_id}",
+    ):
+        assert path in paths
