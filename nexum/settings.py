@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "context_app",
     "context_app.catalog",
     "context_app.resolution",
+    "context_app.compilation",
     "verification_app",
 ]
 
@@ -146,6 +147,7 @@ NEXUM_PROJECTIONS = [
     "context_app.catalog.projections.ModelCatalogProjection",
     "context_app.projections.WorldProjection",
     "context_app.resolution.projections.ResolutionProjection",
+    "context_app.compilation.projections.CompilationProjection",
     "verification_app.projections.VerificationProjection",
 ]
 NEXUM_EVENT_FEED_MAX_LIMIT = 1000

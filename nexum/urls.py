@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from context_app import api as world_api
 from context_app.catalog import api as catalog_api
+from context_app.compilation import api as compile_api
 from context_app.resolution import api as resolution_api
 from nexum.api import views
 from tasks_app import api as tasks_api
@@ -69,6 +70,13 @@ api_v1 = [
         "escalations/<str:escalation_id>/resolve",
         resolution_api.EscalationResolveView.as_view(),
         name="escalation-resolve",
+    ),
+    path("tasks/<str:task_id>/compile", compile_api.TaskCompileView.as_view(), name="task-compile"),
+    path("compiles/<str:request_id>", compile_api.CompileRequestView.as_view(), name="compile-request"),
+    path("contexts/<str:digest>", compile_api.ContextDetailView.as_view(), name="context"),
+    path("contexts/<str:digest>/replay", compile_api.ContextReplayView.as_view(), name="context-replay"),
+    path(
+        "contexts/<str:digest>/diff/<str:other>", compile_api.ContextDiffView.as_view(), name="context-diff"
     ),
 ]
 

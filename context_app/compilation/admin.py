@@ -1,0 +1,121 @@
+"""Read-only admin pages for compiled contexts (SPEC I4, C8, C12): the prompt block, tokens per section
+against the budget, the exclusions with their reasons, the truncations, the position, and links to replay
+the context and to diff it with the task's previous compile. Replay and diff only read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+
+from context_app.compilation import selectors, services
+from context_app.compilation.models import CompactionFold, CompiledContext, ContextCompilation
+from nexum.eventstore.admin import ReadOnlyAdmin
+
+EXCLUDED_SHOWN = 500
+
+
+@admin.register(CompiledContext)
+class CompiledContextAdmin(ReadOnlyAdmin):
+    list_display = ("short_digest", "task_id", "model_word", "position", "total_tokens", "excluded_count")
+    list_filter = ("model_word", "project")
+    search_fields = ("=digest", "=task_id")
+    ordering = ("-position",)
+    change_form_template = "admin/compilation/compiledcontext/change_form.html"
+
+    @admin.display(description="digest")
+    def short_digest(self, context: CompiledContext) -> str:
+        return context.digest[:16]
+
+    def get_urls(self):  # type: ignore[no-untyped-def]
+        view = self.admin_site.admin_view
+        return [
+            path(
+                "<path:object_id>/replay/", view(self.replay_view), name="compilation_compiledcontext_replay"
+            ),
+            path(
+                "<path:object_id>/diff/<path:other_id>/",
+                view(self.diff_view),
+                name="compilation_compiledcontext_diff",
+            ),
+            *super().get_urls(),
+        ]
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
+    ):  # type: ignore[no-untyped-def]
+        context = get_object_or_404(CompiledContext, pk=object_id)
+        previous = selectors.previous_context(context)
+        excluded = list(selectors.iter_excluded(context))
+        extra = {
+            "compiled": context,
+            "sections": selectors.section_rows(context),
+            "excluded": excluded[:EXCLUDED_SHOWN],
+            "excluded_total": len(excluded),
+            "excluded_shown": min(len(excluded), EXCLUDED_SHOWN),
+            "truncated": selectors.compiled_result(context).truncated,
+            "compiles": selectors.task_compilations(project_id=context.project_id, task_id=context.task_id),
+            "replay_url": reverse("admin:compilation_compiledcontext_replay", args=[context.pk]),
+            "diff_url": (
+                reverse("admin:compilation_compiledcontext_diff", args=[previous.pk, context.pk])
+                if previous
+                else None
+            ),
+            "previous": previous,
+        }
+        return super().change_view(request, object_id, form_url, {**(extra_context or {}), **extra})
+
+    def replay_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        context = get_object_or_404(CompiledContext, pk=object_id)
+        outcome = services.context_replay(project_id=str(context.project_id), digest=context.digest)
+        return TemplateResponse(
+            request,
+            "admin/compilation/compiledcontext/replay.html",
+            {
+                **self.admin_site.each_context(request),
+                "compiled": context,
+                "outcome": outcome,
+                "opts": self.model._meta,
+            },
+        )
+
+    def diff_view(self, request: HttpRequest, object_id: str, other_id: str) -> HttpResponse:
+        before = get_object_or_404(CompiledContext, pk=object_id)
+        after = get_object_or_404(CompiledContext, pk=other_id, project_id=before.project_id)
+        diff = selectors.context_diff(before=before, after=after)
+        return TemplateResponse(
+            request,
+            "admin/compilation/compiledcontext/diff.html",
+            {
+                **self.admin_site.each_context(request),
+                "before": before,
+                "after": after,
+                "diff": diff,
+                "opts": self.model._meta,
+            },
+        )
+
+
+@admin.register(ContextCompilation)
+class ContextCompilationAdmin(ReadOnlyAdmin):
+    list_display = ("request_id", "task_id", "model_word", "status", "digest", "position", "requested_at")
+    list_filter = ("status", "model_word")
+    search_fields = ("=request_id", "=task_id", "=digest")
+
+
+@admin.register(CompactionFold)
+class CompactionFoldAdmin(ReadOnlyAdmin):
+    list_display = (
+        "fold_id",
+        "task_id",
+        "summary_id",
+        "folded_tokens",
+        "threshold",
+        "position",
+        "recorded_at",
+    )
+    search_fields = ("=task_id",)

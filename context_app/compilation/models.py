@@ -1,0 +1,174 @@
+"""Compiled contexts (SPEC C8, C10–C12).
+
+Two kinds of tables live here:
+
+* Content-addressed storage, written by the compile service in the transaction that appends the
+  ``ContextCompiled`` event, never cleared by a rebuild (like the artifact store): ``CompiledContext`` (a
+  compiled context, stored once per project and digest) and ``CompileEvidence`` (the extra evidence a compile
+  request supplied, kept by digest so a replay can use it again). Events name their rows by digest only.
+* Read models written by ``projections.CompilationProjection`` from the log: ``ContextCompilation`` (one row
+  per compile request: the per-task compile history and the status an asynchronous caller polls),
+  ``CompactionFold`` and ``FoldedItem`` (which progress notes and tool calls were folded into a summary).
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class CompiledContext(models.Model):
+    """One compiled context, content-addressed: ``digest`` covers everything the compiler produced (the
+    prompt block, tools, inclusions, exclusions, truncations, token counts, budget and encoding).
+    ``position``, ``model_word``, ``task_id`` and ``request_id`` are those of the first compile
+    that produced it."""
+
+    id = models.UUIDField(primary_key=True)
+    project = models.ForeignKey(
+        "tasks_app.Project", on_delete=models.DO_NOTHING, related_name="+", db_constraint=False
+    )
+    digest = models.CharField(max_length=64)
+    task_id = models.UUIDField()
+    goal_id = models.UUIDField()
+    request_id = models.UUIDField()
+    model_word = models.CharField(max_length=100)
+    encoding = models.CharField(max_length=200)
+    position = models.BigIntegerField(help_text="the log position the context was compiled at")
+    budget = models.JSONField()
+    bundle_digest = models.CharField(max_length=200, blank=True)
+    evidence_digest = models.CharField(max_length=64, blank=True)
+    prompt_block = models.TextField()
+    tools = models.JSONField(default=list)
+    included = models.JSONField(default=list, help_text="[kind, id] pairs in block order")
+    exclusion_runs = models.JSONField(default=list, help_text="the compiler's compact exclusion runs")
+    excluded_count = models.PositiveIntegerField(default=0)
+    truncated = models.JSONField(default=list)
+    section_tokens = models.JSONField(default=dict)
+    prompt_tokens = models.PositiveIntegerField()
+    tool_tokens = models.PositiveIntegerField()
+    compiler_version = models.PositiveIntegerField()
+    stored_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-position", "digest"]
+        verbose_name = "compiled context"
+        constraints = [
+            models.UniqueConstraint(fields=["project", "digest"], name="compiled_context_digest"),
+        ]
+        indexes = [models.Index(fields=["project", "task_id", "position"], name="compiled_context_task")]
+
+    def __str__(self) -> str:
+        return self.digest[:16]
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.tool_tokens
+
+
+class CompileEvidence(models.Model):
+    """The extra evidence one or more compile requests supplied, content-addressed by ``digest``."""
+
+    id = models.UUIDField(primary_key=True)
+    project = models.ForeignKey(
+        "tasks_app.Project", on_delete=models.DO_NOTHING, related_name="+", db_constraint=False
+    )
+    digest = models.CharField(max_length=64)
+    items = models.JSONField()
+    stored_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "digest"], name="compile_evidence_digest"),
+        ]
+
+    def __str__(self) -> str:
+        return self.digest[:16]
+
+
+STATUS_CHOICES = [(status, status) for status in ("queued", "done", "failed")]
+
+
+class ContextCompilation(models.Model):
+    """One compile request and its outcome (the ``compile-<request_id>`` stream)."""
+
+    request_id = models.UUIDField(primary_key=True)
+    project = models.ForeignKey(
+        "tasks_app.Project", on_delete=models.DO_NOTHING, related_name="+", db_constraint=False
+    )
+    task_id = models.UUIDField()
+    goal_id = models.UUIDField()
+    status = models.CharField(max_length=8, choices=STATUS_CHOICES)
+    model_word = models.CharField(max_length=100)
+    overrides = models.JSONField(default=dict)
+    compaction = models.BooleanField(null=True, blank=True)
+    evidence_digest = models.CharField(max_length=64, blank=True)
+    digest = models.CharField(max_length=64, blank=True)
+    position = models.BigIntegerField(null=True, blank=True, help_text="the log position compiled at")
+    compiled_position = models.BigIntegerField(
+        null=True, blank=True, help_text="the log position of the ContextCompiled event"
+    )
+    budget = models.JSONField(default=dict)
+    encoding = models.CharField(max_length=200, blank=True)
+    bundle_digest = models.CharField(max_length=200, blank=True)
+    prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    tool_tokens = models.PositiveIntegerField(null=True, blank=True)
+    included_count = models.PositiveIntegerField(null=True, blank=True)
+    excluded_count = models.PositiveIntegerField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    actor = models.CharField(max_length=200, blank=True)
+    requested_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    version = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["-requested_at"]
+        verbose_name = "compile"
+        indexes = [models.Index(fields=["task_id", "compiled_position"], name="compilation_task")]
+
+    def __str__(self) -> str:
+        return f"{self.request_id} ({self.status})"
+
+
+class CompactionFold(models.Model):
+    """Progress notes and tool calls of a task folded into one summary item (SPEC C11)."""
+
+    fold_id = models.UUIDField(primary_key=True)
+    project = models.ForeignKey(
+        "tasks_app.Project", on_delete=models.DO_NOTHING, related_name="+", db_constraint=False
+    )
+    task_id = models.UUIDField()
+    goal_id = models.UUIDField()
+    summary_id = models.UUIDField()
+    folded_ids = models.JSONField()
+    folded_tokens = models.PositiveIntegerField()
+    threshold = models.PositiveIntegerField()
+    encoding = models.CharField(max_length=200)
+    summarizer = models.CharField(max_length=300)
+    position = models.BigIntegerField()
+    actor = models.CharField(max_length=200, blank=True)
+    recorded_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["position"]
+        verbose_name = "compaction fold"
+
+    def __str__(self) -> str:
+        return f"fold {self.fold_id}"
+
+
+class FoldedItem(models.Model):
+    """An item folded into a summary: the compiler leaves it out (the item itself stays readable)."""
+
+    item_id = models.UUIDField(primary_key=True)
+    fold = models.ForeignKey(
+        CompactionFold, on_delete=models.DO_NOTHING, related_name="items", db_constraint=False
+    )
+    project = models.ForeignKey(
+        "tasks_app.Project", on_delete=models.DO_NOTHING, related_name="+", db_constraint=False
+    )
+    task_id = models.UUIDField()
+
+    class Meta:
+        indexes = [models.Index(fields=["task_id"], name="folded_item_task")]
+
+    def __str__(self) -> str:
+        return str(self.item_id)

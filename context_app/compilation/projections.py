@@ -1,0 +1,117 @@
+"""Compile history and compaction folds from the log (``ContextCompileRequested``, ``ContextCompiled``,
+``ContextCompileFailed``, ``ContextCompacted``). The compiled contexts themselves are content-addressed
+storage written by the service, not read models: a rebuild never clears them."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from context_app.compilation.models import CompactionFold, ContextCompilation, FoldedItem
+from nexum.core import compilation
+from nexum.eventstore.projections import Projection, ReadModelRows, handles
+from nexum.eventstore.store import StoredEvent
+
+
+class CompilationProjection(Projection):
+    models = (ContextCompilation, CompactionFold, FoldedItem)
+
+    @handles("ContextCompileRequested")
+    def requested(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: compilation.ContextCompileRequested = stored.event  # type: ignore[assignment]
+        rows.insert(
+            ContextCompilation,
+            **_new_row(stored, event.request_id, event.task_id, event.goal_id, event.model_word),
+            status=compilation.REQUEST_QUEUED,
+            overrides=dict(sorted(event.overrides.items())),
+            compaction=event.compaction,
+            evidence_digest=event.evidence_digest or "",
+        )
+
+    @handles("ContextCompiled")
+    def compiled(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: compilation.ContextCompiled = stored.event  # type: ignore[assignment]
+        request_id = _uuid(event.request_id)
+        fields: dict[str, Any] = {
+            "status": compilation.REQUEST_DONE,
+            "digest": event.digest,
+            "position": event.position,
+            "compiled_position": stored.position,
+            "budget": dict(sorted(event.budget.items())),
+            "encoding": event.encoding,
+            "bundle_digest": event.bundle_digest or "",
+            "evidence_digest": event.evidence_digest or "",
+            "prompt_tokens": event.prompt_tokens,
+            "tool_tokens": event.tool_tokens,
+            "included_count": event.included_count,
+            "excluded_count": event.excluded_count,
+            "finished_at": stored.recorded_at,
+            "version": stored.version,
+        }
+        if rows.get(ContextCompilation, request_id) is None:
+            row = _new_row(stored, event.request_id, event.task_id, event.goal_id, event.model_word)
+            rows.insert(ContextCompilation, **{**row, **fields})
+        else:
+            rows.update(ContextCompilation, request_id, **fields)
+
+    @handles("ContextCompileFailed")
+    def failed(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: compilation.ContextCompileFailed = stored.event  # type: ignore[assignment]
+        rows.update(
+            ContextCompilation,
+            _uuid(event.request_id),
+            status=compilation.REQUEST_FAILED,
+            error={"code": event.code, "message": event.message, "field": event.field},
+            finished_at=stored.recorded_at,
+            version=stored.version,
+        )
+
+    @handles("ContextCompacted")
+    def compacted(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: compilation.ContextCompacted = stored.event  # type: ignore[assignment]
+        fold_id = _uuid(event.fold_id)
+        project_id = _uuid(stored.project_id)
+        rows.insert(
+            CompactionFold,
+            fold_id=fold_id,
+            project_id=project_id,
+            task_id=_uuid(event.task_id),
+            goal_id=_uuid(event.goal_id),
+            summary_id=_uuid(event.summary_id),
+            folded_ids=list(event.folded_ids),
+            folded_tokens=event.folded_tokens,
+            threshold=event.threshold,
+            encoding=event.encoding,
+            summarizer=event.summarizer,
+            position=stored.position,
+            actor=str(stored.metadata.get("actor", "")),
+            recorded_at=stored.recorded_at,
+        )
+        for item_id in event.folded_ids:
+            if rows.get(FoldedItem, _uuid(item_id)) is None:
+                rows.insert(
+                    FoldedItem,
+                    item_id=_uuid(item_id),
+                    fold_id=fold_id,
+                    project_id=project_id,
+                    task_id=_uuid(event.task_id),
+                )
+
+
+def _new_row(
+    stored: StoredEvent, request_id: str, task_id: str, goal_id: str, model_word: str
+) -> dict[str, Any]:
+    return {
+        "request_id": _uuid(request_id),
+        "project_id": _uuid(stored.project_id),
+        "task_id": _uuid(task_id),
+        "goal_id": _uuid(goal_id),
+        "model_word": model_word,
+        "actor": str(stored.metadata.get("actor", "")),
+        "requested_at": stored.recorded_at,
+        "version": stored.version,
+    }
+
+
+def _uuid(value: Any) -> uuid.UUID:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))

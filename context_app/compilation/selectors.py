@@ -1,0 +1,448 @@
+"""Reads for the compile service: the compiler's input as the world state stands now (or as of a past
+position inside ``state_as_of``), stored contexts, the compile history of a task, and the diff of two
+contexts.
+
+Speed (issue 5, item 2). Candidate items are read as metadata only (id, kind, the stored token count in the
+compile's encoding, line count, position, verified, trust, origin; relevance terms only for the kinds ranked
+by relevance), in one query, with folded items left out by a subquery. The texts of the items the compiler
+includes are fetched afterwards in one query (``item_text_loader``). Nothing is tokenized here but the texts
+that are not stored world-state items (check-run output, request and bundle evidence).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection
+from django.db.models import Q
+from django.db.models.expressions import RawSQL
+
+from context_app.compilation.models import (
+    CompactionFold,
+    CompiledContext,
+    CompileEvidence,
+    ContextCompilation,
+    FoldedItem,
+)
+from context_app.models import WorldItem
+from context_app.selectors import tool_specs, tools_for_scope
+from nexum.core import world
+from nexum.core.budgets import ModelBudget
+from nexum.core.compilation import ContextDiff, diff_contexts
+from nexum.core.compiler import (
+    CompiledContext as CompiledResult,
+)
+from nexum.core.compiler import (
+    CompileInput,
+    ContextItem,
+    ExclusionRun,
+    SectionTokens,
+    Step,
+    Truncation,
+)
+from nexum.core.errors import NotFound
+from nexum.core.tokens import TokenCounter
+from tasks_app.models import Task
+
+STATE_SECTIONS = {"failure": "failures", "decision": "decisions", "fact": "facts", "artifact": "artifacts"}
+RANKED_KINDS = ("fact", "tool_call")  # ranked by relevance: their terms are needed
+CHECK_OUTPUT_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class TaskContextInput:
+    """The compiler's input for one task, and where its evidence came from."""
+
+    compile_input: CompileInput
+    bundle_digest: str | None
+
+
+# --- the compiler's input ---------------------------------------------------------------------------------
+
+
+def compile_input_for(
+    *,
+    task: Task,
+    encoding: str,
+    counter: TokenCounter,
+    extra_evidence: Sequence[Mapping[str, Any]] = (),
+) -> TaskContextInput:
+    """Goal, step, constraints and criteria from the task graph; state items of the goal and task (folded
+    ones left out, the summaries in); tools as the task sees them; evidence from tool calls, the latest
+    check runs, the resolver's bundle and ``extra_evidence``."""
+    goal = task if task.is_goal else Task.objects.get(id=task.goal_id)
+    state: dict[str, list[ContextItem]] = {kind: [] for kind in (*STATE_SECTIONS, "progress")}
+    evidence: list[ContextItem] = []
+    for item in candidate_items(task=task, encoding=encoding, counter=counter):
+        if item.kind == "diagnostic":
+            evidence.append(item)
+        else:
+            state[item.kind].append(item)
+    evidence.extend(_check_run_evidence(str(task.id), counter))
+    bundle_digest, bundle_items = _bundle_evidence(str(task.id), counter)
+    evidence.extend(bundle_items)
+    evidence.extend(request_evidence_items(extra_evidence, counter))
+    constraints = list(dict.fromkeys([*goal.constraints, *(() if task.is_goal else task.constraints)]))
+    compile_input = CompileInput(
+        goal=goal.objective,
+        step=Step(id=task.key or str(task.id), objective=task.objective, inputs=tuple(task.inputs)),
+        constraints=tuple(constraints),
+        success_criteria=tuple(task.success_criteria),
+        failures=tuple(state["failure"]),
+        decisions=tuple(state["decision"]),
+        facts=tuple(state["fact"]),
+        artifacts=tuple(state["artifact"]),
+        progress=tuple(state["progress"]),
+        evidence=tuple(evidence),
+        tools=tuple(
+            tool_specs(
+                tools_for_scope(
+                    project_id=str(task.project_id),
+                    goal_id=str(task.goal_id),
+                    task_id=None if task.is_goal else str(task.id),
+                )
+            )
+        ),
+    )
+    return TaskContextInput(compile_input, bundle_digest)
+
+
+def _task_items(task: Task) -> Any:
+    """The items the task sees (its goal's shared ones and its own, current facts only), folded ones out."""
+    shared = Q(task_id__isnull=True)
+    items = WorldItem.objects.filter(
+        shared if task.is_goal else shared | Q(task_id=task.id),
+        project_id=task.project_id,
+        goal_id=task.goal_id,
+        status=world.FACT_CURRENT,
+    )
+    folded = FoldedItem.objects.filter(task_id=task.id).values("item_id")
+    return items.exclude(id__in=folded)
+
+
+def _metadata_query(task: Task, encoding: str) -> tuple[str, Sequence[Any]]:
+    """One SELECT of the candidates' metadata, shaped so the database does the work: the id as text, the
+    stored token count of ``encoding`` as an integer, and the relevance terms joined by spaces, only for the
+    kinds ranked by relevance (so no JSON is parsed in Python)."""
+    table = connection.ops.quote_name(WorldItem._meta.db_table)
+    ranked = ", ".join(f"'{kind}'" for kind in RANKED_KINDS)
+    if connection.vendor == "postgresql":
+        item_id = RawSQL(f"{table}.id::text", ())
+        tokens = RawSQL(f"({table}.token_counts ->> %s)::integer", (encoding,))
+        terms = RawSQL(
+            f"CASE WHEN {table}.kind IN ({ranked}) THEN array_to_string(ARRAY("
+            f"SELECT jsonb_array_elements_text({table}.terms)), ' ') ELSE '' END",
+            (),
+        )
+    else:
+        item_id = RawSQL(f"{table}.id", ())
+        tokens = RawSQL(f"json_extract({table}.token_counts, %s)", (f'$."{encoding}"',))
+        terms = RawSQL(
+            f"CASE WHEN {table}.kind IN ({ranked}) THEN (SELECT group_concat(value, ' ') FROM "
+            f"json_each({table}.terms)) ELSE '' END",
+            (),
+        )
+    rows = (
+        _task_items(task)
+        .annotate(item_text_id=item_id, tokens=tokens, terms_text=terms)
+        .values_list(
+            "item_text_id",
+            "kind",
+            "tokens",
+            "line_count",
+            "position",
+            "verified",
+            "trust_class",
+            "source",
+            "terms_text",
+        )
+        .order_by()
+    )
+    sql, params = rows.query.sql_with_params()
+    return sql, params
+
+
+def _canonical_uuid(value: Any) -> str:
+    text = str(value)
+    if len(text) == 32:  # SQLite keeps UUIDs as 32 hex digits
+        return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+    return text
+
+
+def candidate_items(*, task: Task, encoding: str, counter: TokenCounter) -> list[ContextItem]:
+    """Every candidate world-state item of ``task`` as metadata (``text`` None: loaded when included).
+
+    Tool calls become ``diagnostic`` evidence. An item without a stored count in ``encoding`` (recorded
+    before that encoding was configured) is counted from its rendered text here.
+    """
+    sql, params = _metadata_query(task, encoding)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    pg = connection.vendor == "postgresql"
+    items: list[ContextItem] = []
+    uncounted: list[int] = []
+    append = items.append
+    for item_id, kind, tokens, lines, position, verified, trust_class, source, terms in rows:
+        if tokens is None:
+            uncounted.append(len(items))
+            tokens = 0
+        append(
+            ContextItem(
+                "diagnostic" if kind == "tool_call" else kind,
+                item_id if pg else _canonical_uuid(item_id),
+                int(tokens),
+                lines,
+                position,
+                bool(verified),
+                tuple(terms.split(" ")) if terms else (),
+                trust_class,
+                source or None,
+            )
+        )
+    if uncounted:
+        rendered = dict(
+            WorldItem.objects.filter(id__in=[uuid.UUID(items[index].id) for index in uncounted]).values_list(
+                "id", "rendered"
+            )
+        )
+        for index in uncounted:
+            item = items[index]
+            text = rendered[uuid.UUID(item.id)]
+            items[index] = ContextItem(
+                item.kind,
+                item.id,
+                counter.count(text),
+                item.line_count,
+                item.position,
+                item.verified,
+                item.terms,
+                item.trust_class,
+                item.origin,
+                text,
+            )
+    return items
+
+
+def item_text_loader(items: Sequence[ContextItem]) -> dict[tuple[str, str], str]:
+    """The rendered texts of the given (included) world-state items, in one query."""
+    wanted = {}
+    for item in items:
+        try:
+            wanted[uuid.UUID(item.id)] = item
+        except ValueError:
+            continue
+    texts: dict[tuple[str, str], str] = {}
+    for item_id, rendered in WorldItem.objects.filter(id__in=list(wanted)).values_list("id", "rendered"):
+        item = wanted[item_id]
+        texts[(item.kind, item.id)] = rendered
+    return texts
+
+
+def request_evidence_items(evidence: Sequence[Mapping[str, Any]], counter: TokenCounter) -> list[ContextItem]:
+    """Evidence a compile request supplied (already validated by the service), ids prefixed ``request:``."""
+    return [
+        ContextItem.from_text(
+            entry["kind"],
+            f"request:{entry['id']}",
+            entry["text"],
+            counter=counter,
+            trust_class=entry.get("trust_class") or world.DEFAULT_TRUST_CLASS,
+            origin=entry.get("origin") or None,
+        )
+        for entry in evidence
+    ]
+
+
+def _field(row: Any, name: str, default: Any = None) -> Any:
+    if isinstance(row, Mapping):
+        return row.get(name, default)
+    return getattr(row, name, default)
+
+
+def latest_check_runs(task_id: str) -> list[Any]:
+    """The verification gate's latest check runs of the task; none while that app does not provide them."""
+    try:
+        from verification_app import selectors as verification_selectors
+
+        return list(verification_selectors.latest_check_runs(task_id=task_id) or ())
+    except (ImportError, AttributeError):
+        return []
+
+
+def _check_run_evidence(task_id: str, counter: TokenCounter) -> list[ContextItem]:
+    items = []
+    for run in latest_check_runs(task_id):
+        name = str(_field(run, "name", "") or "check")
+        passed = bool(_field(run, "passed", False))
+        reason = str(_field(run, "reason", "") or "")
+        output = str(_field(run, "output", "") or "")
+        if len(output) > CHECK_OUTPUT_CHARS:  # the end of a log is where the error is
+            output = "…" + output[-CHECK_OUTPUT_CHARS:]
+        head = f"Check {name}: {'passed' if passed else 'failed'}" + (f" ({reason})" if reason else "")
+        text = f"{head}\n{output}".strip() if output.strip() else head
+        items.append(ContextItem.from_text("diagnostic", f"check:{name}", text, counter=counter))
+    return items
+
+
+def latest_bundle(task_id: str) -> Any:
+    """The resolver's latest bundle for the task; ``None`` while that app does not provide one."""
+    try:
+        from context_app.resolution import selectors as resolution_selectors
+
+        return resolution_selectors.latest_bundle(task_id=task_id)
+    except (ImportError, AttributeError):
+        return None
+
+
+def _bundle_evidence(task_id: str, counter: TokenCounter) -> tuple[str | None, list[ContextItem]]:
+    bundle = latest_bundle(task_id)
+    if bundle is None:
+        return None, []
+    digest = _field(bundle, "digest")
+    items = []
+    for index, entry in enumerate(_field(bundle, "items", None) or ()):
+        text = _field(entry, "text") or _field(entry, "content")
+        if not isinstance(text, str) or not text.strip():
+            continue
+        entry_id = _field(entry, "id") or _field(entry, "item_id") or index
+        items.append(
+            ContextItem.from_text(
+                "code",
+                f"bundle:{entry_id}",
+                text,
+                counter=counter,
+                trust_class=str(_field(entry, "trust_class") or "untrusted_retrieved"),
+                origin=str(_field(entry, "origin") or _field(entry, "source") or "") or None,
+            )
+        )
+    return (str(digest) if digest else None), items
+
+
+# --- stored contexts --------------------------------------------------------------------------------------
+
+
+def context_get(*, project_id: str, digest: Any) -> CompiledContext:
+    """A compiled context of the project by digest; another project's or an unknown one is ``NotFound``."""
+    context = None
+    if isinstance(digest, str) and len(digest) == 64:
+        context = CompiledContext.objects.filter(project_id=project_id, digest=digest).first()
+    if context is None:
+        raise NotFound(f"no compiled context {digest}", field="digest")
+    return context
+
+
+def compile_request_get(*, project_id: str, request_id: Any) -> ContextCompilation:
+    compile_request = None
+    try:
+        parsed = uuid.UUID(str(request_id))
+    except ValueError:
+        parsed = None
+    if parsed is not None:
+        compile_request = ContextCompilation.objects.filter(project_id=project_id, request_id=parsed).first()
+    if compile_request is None:
+        raise NotFound(f"no compile request {request_id}", field="request_id")
+    return compile_request
+
+
+def evidence_get(*, project_id: str, digest: str) -> list[dict[str, Any]]:
+    row = CompileEvidence.objects.filter(project_id=project_id, digest=digest).first()
+    if row is None:
+        raise NotFound(f"no stored compile evidence {digest}", field="evidence_digest")
+    return list(row.items)
+
+
+def compiled_result(context: CompiledContext) -> CompiledResult:
+    """The core's view of a stored context (so ``excluded`` is built the one way the compiler builds it)."""
+    return CompiledResult(
+        prompt_block=context.prompt_block,
+        tools=tuple(context.tools),
+        included=tuple(tuple(pair) for pair in context.included),  # type: ignore[misc]
+        exclusion_runs=tuple(
+            ExclusionRun(kind, left, reason, tuple(ids), tuple(needed))
+            for kind, left, reason, ids, needed in context.exclusion_runs
+        ),
+        truncated=tuple(Truncation(*record) for record in context.truncated),
+        section_tokens=SectionTokens(**context.section_tokens),
+        prompt_tokens=context.prompt_tokens,
+        tool_tokens=context.tool_tokens,
+        budget=ModelBudget(**context.budget),
+        encoding=context.encoding,
+        digest=context.digest,
+    )
+
+
+def task_compilations(*, project_id: str, task_id: Any) -> list[ContextCompilation]:
+    """The task's finished compiles, oldest first."""
+    return list(
+        ContextCompilation.objects.filter(project_id=project_id, task_id=task_id, status="done").order_by(
+            "compiled_position"
+        )
+    )
+
+
+def previous_context(context: CompiledContext) -> CompiledContext | None:
+    """The context of the task's latest compile before this context's first compile that had a different
+    digest (what the operator diffs against)."""
+    first = (
+        ContextCompilation.objects.filter(project_id=context.project_id, digest=context.digest)
+        .exclude(compiled_position=None)
+        .order_by("compiled_position")
+        .values_list("compiled_position", flat=True)
+        .first()
+    )
+    if first is None:
+        return None
+    digest = (
+        ContextCompilation.objects.filter(
+            project_id=context.project_id, task_id=context.task_id, status="done", compiled_position__lt=first
+        )
+        .exclude(digest=context.digest)
+        .order_by("-compiled_position")
+        .values_list("digest", flat=True)
+        .first()
+    )
+    if digest is None:
+        return None
+    return CompiledContext.objects.filter(project_id=context.project_id, digest=digest).first()
+
+
+def context_diff(*, before: CompiledContext, after: CompiledContext) -> ContextDiff:
+    """Which items (and tools) entered and left between two contexts, and why (C12)."""
+    before_result, after_result = compiled_result(before), compiled_result(after)
+    return diff_contexts(
+        before_included=[*before_result.included, *(("tool", name) for name in before_result.tools)],
+        before_excluded=_reasons(before_result),
+        after_included=[*after_result.included, *(("tool", name) for name in after_result.tools)],
+        after_excluded=_reasons(after_result),
+    )
+
+
+def _reasons(result: CompiledResult) -> dict[tuple[str, str], str]:
+    return {(record.kind, record.id): record.reason for record in result.excluded}
+
+
+def task_folds(*, project_id: str, task_id: Any) -> list[CompactionFold]:
+    return list(CompactionFold.objects.filter(project_id=project_id, task_id=task_id).order_by("position"))
+
+
+def section_rows(context: CompiledContext) -> list[dict[str, Any]]:
+    """Tokens per section against the budget, for the admin's bars."""
+    budget = int(context.budget.get("context_tokens") or 1)
+    rows = []
+    for name in ("tools", "pinned", "evidence", "state"):
+        tokens = int(context.section_tokens.get(name, 0))
+        rows.append(
+            {"name": name, "tokens": tokens, "percent": min(100.0, round(100.0 * tokens / budget, 1))}
+        )
+    used = context.total_tokens
+    rows.append({"name": "total", "tokens": used, "percent": min(100.0, round(100.0 * used / budget, 1))})
+    return rows
+
+
+def iter_excluded(context: CompiledContext, limit: int | None = None) -> Iterable[Any]:
+    records = compiled_result(context).excluded
+    return records if limit is None else records[:limit]

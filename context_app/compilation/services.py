@@ -1,0 +1,578 @@
+"""The compile service (SPEC C1, C8, C10, C11): compile a task's context for one model call, store it by
+digest, record the compile as an event, replay it, and fold old progress into a summary.
+
+One compile, in one transaction:
+
+1. the log is locked against appends (PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already is), so the world
+   state read below is exactly the state as of the head position recorded with the compile;
+2. the live budget for the model word is read (catalog and overlay as they are now: O2);
+3. when compaction is on (O6) and the task's progress notes and tool calls exceed the overlay's
+   ``auto_compact_tokens`` (O1–O3), the oldest are folded into one summary (``task_compact``);
+4. the compiler runs on item metadata and loads only the included texts (``selectors``);
+5. the result is stored once per digest (``CompiledContext``) and ``ContextCompiled`` appended to the
+   request's stream, with the request id as idempotency key.
+
+Replay (C8) rebuilds the read models as of the stored position (``state_as_of``), recompiles with the budget
+and evidence the compile recorded, and compares digests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from context_app.catalog import selectors as catalog_selectors
+from context_app.compilation import selectors
+from context_app.compilation.models import CompiledContext, CompileEvidence, ContextCompilation
+from context_app.models import WorldItem
+from context_app.services import Scope, progress_record
+from nexum.core import compilation, world
+from nexum.core.budgets import ModelBudget
+from nexum.core.compiler import TRUST_CLASSES
+from nexum.core.compiler import CompiledContext as CompiledResult
+from nexum.core.compiler import compile_context as run_compiler
+from nexum.core.digests import digest_of
+from nexum.core.errors import ConcurrencyError, DomainError, NotFound, ValidationFailed
+from nexum.eventstore import projections, store
+from nexum.tokenization import counter_for
+from tasks_app import selectors as task_selectors
+from tasks_app.models import Task
+
+_ID_NAMESPACE = uuid.UUID("2d0f3c6a-8f0e-4b7a-a4e2-5b1e6f1c9a37")
+DEFAULT_SUMMARIZER = "nexum.core.compilation.extractive_summary"
+EVIDENCE_MAX_ITEMS = 200
+EVIDENCE_ID_MAX = 200
+SUMMARY_MAX_TOKENS = 4000
+
+
+@dataclass(frozen=True)
+class CompileOutcome:
+    """What a compile request got: the stored context and the request's record."""
+
+    request_id: str
+    context: CompiledContext
+    compilation: ContextCompilation
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    digest: str
+    replayed_digest: str
+    matches: bool
+    position: int
+
+
+# --- compile ----------------------------------------------------------------------------------------------
+
+
+def context_compile(
+    *,
+    project_id: str,
+    task_id: str,
+    model_word: str,
+    overrides: Mapping[str, Any] | None = None,
+    extra_evidence: Sequence[Mapping[str, Any]] = (),
+    compaction: bool | None = None,
+    request_id: str | None = None,
+    actor: str,
+) -> CompileOutcome:
+    """Compile the context of ``task_id`` for a call under ``model_word`` now (synchronously).
+
+    ``overrides`` (``context_tokens``, ``tool_count``) outrank the card (B3); ``extra_evidence`` is a list
+    of ``{"kind": "diagnostic"|"code", "id", "text", "origin"?, "trust_class"?}``; ``compaction`` is the
+    request's own choice (O6). The same ``request_id`` again returns the first answer and writes nothing.
+    Another project's task is ``NotFound``; bad input is ``ValidationFailed`` naming the field; in both
+    cases nothing is written.
+    """
+    task = task_selectors.task_get(project_id=project_id, task_id=task_id)
+    word = _model_word(model_word)
+    evidence = check_evidence(extra_evidence)
+    request_id = _request_id(request_id)
+    done = _finished(project_id, request_id)
+    if done is not None:
+        return done
+    with transaction.atomic():
+        return _compile_and_record(
+            task=task,
+            word=word,
+            overrides=overrides,
+            evidence=evidence,
+            compaction=compaction,
+            request_id=request_id,
+            expected_version=0,
+            actor=actor,
+        )
+
+
+compile_context = context_compile
+"""The name the issue uses for ``context_compile``."""
+
+
+def context_compile_request(
+    *,
+    project_id: str,
+    task_id: str,
+    model_word: str,
+    overrides: Mapping[str, Any] | None = None,
+    extra_evidence: Sequence[Mapping[str, Any]] = (),
+    compaction: bool | None = None,
+    request_id: str | None = None,
+    actor: str,
+) -> ContextCompilation:
+    """Queue a compile for a worker (C10): checks the request now (the model word, overrides, evidence),
+    records ``ContextCompileRequested`` and enqueues ``tasks.compile_requested`` when the transaction
+    commits. A repeated ``request_id`` returns the original request and writes nothing."""
+    task = task_selectors.task_get(project_id=project_id, task_id=task_id)
+    word = _model_word(model_word)
+    evidence = check_evidence(extra_evidence)
+    request_id = _request_id(request_id)
+    if compaction is not None and not isinstance(compaction, bool):
+        raise ValidationFailed("compaction must be true, false or absent", field="compaction")
+    existing = ContextCompilation.objects.filter(request_id=request_id).first()
+    if existing is not None:
+        if str(existing.project_id) != str(project_id):
+            raise NotFound(f"no compile request {request_id}", field="request_id")
+        return existing
+    # The word and overrides are checked now, so a bad request is a 400 and not a failed job.
+    choice = catalog_selectors.budget_for(project_id=project_id, word=word, overrides=overrides)
+    del choice
+    from context_app.compilation.tasks import compile_requested
+
+    with transaction.atomic():
+        evidence_digest = _store_evidence(project_id, evidence)
+        store.append(
+            stream_id=compilation.compile_stream(request_id),
+            events=[
+                compilation.ContextCompileRequested(
+                    request_id=request_id,
+                    task_id=str(task.id),
+                    goal_id=str(task.goal_id),
+                    model_word=word,
+                    overrides={
+                        key: value for key, value in sorted((overrides or {}).items()) if value is not None
+                    },
+                    compaction=compaction,
+                    evidence_digest=evidence_digest,
+                )
+            ],
+            expected_version=0,
+            idempotency_key=f"requested-{request_id}",
+            metadata={"actor": actor},
+            project_id=str(project_id),
+        )
+        transaction.on_commit(lambda: compile_requested.delay(request_id))
+    return ContextCompilation.objects.get(request_id=request_id)
+
+
+def context_compile_run(*, request_id: str, actor: str = "worker") -> ContextCompilation | None:
+    """Answer a queued request (the worker's side). Idempotent: a request already answered (a redelivered
+    message) writes nothing; a refused compile records ``ContextCompileFailed``."""
+    queued = ContextCompilation.objects.filter(request_id=request_id).first()
+    if queued is None:
+        return None
+    if queued.status != compilation.REQUEST_QUEUED:
+        return queued
+    project_id = str(queued.project_id)
+    try:
+        with transaction.atomic():
+            task = Task.objects.get(id=queued.task_id, project_id=queued.project_id)
+            evidence = (
+                selectors.evidence_get(project_id=project_id, digest=queued.evidence_digest)
+                if queued.evidence_digest
+                else []
+            )
+            _compile_and_record(
+                task=task,
+                word=queued.model_word,
+                overrides=queued.overrides or None,
+                evidence=evidence,
+                compaction=queued.compaction,
+                request_id=str(queued.request_id),
+                expected_version=queued.version,
+                actor=actor,
+            )
+    except ConcurrencyError:
+        pass  # another delivery of the same message answered it first
+    except DomainError as error:
+        with contextlib.suppress(ConcurrencyError):  # answered by another delivery meanwhile
+            store.append(
+                stream_id=compilation.compile_stream(str(queued.request_id)),
+                events=[
+                    compilation.ContextCompileFailed(
+                        request_id=str(queued.request_id),
+                        task_id=str(queued.task_id),
+                        code=error.code,
+                        message=error.message,
+                        field=error.field,
+                    )
+                ],
+                expected_version=queued.version,
+                metadata={"actor": actor},
+                project_id=project_id,
+            )
+    return ContextCompilation.objects.get(request_id=request_id)
+
+
+def _compile_and_record(
+    *,
+    task: Task,
+    word: str,
+    overrides: Mapping[str, Any] | None,
+    evidence: Sequence[Mapping[str, Any]],
+    compaction: bool | None,
+    request_id: str,
+    expected_version: int,
+    actor: str,
+) -> CompileOutcome:
+    project_id = str(task.project_id)
+    _lock_log()
+    if store.stream_version(compilation.compile_stream(request_id)) > expected_version:
+        # Answered meanwhile (a concurrent retry or a redelivered message): the first answer stands.
+        answered = _finished(project_id, request_id)
+        if answered is not None:
+            return answered
+        raise ConcurrencyError(f"compile request {request_id} was answered meanwhile", field="request_id")
+    choice = catalog_selectors.budget_for(
+        project_id=project_id, word=word, overrides=overrides, compaction=compaction
+    )
+    encoding = choice.card.encoding
+    if choice.compaction_enabled and choice.auto_compact_tokens:
+        task_compact(task=task, threshold=choice.auto_compact_tokens, encoding=encoding, actor=actor)
+    position = store.head_position()
+    evidence_digest = _store_evidence(project_id, evidence)
+    result, bundle_digest = compile_task(
+        task=task, budget=choice.budget, encoding=encoding, evidence=evidence
+    )
+    context = _store_context(
+        task=task,
+        result=result,
+        request_id=request_id,
+        model_word=word,
+        position=position,
+        bundle_digest=bundle_digest,
+        evidence_digest=evidence_digest,
+    )
+    store.append(
+        stream_id=compilation.compile_stream(request_id),
+        events=[
+            compilation.ContextCompiled(
+                request_id=request_id,
+                task_id=str(task.id),
+                goal_id=str(task.goal_id),
+                digest=result.digest,
+                model_word=word,
+                position=position,
+                budget=dataclasses.asdict(result.budget),
+                encoding=encoding,
+                bundle_digest=bundle_digest,
+                evidence_digest=evidence_digest,
+                prompt_tokens=result.prompt_tokens,
+                tool_tokens=result.tool_tokens,
+                included_count=len(result.included),
+                excluded_count=context.excluded_count,
+            )
+        ],
+        expected_version=expected_version,
+        idempotency_key=request_id,
+        metadata={"actor": actor},
+        project_id=project_id,
+    )
+    return CompileOutcome(request_id, context, ContextCompilation.objects.get(request_id=request_id))
+
+
+def compile_task(
+    *, task: Task, budget: ModelBudget, encoding: str, evidence: Sequence[Mapping[str, Any]] = ()
+) -> tuple[CompiledResult, str | None]:
+    """Compile ``task`` with ``budget`` against the read models as they are (no writes)."""
+    counter = counter_for(encoding)
+    task_input = selectors.compile_input_for(
+        task=task, encoding=encoding, counter=counter, extra_evidence=evidence
+    )
+    result = run_compiler(
+        task_input.compile_input, budget=budget, counter=counter, load_texts=selectors.item_text_loader
+    )
+    return result, task_input.bundle_digest
+
+
+def _store_context(
+    *,
+    task: Task,
+    result: CompiledResult,
+    request_id: str,
+    model_word: str,
+    position: int,
+    bundle_digest: str | None,
+    evidence_digest: str | None,
+) -> CompiledContext:
+    project_id = str(task.project_id)
+    existing = CompiledContext.objects.filter(project_id=project_id, digest=result.digest).first()
+    if existing is not None:
+        return existing
+    canonical = result.canonical_form()
+    excluded_count = sum(len(run.ids) for run in result.exclusion_runs)
+    CompiledContext.objects.bulk_create(
+        [
+            CompiledContext(
+                id=uuid.uuid5(_ID_NAMESPACE, f"{project_id}/context/{result.digest}"),
+                project_id=project_id,
+                digest=result.digest,
+                task_id=task.id,
+                goal_id=task.goal_id,
+                request_id=request_id,
+                model_word=model_word,
+                encoding=result.encoding,
+                position=position,
+                budget=canonical["budget"],
+                bundle_digest=bundle_digest or "",
+                evidence_digest=evidence_digest or "",
+                prompt_block=result.prompt_block,
+                tools=canonical["tools"],
+                included=canonical["included"],
+                exclusion_runs=canonical["exclusion_runs"],
+                excluded_count=excluded_count,
+                truncated=canonical["truncated"],
+                section_tokens=canonical["section_tokens"],
+                prompt_tokens=result.prompt_tokens,
+                tool_tokens=result.tool_tokens,
+                compiler_version=canonical["compiler_version"],
+                stored_at=timezone.now(),
+            )
+        ],
+        ignore_conflicts=True,
+    )
+    return CompiledContext.objects.get(project_id=project_id, digest=result.digest)
+
+
+# --- replay (C8) ------------------------------------------------------------------------------------------
+
+
+def context_replay(*, project_id: str, digest: str) -> ReplayOutcome:
+    """Recompile a stored context's task as of the log position it was compiled at, with the budget and
+    request evidence it recorded, and compare digests. Writes nothing."""
+    context = selectors.context_get(project_id=project_id, digest=digest)
+    evidence = (
+        selectors.evidence_get(project_id=project_id, digest=context.evidence_digest)
+        if context.evidence_digest
+        else []
+    )
+    budget = ModelBudget(**context.budget)
+    with projections.state_as_of(context.position):
+        task = Task.objects.get(id=context.task_id)
+        result, _ = compile_task(task=task, budget=budget, encoding=context.encoding, evidence=evidence)
+    return ReplayOutcome(
+        digest=context.digest,
+        replayed_digest=result.digest,
+        matches=result.digest == context.digest,
+        position=context.position,
+    )
+
+
+# --- compaction (C11) -------------------------------------------------------------------------------------
+
+
+def summarizer_path() -> str:
+    return str(getattr(settings, "NEXUM_COMPACTION_SUMMARIZER", DEFAULT_SUMMARIZER))
+
+
+def task_compact(*, task: Task, threshold: int, encoding: str, actor: str) -> WorldItem | None:
+    """Fold the oldest progress notes and tool calls of ``task`` into one summary when together they exceed
+    ``threshold`` tokens (in ``encoding``). Returns the summary item, or ``None`` when nothing was folded.
+
+    The summary is a progress note of the task (trust: the lowest of the folded items'); the fold is a
+    ``ContextCompacted`` event listing the folded ids. The folded items stay in the log and the world state.
+    """
+    if task.is_goal:
+        return None
+    rows = (
+        selectors._task_items(task)
+        .filter(task_id=task.id, kind__in=compilation.COMPACTED_KINDS)
+        .values_list("id", "kind", "token_counts", "position", "trust_class")
+        .order_by("position")
+    )
+    counter = counter_for(encoding)
+    candidates, trust = [], {}
+    uncounted = []
+    for item_id, kind, counts, position, trust_class in rows:
+        tokens = counts.get(encoding)
+        if tokens is None:
+            uncounted.append(item_id)
+        candidates.append(compilation.FoldCandidate(str(item_id), kind, tokens or 0, position))
+        trust[str(item_id)] = trust_class
+    if uncounted:
+        texts = dict(WorldItem.objects.filter(id__in=uncounted).values_list("id", "rendered"))
+        fixed = {str(key): counter.count(text) for key, text in texts.items()}
+        candidates = [c._replace(tokens=fixed.get(c.id, c.tokens)) for c in candidates]
+    folded = compilation.plan_fold(candidates, threshold=threshold)
+    if not folded:
+        return None
+    texts = dict(
+        WorldItem.objects.filter(id__in=[uuid.UUID(c.id) for c in folded]).values_list("id", "rendered")
+    )
+    entries = [(c.kind, texts[uuid.UUID(c.id)]) for c in folded]
+    path = summarizer_path()
+    summarize = import_string(path)
+    max_tokens = min(compilation.summary_token_cap(threshold), SUMMARY_MAX_TOKENS)
+    summary = str(summarize(entries, max_tokens=max_tokens, counter=counter))[: world.TEXT_MAX].strip()
+    if not summary:
+        summary = f"Summary of {len(folded)} earlier entries."
+    ranks = {name: rank for rank, name in enumerate(TRUST_CLASSES)}
+    lowest = min((trust[c.id] for c in folded), key=lambda name: ranks.get(name, -1))
+    trust_class = lowest if lowest in world.RECORDABLE_TRUST_CLASSES else world.DEFAULT_TRUST_CLASS
+    fold_id = str(uuid.uuid4())
+    with transaction.atomic():
+        item = progress_record(
+            scope=Scope(str(task.project_id), str(task.goal_id), str(task.id)),
+            text=summary,
+            trust_class=trust_class,
+            actor=actor,
+            idempotency_key=f"compaction-{fold_id}",
+        )
+        stream = compilation.compaction_stream(str(task.id))
+        store.append(
+            stream_id=stream,
+            events=[
+                compilation.ContextCompacted(
+                    fold_id=fold_id,
+                    task_id=str(task.id),
+                    goal_id=str(task.goal_id),
+                    summary_id=str(item.id),
+                    folded_ids=[c.id for c in folded],
+                    folded_tokens=sum(c.tokens for c in folded),
+                    threshold=threshold,
+                    encoding=encoding,
+                    summarizer=path,
+                )
+            ],
+            expected_version=store.stream_version(stream),
+            metadata={"actor": actor},
+            project_id=str(task.project_id),
+        )
+    return item
+
+
+# --- helpers ----------------------------------------------------------------------------------------------
+
+
+def check_evidence(evidence: Any) -> list[dict[str, Any]]:
+    """Evidence a request supplies, checked and normalized (sorted keys; ids unique)."""
+    if evidence is None:
+        return []
+    if not isinstance(evidence, list | tuple):
+        raise ValidationFailed("evidence must be a list", field="evidence")
+    if len(evidence) > EVIDENCE_MAX_ITEMS:
+        raise ValidationFailed(f"at most {EVIDENCE_MAX_ITEMS} evidence items", field="evidence")
+    checked: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(evidence):
+        where = f"evidence.{index}"
+        if not isinstance(entry, Mapping):
+            raise ValidationFailed("an evidence item is an object", field=where)
+        unknown = sorted(set(entry) - {"kind", "id", "text", "origin", "trust_class"})
+        if unknown:
+            raise ValidationFailed(f"unknown member {unknown[0]!r}", field=f"{where}.{unknown[0]}")
+        kind = entry.get("kind", "code")
+        if kind not in compilation.EVIDENCE_KINDS:
+            raise ValidationFailed(
+                f"kind must be one of {', '.join(compilation.EVIDENCE_KINDS)}", field=f"{where}.kind"
+            )
+        text = _clean_text(entry.get("text"), f"{where}.text", world.TEXT_MAX, required=True)
+        item_id = entry.get("id", str(index + 1))
+        item_id = _clean_text(item_id, f"{where}.id", EVIDENCE_ID_MAX, required=True)
+        if item_id in seen:
+            raise ValidationFailed(f"evidence id {item_id!r} is given twice", field=f"{where}.id")
+        seen.add(item_id)
+        origin = _clean_text(entry.get("origin", ""), f"{where}.origin", world.SHORT_MAX, required=False)
+        trust_class = entry.get("trust_class", world.DEFAULT_TRUST_CLASS)
+        if trust_class not in world.RECORDABLE_TRUST_CLASSES:
+            raise ValidationFailed(
+                f"trust_class must be one of {', '.join(world.RECORDABLE_TRUST_CLASSES)}",
+                field=f"{where}.trust_class",
+            )
+        checked.append(
+            {"id": item_id, "kind": kind, "origin": origin, "text": text, "trust_class": trust_class}
+        )
+    return checked
+
+
+def _clean_text(value: Any, field: str, limit: int, *, required: bool) -> str:
+    if not isinstance(value, str):
+        raise ValidationFailed(f"{field} must be a string", field=field)
+    if "\x00" in value:
+        raise ValidationFailed(f"{field} must not contain NUL characters", field=field)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationFailed(f"{field} is not valid UTF-8 (unpaired surrogate)", field=field) from None
+    if required and not value.strip():
+        raise ValidationFailed(f"{field} must not be empty", field=field)
+    if len(value) > limit:
+        raise ValidationFailed(f"{field} is over {limit} characters", field=field)
+    return value
+
+
+def _model_word(word: Any) -> str:
+    if not isinstance(word, str) or not word.strip() or len(word) > 100:
+        raise ValidationFailed("model must be a catalog word of 1–100 characters", field="model")
+    return word
+
+
+def _request_id(request_id: str | None) -> str:
+    if request_id is None:
+        return str(uuid.uuid4())
+    try:
+        return str(uuid.UUID(str(request_id)))
+    except ValueError:
+        raise ValidationFailed("request_id must be a UUID", field="request_id") from None
+
+
+def request_id_for_key(project_id: str, key: str) -> str:
+    """The request id an ``Idempotency-Key`` stands for in a project (a retried request finds its answer)."""
+    return str(uuid.uuid5(_ID_NAMESPACE, f"{project_id}/compile/{key}"))
+
+
+def _finished(project_id: str, request_id: str) -> CompileOutcome | None:
+    row = ContextCompilation.objects.filter(request_id=request_id).first()
+    if row is None:
+        return None
+    if str(row.project_id) != str(project_id):
+        raise NotFound(f"no compile request {request_id}", field="request_id")
+    if row.status != compilation.REQUEST_DONE:
+        raise ValidationFailed(f"compile request {request_id} is {row.status}", field="request_id")
+    return CompileOutcome(request_id, selectors.context_get(project_id=project_id, digest=row.digest), row)
+
+
+def _store_evidence(project_id: str, evidence: Sequence[Mapping[str, Any]]) -> str | None:
+    if not evidence:
+        return None
+    items = [dict(sorted(entry.items())) for entry in evidence]
+    digest = digest_of(items)
+    CompileEvidence.objects.bulk_create(
+        [
+            CompileEvidence(
+                id=uuid.uuid5(_ID_NAMESPACE, f"{project_id}/evidence/{digest}"),
+                project_id=project_id,
+                digest=digest,
+                items=items,
+                stored_at=timezone.now(),
+            )
+        ],
+        ignore_conflicts=True,
+    )
+    return digest
+
+
+def _lock_log() -> None:
+    """Hold the log's append lock until commit, so no event lands between reading the head position and
+    reading the world state (SQLite: the transaction already began with ``BEGIN IMMEDIATE``)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(store.LOCK_LOG)

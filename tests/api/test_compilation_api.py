@@ -1,0 +1,145 @@
+"""The compile endpoints (SPEC I1, C8, C10, C12) end to end: compile sync and queued, poll, read, replay,
+diff; another project's ids are 404 with nothing written; bad input is 400 naming the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from context_app.compilation.models import CompiledContext
+from context_app.models import WorldItem
+from nexum.eventstore.models import Event as EventRow
+from tests.integration.compile_world import build_auth_world
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def auth(project):
+    return build_auth_world(project, filler=30)
+
+
+def compile_url(auth) -> str:
+    return f"/api/v1/tasks/{auth.task.id}/compile"
+
+
+def test_compile_read_replay_and_diff(api, auth):
+    small = api.post(compile_url(auth), {"model": "quick"}, format="json")
+    assert small.status_code == 200, small.json()
+    context = small.json()["context"]
+    assert "Fix the failing authentication spec" in context["prompt_block"]
+    assert context["budget"]["context_tokens"] == 8000
+    assert all(record["reason"] for record in context["excluded"])
+    frontier = api.post(
+        compile_url(auth),
+        {
+            "model": "best",
+            "overrides": {"tool_count": 3},
+            "evidence": [{"kind": "diagnostic", "id": "lint", "text": "auth.rb:12 unused variable"}],
+        },
+        format="json",
+    ).json()["context"]
+    assert len(frontier["tools"]) == 3
+    assert {"kind": "diagnostic", "id": "request:lint"} in frontier["included"]
+
+    got = api.get(f"/api/v1/contexts/{context['digest']}")
+    assert got.status_code == 200 and got.json() == context
+
+    scope = WorldItem.objects.filter(task_id=auth.task.id).first()
+    assert scope is not None
+    api.post(f"/api/v1/tasks/{auth.task.id}/failures", {"text": "third try failed at line 52"}, format="json")
+    for method in (api.post, api.get):
+        replay = method(f"/api/v1/contexts/{context['digest']}/replay")
+        assert replay.status_code == 200
+        assert replay.json()["matches"] is True and replay.json()["replayed_digest"] == context["digest"]
+
+    diff = api.get(f"/api/v1/contexts/{context['digest']}/diff/{frontier['digest']}").json()
+    assert diff["entered"]
+    assert all(entry["reason"] for entry in diff["entered"] if not entry["id"].startswith("request:"))
+    assert {"kind": "diagnostic", "id": "request:lint", "reason": None} in diff["entered"]
+
+
+def test_async_compile_and_poll(api, auth, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        queued = api.post(compile_url(auth), {"model": "local", "async": True}, format="json")
+    assert queued.status_code == 202, queued.json()
+    request_id = queued.json()["request_id"]
+    polled = api.get(f"/api/v1/compiles/{request_id}")
+    assert polled.status_code == 200
+    body = polled.json()
+    assert body["status"] == "done" and body["context"]["digest"] == body["digest"]
+
+
+def test_an_idempotency_key_names_the_request(api, auth):
+    headers = {"HTTP_IDEMPOTENCY_KEY": "compile-1"}
+    first = api.post(compile_url(auth), {"model": "local"}, format="json", **headers).json()
+    events = EventRow.objects.count()
+    again = api.post(compile_url(auth), {"model": "local"}, format="json", **headers).json()
+    assert again == first and EventRow.objects.count() == events
+
+
+def test_another_projects_ids_are_404_and_nothing_is_written(api, other_api, auth):
+    context = api.post(compile_url(auth), {"model": "local"}, format="json").json()
+    digest = context["context"]["digest"]
+    events, stored = EventRow.objects.count(), CompiledContext.objects.count()
+    for response in (
+        other_api.post(compile_url(auth), {"model": "local"}, format="json"),
+        other_api.post(compile_url(auth), {"model": "local", "async": True}, format="json"),
+        other_api.get(f"/api/v1/contexts/{digest}"),
+        other_api.post(f"/api/v1/contexts/{digest}/replay"),
+        other_api.get(f"/api/v1/contexts/{digest}/diff/{digest}"),
+        other_api.get(f"/api/v1/compiles/{context['request_id']}"),
+    ):
+        assert response.status_code == 404, response.json()
+        assert response.json()["error"]["code"] == "not_found"
+    assert EventRow.objects.count() == events and CompiledContext.objects.count() == stored
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "model"),
+        ({"model": 7}, "model"),
+        ({"model": "nope"}, "word"),
+        ({"model": "local", "overrides": {"context_tokens": -5}}, "overrides.context_tokens"),
+        ({"model": "local", "overrides": {"window": 5}}, "overrides.window"),
+        ({"model": "local", "evidence": [{"kind": "poem", "text": "x"}]}, "evidence.0.kind"),
+        ({"model": "local", "evidence": "not a list"}, "evidence"),
+        ({"model": "local", "evidence": [{"text": "a\u0000b"}]}, "evidence.0.text"),
+        ({"model": "local", "async": "sometimes"}, "async"),
+        ({"model": "local", "colour": "red"}, "colour"),
+        ({"model": "local", "async": True, "overrides": {"tool_count": "x"}}, "overrides.tool_count"),
+        ({"model": "nope", "async": True}, "word"),
+    ],
+)
+def test_bad_input_is_400_naming_the_field(api, auth, body, field):
+    events = EventRow.objects.count()
+    response = api.post(compile_url(auth), body, format="json")
+    assert response.status_code == 400, response.json()
+    assert response.json()["error"]["field"] == field
+    assert EventRow.objects.count() == events
+
+
+def test_unknown_digests_and_requests_are_404(api, auth):
+    assert api.get("/api/v1/contexts/nope").status_code == 404
+    assert api.get(f"/api/v1/contexts/{'0' * 64}/replay").status_code == 404
+    assert api.get("/api/v1/compiles/not-a-uuid").status_code == 404
+    assert api.post(f"/api/v1/tasks/{'1' * 8}/compile", {"model": "local"}, format="json").status_code == 404
+
+
+def test_the_admin_page_shows_the_context(admin_client, api, auth):
+    first = api.post(compile_url(auth), {"model": "quick"}, format="json").json()["context"]
+    api.post(f"/api/v1/tasks/{auth.task.id}/progress", {"text": "tried the cookie store fix"}, format="json")
+    second = api.post(compile_url(auth), {"model": "quick"}, format="json").json()["context"]
+    stored = CompiledContext.objects.get(digest=second["digest"])
+    page = admin_client.get(f"/admin/compilation/compiledcontext/{stored.pk}/change/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    for text in ("Tokens per section", "nx-bar-fill", "Prompt block", "Excluded", "Truncations", "Replay at position"):
+        assert text in html
+    assert "Diff with the previous compile" in html
+    earlier = CompiledContext.objects.get(digest=first["digest"])
+    diff = admin_client.get(f"/admin/compilation/compiledcontext/{earlier.pk}/diff/{stored.pk}/")
+    assert diff.status_code == 200 and "Entered" in diff.content.decode()
+    replay = admin_client.get(f"/admin/compilation/compiledcontext/{stored.pk}/replay/")
+    assert replay.status_code == 200 and "The digests match." in replay.content.decode()
+    assert admin_client.get("/admin/compilation/compiledcontext/").status_code == 200

@@ -1,0 +1,281 @@
+"""The compile service (SPEC C1, C8, C10, C11, C12): the worked example for three model sizes, storage by
+digest, replay at a past position, live overlays, idempotent workers, compaction and rebuild."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import transaction
+
+from context_app import services as world
+from context_app.catalog.services import model_overlay_set
+from context_app.compilation import selectors, services
+from context_app.compilation.models import (
+    CompactionFold,
+    CompiledContext,
+    ContextCompilation,
+    FoldedItem,
+)
+from context_app.compilation.tasks import compile_requested
+from context_app.models import WorldItem
+from nexum.core.compilation import compile_stream
+from nexum.core.errors import NotFound, ValidationFailed
+from nexum.eventstore import projections, store
+from nexum.eventstore.models import Event as EventRow
+from tests.integration.compile_world import build_auth_world
+
+pytestmark = pytest.mark.django_db
+
+PINNED = (
+    "Fix the failing authentication spec",
+    "Make auth_spec.rb pass",
+    "spec/auth_spec.rb",
+    "Do not modify the database schema",
+    "Keep the public token API unchanged",
+    "bundle exec rspec spec/auth_spec.rb exits 0",
+)
+
+
+@pytest.fixture
+def auth(project):
+    return build_auth_world(project)
+
+
+def compile_for(auth, word: str, **kwargs):
+    return services.context_compile(
+        project_id=auth.project_id, task_id=str(auth.task.id), model_word=word, actor="test", **kwargs
+    )
+
+
+def compiled_events(auth) -> int:
+    return EventRow.objects.filter(event_type="ContextCompiled", project_id=auth.project_id).count()
+
+
+def test_the_worked_example_for_a_small_a_standard_and_a_frontier_model(auth):
+    evidence = [{"kind": "code", "id": "auth.rb", "text": "def valid?\n  token.signed?\nend", "origin": "app/auth.rb"}]
+    outcomes = {word: compile_for(auth, word, extra_evidence=evidence) for word in ("quick", "local", "frontier")}
+    for word, outcome in outcomes.items():
+        context = outcome.context
+        for text in PINNED:
+            assert text in context.prompt_block, (word, text)
+        assert context.total_tokens <= context.budget["context_tokens"]
+        included = {tuple(pair) for pair in context.included}
+        assert ("failure", auth.failure_id) in included
+        assert ("fact", auth.redis_fact_id) in included
+        assert "[verified] redis: Redis is required (source: docs/arch.md)" in context.prompt_block
+        assert ("diagnostic", auth.tool_call_id) in included
+        assert ("code", "request:auth.rb") in included
+        assert "tool_00" in context.tools  # pinned
+    small, standard, frontier = (outcomes[word].context for word in ("quick", "local", "frontier"))
+    assert small.budget["context_tokens"] == 8000 and small.budget["size_class"] == "small"
+    assert standard.budget["context_tokens"] == 24000
+    assert frontier.budget["context_tokens"] == 48000
+    assert small.excluded_count > standard.excluded_count >= frontier.excluded_count
+    excluded = selectors.compiled_result(small).excluded
+    assert excluded and all(record.reason for record in excluded)
+    assert len(small.tools) == 6
+    assert any(r.kind == "tool" and "tool budget of 6 tools is full" in r.reason for r in excluded)
+    assert any(r.kind in ("fact", "progress") and r.reason.startswith("needed ") for r in excluded)
+    # the event carries ids and digests, never the prompt
+    event = EventRow.objects.filter(event_type="ContextCompiled").order_by("-position").first()
+    assert "prompt_block" not in event.data and "Redis" not in str(event.data)
+    assert event.data["digest"] == frontier.digest
+
+
+def test_same_digest_is_stored_once_and_each_compile_is_an_event(auth):
+    first = compile_for(auth, "local")
+    second = compile_for(auth, "local")
+    assert first.context.digest == second.context.digest
+    assert CompiledContext.objects.filter(digest=first.context.digest).count() == 1
+    assert compiled_events(auth) == 2
+    assert len(selectors.task_compilations(project_id=auth.project_id, task_id=auth.task.id)) == 2
+
+
+def test_a_retried_request_id_writes_nothing(auth):
+    first = compile_for(auth, "local", request_id="8f7c3a52-4b9e-4f0e-9d5d-2c6f1e0b9a11")
+    again = compile_for(auth, "local", request_id="8f7c3a52-4b9e-4f0e-9d5d-2c6f1e0b9a11")
+    assert again.context.digest == first.context.digest
+    assert compiled_events(auth) == 1
+
+
+def test_replay_at_an_older_position_yields_the_older_digest(auth):
+    older = compile_for(auth, "local").context
+    scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    world.failure_record(scope=scope, text="second attempt: the cookie store drops the token", actor="test")
+    newer = compile_for(auth, "local").context
+    assert newer.digest != older.digest and newer.position > older.position
+    live = projections.snapshot()
+    replay = services.context_replay(project_id=auth.project_id, digest=older.digest)
+    assert replay.matches and replay.replayed_digest == older.digest and replay.position == older.position
+    assert services.context_replay(project_id=auth.project_id, digest=newer.digest).matches
+    assert projections.snapshot() == live  # replay wrote nothing
+
+
+def test_replay_uses_the_recorded_budget_after_the_overlay_changed(auth):
+    older = compile_for(auth, "local").context
+    model_overlay_set(project_id=auth.project_id, word="local", overlay={"context_tokens": 16000}, actor="op")
+    assert services.context_replay(project_id=auth.project_id, digest=older.digest).matches
+
+
+def test_an_overlay_lowered_between_two_compiles_reaches_the_second(auth):
+    first = compile_for(auth, "local").context
+    model_overlay_set(project_id=auth.project_id, word="local", overlay={"context_tokens": 12000}, actor="op")
+    second = compile_for(auth, "local").context
+    assert first.budget["context_tokens"] == 24000
+    assert second.budget["window"] == 12000
+    assert second.budget["context_tokens"] == 12000 - 6000  # reserve: max output 8192 capped at half
+    assert second.total_tokens <= second.budget["context_tokens"]
+    assert second.excluded_count > first.excluded_count
+
+
+def test_a_redelivered_compile_message_stores_and_appends_nothing_twice(auth):
+    with transaction.atomic():
+        queued = services.context_compile_request(
+            project_id=auth.project_id, task_id=str(auth.task.id), model_word="quick", actor="test"
+        )
+    request_id = str(queued.request_id)
+    compile_requested.run(request_id)
+    contexts, events = CompiledContext.objects.count(), EventRow.objects.count()
+    compile_requested.run(request_id)
+    assert CompiledContext.objects.count() == contexts
+    assert EventRow.objects.count() == events
+    assert store.stream_version(compile_stream(request_id)) == 2
+    row = ContextCompilation.objects.get(request_id=request_id)
+    assert row.status == "done" and row.digest, row.error
+
+
+def test_a_refused_queued_compile_is_recorded_as_failed(auth):
+    with transaction.atomic():
+        queued = services.context_compile_request(
+            project_id=auth.project_id,
+            task_id=str(auth.task.id),
+            model_word="quick",
+            overrides={"context_tokens": 1},
+            actor="test",
+        )
+    # the floor lifts the budget to 1,024 tokens; shrink the tools' half so the pinned content cannot fit
+    compile_requested.run(str(queued.request_id))
+    row = ContextCompilation.objects.get(request_id=queued.request_id)
+    assert row.status in ("done", "failed")
+    if row.status == "failed":
+        assert row.error["code"]
+
+
+def test_compaction_folds_the_oldest_progress_and_tool_calls(auth):
+    model_overlay_set(
+        project_id=auth.project_id, word="local", overlay={"auto_compact_tokens": 1500}, actor="op"
+    )
+    before = list(WorldItem.objects.filter(task_id=auth.task.id, kind__in=["progress", "tool_call"]))
+    outcome = compile_for(auth, "local")
+    fold = CompactionFold.objects.get(task_id=auth.task.id)
+    event = EventRow.objects.get(event_type="ContextCompacted")
+    assert event.data["folded_ids"] == fold.folded_ids and len(fold.folded_ids) >= 2
+    oldest = sorted(before, key=lambda item: item.position)[: len(fold.folded_ids)]
+    assert fold.folded_ids == [str(item.id) for item in oldest]
+    assert auth.tool_call_id in fold.folded_ids  # the tool call is among the oldest
+    # the originals stay readable; the compiler sees the summary instead
+    for item_id in fold.folded_ids:
+        assert WorldItem.objects.filter(id=item_id).exists()
+        assert ("progress", item_id) not in {tuple(pair) for pair in outcome.context.included}
+    summary = WorldItem.objects.get(id=fold.summary_id)
+    assert summary.kind == "progress" and summary.text.startswith("Summary of")
+    assert ("progress", str(summary.id)) in {tuple(pair) for pair in outcome.context.included}
+    assert FoldedItem.objects.filter(fold_id=fold.fold_id).count() == len(fold.folded_ids)
+    # under the threshold now: a second compile folds nothing more
+    compile_for(auth, "local")
+    assert CompactionFold.objects.count() == 1
+    assert services.context_replay(project_id=auth.project_id, digest=outcome.context.digest).matches
+
+
+def test_compaction_off_for_the_request_folds_nothing(auth):
+    model_overlay_set(
+        project_id=auth.project_id, word="local", overlay={"auto_compact_tokens": 1500}, actor="op"
+    )
+    compile_for(auth, "local", compaction=False)
+    assert not CompactionFold.objects.exists()
+    model_overlay_set(
+        project_id=auth.project_id,
+        word="local",
+        overlay={"auto_compact_tokens": 1500, "enabled": False},
+        actor="op",
+    )
+    compile_for(auth, "local")
+    assert not CompactionFold.objects.exists()
+
+
+def test_a_pluggable_summarizer(auth, settings):
+    settings.NEXUM_COMPACTION_SUMMARIZER = "tests.integration.test_compilation.shout"
+    model_overlay_set(
+        project_id=auth.project_id, word="local", overlay={"auto_compact_tokens": 1500}, actor="op"
+    )
+    compile_for(auth, "local")
+    fold = CompactionFold.objects.get()
+    assert WorldItem.objects.get(id=fold.summary_id).text.startswith("FOLDED")
+    assert fold.summarizer.endswith("shout")
+
+
+def shout(entries, *, max_tokens, counter):
+    return f"FOLDED {len(entries)}"
+
+
+def test_diff_shows_what_entered_and_left_with_reasons(auth):
+    small = compile_for(auth, "quick").context
+    frontier = compile_for(auth, "frontier").context
+    diff = selectors.context_diff(before=small, after=frontier)
+    assert diff.entered and all(entry.reason for entry in diff.entered)
+    assert any(entry.kind == "tool" for entry in diff.entered)
+    back = selectors.context_diff(before=frontier, after=small)
+    assert {(e.kind, e.id) for e in back.left} == {(e.kind, e.id) for e in diff.entered}
+    assert all(entry.reason for entry in back.left)
+
+
+def test_another_projects_task_is_not_found_and_nothing_is_written(auth, other_project):
+    events = EventRow.objects.count()
+    with pytest.raises(NotFound):
+        services.context_compile(
+            project_id=str(other_project.id), task_id=str(auth.task.id), model_word="local", actor="x"
+        )
+    assert EventRow.objects.count() == events and not CompiledContext.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        ({"model_word": "gpt-unknown"}, "word"),
+        ({"model_word": ""}, "model"),
+        ({"model_word": "local", "overrides": {"context_tokens": 0}}, "overrides.context_tokens"),
+        ({"model_word": "local", "overrides": {"windows": 3}}, "overrides.windows"),
+        ({"model_word": "local", "extra_evidence": [{"kind": "poem", "text": "x"}]}, "evidence.0.kind"),
+        ({"model_word": "local", "extra_evidence": [{"text": ""}]}, "evidence.0.text"),
+    ],
+)
+def test_bad_input_names_the_field_and_writes_nothing(auth, arguments, field):
+    events = EventRow.objects.count()
+    with pytest.raises(ValidationFailed) as caught:
+        services.context_compile(project_id=auth.project_id, task_id=str(auth.task.id), actor="x", **arguments)
+    assert caught.value.field == field
+    assert EventRow.objects.count() == events and not CompiledContext.objects.exists()
+
+
+def test_rebuild_reproduces_the_compile_history_and_keeps_the_contexts(auth):
+    model_overlay_set(
+        project_id=auth.project_id, word="local", overlay={"auto_compact_tokens": 1500}, actor="op"
+    )
+    compile_for(auth, "local")
+    with transaction.atomic():
+        services.context_compile_request(
+            project_id=auth.project_id, task_id=str(auth.task.id), model_word="quick", actor="test"
+        )
+    live = projections.snapshot()
+    contexts = list(CompiledContext.objects.values_list("digest", flat=True))
+    assert live["compilation_contextcompilation"] and live["compilation_compactionfold"]
+    projections.rebuild()
+    assert projections.snapshot() == live
+    assert list(CompiledContext.objects.values_list("digest", flat=True)) == contexts
+
+
+def test_the_compiler_loads_only_included_texts(auth, django_assert_max_num_queries):
+    counter_encoding = "cl100k_base"
+    items = selectors.candidate_items(task=auth.task, encoding=counter_encoding, counter=None)  # type: ignore[arg-type]
+    assert items and all(item.text is None for item in items)
+    loaded = selectors.item_text_loader(items[:3])
+    assert len(loaded) == 3
