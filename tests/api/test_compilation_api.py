@@ -134,7 +134,14 @@ def test_the_admin_page_shows_the_context(admin_client, api, auth):
     page = admin_client.get(f"/admin/compilation/compiledcontext/{stored.pk}/change/")
     assert page.status_code == 200
     html = page.content.decode()
-    for text in ("Tokens per section", "nx-bar-fill", "Prompt block", "Excluded", "Truncations", "Replay at position"):
+    for text in (
+        "Tokens per section",
+        "nx-bar-fill",
+        "Prompt block",
+        "Excluded",
+        "Truncations",
+        "Replay at position",
+    ):
         assert text in html
     assert "Diff with the previous compile" in html
     earlier = CompiledContext.objects.get(digest=first["digest"])

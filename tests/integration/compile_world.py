@@ -30,7 +30,9 @@ class AuthWorld:
 
 
 def load_catalog(project_id: str) -> None:
-    model_catalog_replace(project_id=project_id, catalog=json.loads(DEFAULT_CATALOG.read_text()), actor="test")
+    model_catalog_replace(
+        project_id=project_id, catalog=json.loads(DEFAULT_CATALOG.read_text()), actor="test"
+    )
 
 
 def build_auth_world(project, *, filler: int = 100, tools: int = 16) -> AuthWorld:
@@ -77,17 +79,25 @@ def build_auth_world(project, *, filler: int = 100, tools: int = 16) -> AuthWorl
         actor="test",
     )
     world.decision_record(
-        scope=goal_scope, text="Keep tokens signed with HMAC", rationale="the mobile app verifies them", actor="t"
+        scope=goal_scope,
+        text="Keep tokens signed with HMAC",
+        rationale="the mobile app verifies them",
+        actor="t",
     )
     for index in range(filler):
-        world.fact_record(scope=goal_scope, text=f"Observation {index}: {FILLER}", subject="auth", actor="test")
+        world.fact_record(
+            scope=goal_scope, text=f"Observation {index}: {FILLER}", subject="auth", actor="test"
+        )
         world.progress_record(scope=task_scope, text=f"Step {index}: {FILLER}", actor="test")
     for index in range(tools):
         world.tool_define(
             project_id=project_id,
             name=f"tool_{index:02d}",
             description=f"Tool number {index} for working on the auth spec and tokens",
-            schema={"type": "object", "properties": {"path": {"type": "string"}, "line": {"type": "integer"}}},
+            schema={
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "line": {"type": "integer"}},
+            },
             pinned=index == 0,
             actor="test",
         )

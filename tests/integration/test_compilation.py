@@ -18,9 +18,11 @@ from context_app.compilation.models import (
 from context_app.compilation.tasks import compile_requested
 from context_app.models import WorldItem
 from nexum.core.compilation import compile_stream
+from nexum.core.compiler import BudgetTooSmall
 from nexum.core.errors import NotFound, ValidationFailed
 from nexum.eventstore import projections, store
 from nexum.eventstore.models import Event as EventRow
+from nexum.tokenization import counter_for
 from tests.integration.compile_world import build_auth_world
 
 pytestmark = pytest.mark.django_db
@@ -51,8 +53,12 @@ def compiled_events(auth) -> int:
 
 
 def test_the_worked_example_for_a_small_a_standard_and_a_frontier_model(auth):
-    evidence = [{"kind": "code", "id": "auth.rb", "text": "def valid?\n  token.signed?\nend", "origin": "app/auth.rb"}]
-    outcomes = {word: compile_for(auth, word, extra_evidence=evidence) for word in ("quick", "local", "frontier")}
+    evidence = [
+        {"kind": "code", "id": "auth.rb", "text": "def valid?\n  token.signed?\nend", "origin": "app/auth.rb"}
+    ]
+    outcomes = {
+        word: compile_for(auth, word, extra_evidence=evidence) for word in ("quick", "local", "frontier")
+    }
     for word, outcome in outcomes.items():
         context = outcome.context
         for text in PINNED:
@@ -143,21 +149,23 @@ def test_a_redelivered_compile_message_stores_and_appends_nothing_twice(auth):
     assert row.status == "done" and row.digest, row.error
 
 
-def test_a_refused_queued_compile_is_recorded_as_failed(auth):
+def test_a_refused_queued_compile_is_recorded_as_failed(auth, monkeypatch):
     with transaction.atomic():
         queued = services.context_compile_request(
-            project_id=auth.project_id,
-            task_id=str(auth.task.id),
-            model_word="quick",
-            overrides={"context_tokens": 1},
-            actor="test",
+            project_id=auth.project_id, task_id=str(auth.task.id), model_word="quick", actor="test"
         )
-    # the floor lifts the budget to 1,024 tokens; shrink the tools' half so the pinned content cannot fit
+
+    def too_small(**kwargs):
+        raise BudgetTooSmall("the pinned content needs 900 tokens even when cut; 10 left", field="budget")
+
+    monkeypatch.setattr(services, "compile_task", too_small)
     compile_requested.run(str(queued.request_id))
     row = ContextCompilation.objects.get(request_id=queued.request_id)
-    assert row.status in ("done", "failed")
-    if row.status == "failed":
-        assert row.error["code"]
+    assert row.status == "failed" and row.error["code"] == "budget_too_small"
+    assert not CompiledContext.objects.exists()
+    events = EventRow.objects.count()
+    compile_requested.run(str(queued.request_id))  # redelivered: nothing more
+    assert EventRow.objects.count() == events
 
 
 def test_compaction_folds_the_oldest_progress_and_tool_calls(auth):
@@ -251,7 +259,9 @@ def test_another_projects_task_is_not_found_and_nothing_is_written(auth, other_p
 def test_bad_input_names_the_field_and_writes_nothing(auth, arguments, field):
     events = EventRow.objects.count()
     with pytest.raises(ValidationFailed) as caught:
-        services.context_compile(project_id=auth.project_id, task_id=str(auth.task.id), actor="x", **arguments)
+        services.context_compile(
+            project_id=auth.project_id, task_id=str(auth.task.id), actor="x", **arguments
+        )
     assert caught.value.field == field
     assert EventRow.objects.count() == events and not CompiledContext.objects.exists()
 
@@ -273,9 +283,15 @@ def test_rebuild_reproduces_the_compile_history_and_keeps_the_contexts(auth):
     assert list(CompiledContext.objects.values_list("digest", flat=True)) == contexts
 
 
-def test_the_compiler_loads_only_included_texts(auth, django_assert_max_num_queries):
-    counter_encoding = "cl100k_base"
-    items = selectors.candidate_items(task=auth.task, encoding=counter_encoding, counter=None)  # type: ignore[arg-type]
+def test_candidates_are_metadata_and_only_included_texts_are_loaded(auth):
+    items = selectors.candidate_items(
+        task=auth.task, encoding="cl100k_base", counter=counter_for("cl100k_base")
+    )
     assert items and all(item.text is None for item in items)
+    stored = {str(row.id): row for row in WorldItem.objects.filter(goal_id=auth.goal.id)}
+    for item in items:
+        assert item.token_count == stored[item.id].token_counts["cl100k_base"]
+    facts = [item for item in items if item.kind == "fact"]
+    assert all(item.terms == tuple(stored[item.id].terms) for item in facts)
     loaded = selectors.item_text_loader(items[:3])
-    assert len(loaded) == 3
+    assert loaded == {(item.kind, item.id): stored[item.id].rendered for item in items[:3]}
