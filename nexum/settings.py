@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import dj_database_url
@@ -48,6 +49,7 @@ INSTALLED_APPS = [
     "context_app.resolution",
     "context_app.compilation",
     "verification_app",
+    "nexum.ui",
 ]
 
 MIDDLEWARE = [
@@ -171,8 +173,11 @@ CELERY_IMPORTS = ["context_app.resolution.tasks"]
 # Command checks run inside this folder only; executables must be on the operator's allowlist (bare names
 # found on the scrubbed PATH, or absolute paths), comma-separated. Empty allowlist: no command check runs.
 NEXUM_WORKSPACE_ROOT = Path(os.environ.get("NEXUM_WORKSPACE_ROOT", DATA_DIR / "workspace"))
+# In development the default allows this interpreter, so the demo world's pytest check can run.
 NEXUM_CHECK_EXECUTABLES = [
-    entry.strip() for entry in os.environ.get("NEXUM_CHECK_EXECUTABLES", "").split(",") if entry.strip()
+    entry.strip()
+    for entry in os.environ.get("NEXUM_CHECK_EXECUTABLES", sys.executable if DEBUG else "").split(",")
+    if entry.strip()
 ]
 NEXUM_CHECK_ENV_ALLOWLIST = [
     name.strip()

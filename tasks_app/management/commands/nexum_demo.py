@@ -1,4 +1,5 @@
-"""Prepare a development instance: a local admin user and the demo project with a known agent token.
+"""Prepare a development instance: a local admin user, the demo project with a known agent token, and the
+demo world (``load_demo_world``: the auth-spec goal, its tasks, sources, checks, compiles and escalations).
 
 Idempotent: running it again changes nothing. Refuses to run with NEXUM_DEBUG off.
 """
@@ -7,6 +8,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+from nexum.ui.demo import load_demo_world
 from tasks_app.models import AgentToken, Project
 from tasks_app.services import agent_token_issue, hash_key, project_create
 
@@ -29,7 +31,10 @@ class Command(BaseCommand):
         token = settings.NEXUM_DEMO_TOKEN
         if not AgentToken.objects.filter(key_sha256=hash_key(token)).exists():
             agent_token_issue(project_id=str(project.id), name="demo-agent", key=token, actor="nexum_demo")
+        world = load_demo_world(log=lambda line: self.stdout.write(f"  {line}"))
+        states = ", ".join(f"{key} {task.state}" for key, task in sorted(world.tasks.items()))
         self.stdout.write(
             f"admin login: {ADMIN_USERNAME} / {ADMIN_PASSWORD} (development only)\n"
-            f"demo project: {project.slug}; agent token: {token}"
+            f"demo project: {project.slug}; agent token: {token}\n"
+            f"demo world: {world.goal.objective} ({states})"
         )
