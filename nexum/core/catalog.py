@@ -228,11 +228,12 @@ def card_from_data(value: object, *, where: str, prefix: str = "") -> ModelCard:
             field=f"{prefix}capabilities",
             details={"where": where},
         )
-    for text_member in ("model_id", "latency_class", "encoding", "tier"):
-        text = value.get(text_member)
-        if isinstance(text, str) and len(text) > 200:
+    texts = [(member, value.get(member)) for member in ("model_id", "latency_class", "encoding", "tier")]
+    texts += [("capabilities", text) for text in capabilities or ()]
+    for text_member, text in texts:
+        if isinstance(text, str) and (len(text) > 200 or not _storable(text)):
             raise ValidationFailed(
-                f"{where}: {text_member} is at most 200 characters",
+                f"{where}: {text_member} must be at most 200 characters, without NUL or lone surrogates",
                 field=f"{prefix}{text_member}",
                 details={"where": where},
             )
@@ -268,6 +269,42 @@ def card_from_data(value: object, *, where: str, prefix: str = "") -> ModelCard:
     return card
 
 
+def _storable(text: str) -> bool:
+    """Text every database stores as given: no NUL, and encodable as UTF-8 (no lone surrogates)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_storable(value: object, *, where: str, root: str) -> None:
+    """Refuse NUL and unpaired surrogates anywhere in a JSON value, keys included, before any part of it is
+    stored or echoed in an error (a lone surrogate cannot even be written into a JSON response)."""
+    stack: list[tuple[object, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str) and not _storable(item):
+            raise ValidationFailed(
+                f"{where}: text at {path or root} holds a NUL or an unpaired surrogate",
+                field=path or root,
+                details={"where": where},
+            )
+        if isinstance(item, Mapping):
+            for key, member in item.items():
+                if isinstance(key, str) and not _storable(key):
+                    raise ValidationFailed(
+                        f"{where}: a member name in {path or root} holds a NUL or an unpaired surrogate",
+                        field=path or root,
+                        details={"where": where},
+                    )
+                stack.append((member, f"{path}.{key}" if path else str(key)))
+        elif isinstance(item, list | tuple):
+            stack.extend((member, f"{path or root}[{index}]") for index, member in enumerate(item))
+
+
 def _prefixed(error: ValidationFailed, where: str, prefix: str) -> ValidationFailed:
     return ValidationFailed(
         f"{where}: {error.message}",
@@ -301,6 +338,7 @@ def _word_table(value: object, *, name: str, where: str) -> dict[str, str]:
 
 def catalog_document_from_data(value: object, *, where: str) -> CatalogDocument:
     """The value gate for a whole catalog (from the API, the command or a fixture file)."""
+    check_storable(value, where=where, root="catalog")
     if not isinstance(value, Mapping):
         raise ValidationFailed(
             f"{where}: a model catalog must be an object with members {', '.join(DOCUMENT_MEMBERS)}",
@@ -414,6 +452,7 @@ def decide_overlay_set(state: CatalogState, word: str, value: object, *, where: 
     """Declare ``value`` (the overlay members) on ``word``: the word must be a catalog word, the value must
     pass the value gate (O4). The same value again: no events."""
     _check_known_word(state, word, where)
+    check_storable(value, where=where, root="overlay")
     if value is None:
         raise ValidationFailed(
             f"{where}: an overlay must be an object; to clear one, delete it",

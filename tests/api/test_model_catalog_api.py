@@ -134,6 +134,17 @@ def test_an_empty_overlay_has_its_own_code(api, catalog):
     assert_error(put_overlay(api, "quick", {"enabled": None}), 400, "empty_overlay", "overlay")
 
 
+@pytest.mark.parametrize(
+    "body", ['{"\\ud800": 1}', '{"context_tokens": 5, "x\\u0000": 1}', '{"enabled": "\\udfff"}']
+)
+def test_unstorable_text_in_a_body_is_400_not_500(api, catalog, body):
+    before = EventRow.objects.count()
+    for path in ("/api/v1/models/quick/overlay", "/api/v1/models/catalog"):
+        response = api.put(path, body, content_type="application/json")
+        assert response.status_code == 400, response.content
+    assert EventRow.objects.count() == before
+
+
 def test_a_malformed_json_body_is_400(api, catalog):
     before = EventRow.objects.count()
     response = api.put("/api/v1/models/quick/overlay", "{nope", content_type="application/json")
@@ -204,6 +215,10 @@ def test_a_catalog_with_an_unknown_encoding_is_400_and_writes_nothing(api, catal
         (lambda d: d["cards"][0].update(context_window=10**20), "invalid", "cards[0].context_window"),
         (lambda d: d["cards"][0].update(tier="orbit"), "invalid", "cards[0].tier"),
         (lambda d: d["cards"][0].update(price=3), "invalid", "cards[0].price"),
+        (lambda d: d["cards"][0].update(model_id="a\x00b"), "invalid", "cards[0].model_id"),
+        (lambda d: d["cards"][0].update(model_id="a\ud800b"), "invalid", "cards[0].model_id"),
+        (lambda d: d["cards"][0].update(capabilities=["x\x00"]), "invalid", "cards[0].capabilities[0]"),
+        (lambda d: d["cards"][0].update(latency_class="f" * 201), "invalid", "cards[0].latency_class"),
         (lambda d: d["tiers"].update(top="nowhere"), "unknown_model_word", "aliases"),
         (lambda d: d["aliases"].update(quick="local"), "invalid", "aliases"),
         (lambda d: d.update(endpoints={}), "invalid", "endpoints"),
@@ -214,7 +229,8 @@ def test_a_malformed_catalog_is_400_and_writes_nothing(api, catalog, mutate, cod
     document = default_document()
     mutate(document)
     before = EventRow.objects.count()
-    assert_error(api.put("/api/v1/models/catalog", document, format="json"), 400, code, field)
+    body = json.dumps(document)  # ASCII-escaped, so lone surrogates reach the server as sent
+    assert_error(api.put("/api/v1/models/catalog", body, content_type="application/json"), 400, code, field)
     assert EventRow.objects.count() == before
 
 
