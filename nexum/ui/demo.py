@@ -23,7 +23,7 @@ from context_app.catalog.models import CatalogCard, ModelOverlay
 from context_app.catalog.services import model_catalog_replace, model_overlay_set
 from context_app.compilation.models import CompiledContext
 from context_app.compilation.services import context_compile
-from context_app.models import Tool, WorldItem
+from context_app.models import Tool, ToolScope, WorldItem
 from context_app.resolution import services as resolution
 from context_app.resolution.models import Grant, Source, TaskContext, TaskQuestions
 from tasks_app.models import Project, Task
@@ -87,6 +87,7 @@ def load_demo_world(*, log: Callable[[str], None] = lambda line: None) -> DemoWo
     tasks = {task.key: task for task in Task.objects.filter(goal_id=goal.id, is_goal=False)}
     _world_items(project_id, goal, tasks, log)
     _sources_and_grants(project_id, goal, tasks, log)
+    _tool_scope(project_id, tasks, log)
     _run_gate(project_id, tasks, log)
     _resolve(project_id, tasks, log)
     _compile(project_id, tasks, log)
@@ -108,6 +109,11 @@ def _catalog(project_id: str, log: Callable[[str], None]) -> None:
             actor="admin:ops",
         )
         log("overlay: local lowered to a 64K window, compaction at 24K")
+    if not ModelOverlay.objects.filter(project_id=project_id, word="cheap").exists():
+        model_overlay_set(
+            project_id=project_id, word="cheap", overlay={"auto_compact_tokens": 64}, actor="admin:ops"
+        )
+        log("overlay: cheap (the quick model) compacts a task's progress past 64 tokens")
 
 
 def _tools(project_id: str, log: Callable[[str], None]) -> None:
@@ -301,6 +307,19 @@ def _sources_and_grants(
             )
 
 
+def _tool_scope(project_id: str, tasks: dict[str, Task], log: Callable[[str], None]) -> None:
+    """s2 only reads: it may use the read tools, with search_code pinned."""
+    if ToolScope.objects.filter(project_id=project_id, task_id=tasks["s2"].id).exists():
+        return
+    world.tool_scope_set(
+        scope=world.scope_resolve(project_id=project_id, task_id=str(tasks["s2"].id)),
+        allowed=["read_file", "search_code"],
+        pinned=["search_code"],
+        actor="agent:planner",
+    )
+    log("tool scope: s2 may only read_file and search_code")
+
+
 def _run_gate(project_id: str, tasks: dict[str, Task], log: Callable[[str], None]) -> None:
     """s1 completes through its file check; s3's attempt is refused by the real pytest run."""
     for key, answer in (
@@ -343,6 +362,7 @@ def _compile(project_id: str, tasks: dict[str, Task], log: Callable[[str], None]
         ("s3", "quick", {"context_tokens": 1024}),
         ("s3", "frontier", None),
         ("s2", "local", None),
+        ("s3", "cheap", None),  # past the cheap overlay's auto_compact_tokens: the oldest notes are folded
     ]
     for key, word, overrides in plan:
         outcome = context_compile(
