@@ -19,7 +19,8 @@ run: $(STAMP)
 	$(BIN)/python manage.py nexum_demo
 	@echo ""
 	@echo "  Nexum is starting on the embedded default (SQLite, Celery eager):"
-	@echo "    admin        http://$(HOST):$(PORT)/admin/"
+	@echo "    admin        http://$(HOST):$(PORT)/admin/   (admin / admin)"
+	@echo "    escalations  http://$(HOST):$(PORT)/escalations/"
 	@echo "    API docs     http://$(HOST):$(PORT)/api/docs/"
 	@echo "    health       http://$(HOST):$(PORT)/api/v1/health"
 	@echo ""
