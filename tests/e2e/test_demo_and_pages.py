@@ -1,0 +1,163 @@
+"""The demo world and every page an operator or a human can open (SPEC I4, I5, Q1): the demo loads through
+the services and a second load writes nothing; every admin changelist and one change page of each model, the
+dashboard and the escalation UI answer 200 without an error; the UI's actions are events, need a staff
+session and a CSRF token."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.contrib import admin
+from django.test import Client
+from django.urls import reverse
+
+from context_app.models import WorldItem
+from context_app.resolution.models import BundleItem, Escalation, Grant
+from nexum.eventstore.models import Event
+from tasks_app.models import Task
+from tests.e2e.conftest import STAFF
+
+pytestmark = [pytest.mark.django_db]
+
+
+@pytest.fixture
+def staff_client(staff_user) -> Client:
+    client = Client()
+    client.force_login(staff_user)
+    return client
+
+
+def test_the_demo_world_has_every_feature_and_a_second_load_writes_nothing(demo_world):
+    from nexum.ui.demo import load_demo_world
+
+    tasks = demo_world.tasks
+    assert {key: task.state for key, task in tasks.items()} == {
+        "s1": "completed",
+        "s2": "pending",
+        "s3": "failed",
+        "s4": "pending",
+    }
+    assert set(Escalation.objects.filter(state="open").values_list("kind", flat=True)) == {
+        "conflict",
+        "stale_only",
+    }
+    assert WorldItem.objects.filter(kind="failure", task_id=tasks["s3"].id).exists()
+    assert Event.objects.filter(event_type="RetrievalDenied", data__source="incident-feed").exists()
+    labels = [set(row) for row in BundleItem.objects.values_list("labels", flat=True)]
+    assert any("suspected_instruction" in row for row in labels)  # the injected ticket, labelled as data
+    assert any("stale" in row for row in labels)
+
+    count = Event.objects.count()
+    again = load_demo_world()
+    assert Event.objects.count() == count
+    assert {key: task.state for key, task in again.tasks.items()} == {k: t.state for k, t in tasks.items()}
+
+
+def _one_object(model_admin: admin.ModelAdmin, request) -> object | None:  # type: ignore[no-untyped-def]
+    return model_admin.get_queryset(request).first()
+
+
+def test_every_admin_page_and_the_escalation_ui_answer_without_error(
+    demo_settings, settings, staff_client, staff_user
+):
+    from django.core.management import call_command
+    from django.test import RequestFactory
+
+    settings.DEBUG = True  # nexum_demo (what `make run` calls) runs only in development
+    call_command("nexum_demo", stdout=io.StringIO())
+
+    request = RequestFactory().get("/admin/")
+    request.user = staff_user
+    pages = [reverse("admin:index"), reverse("ui:escalations"), reverse("ui:escalations") + "?state=all"]
+    for model, model_admin in admin.site._registry.items():
+        meta = model._meta
+        pages.append(reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist"))
+        obj = _one_object(model_admin, request)
+        if obj is not None:
+            pages.append(reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[obj.pk]))
+        else:
+            assert meta.label == "auth.Group", f"the demo has no {meta.label}"
+    pages += [reverse("ui:escalation", args=[e.id]) for e in Escalation.objects.all()]
+    from context_app.compilation.models import CompiledContext
+
+    contexts = list(CompiledContext.objects.order_by("position"))
+    pages.append(reverse("admin:compilation_compiledcontext_replay", args=[contexts[0].pk]))
+    pages.append(reverse("admin:compilation_compiledcontext_diff", args=[contexts[0].pk, contexts[1].pk]))
+    pages += [
+        f"/admin/eventstore/event/?q={term}" for term in ("task-", "TaskStarted", "1", "nothing-like-it")
+    ]
+
+    for url in pages:
+        response = staff_client.get(url)
+        assert response.status_code == 200, url
+        assert b"Traceback" not in response.content, url
+    index = staff_client.get(reverse("admin:index")).content.decode()
+    for heading in (
+        "Open escalations",
+        "Running, blocked and failed tasks",
+        "Recent compiles",
+        "Recent gate decisions",
+    ):
+        assert heading in index
+
+
+def test_the_escalation_ui_needs_a_staff_session_and_a_csrf_token(demo_world, staff_user):
+    escalation = Escalation.objects.get(kind="stale_only")
+    url = reverse("ui:escalation-resolve", args=[escalation.id])
+    anonymous = Client()
+    assert anonymous.get(reverse("ui:escalations")).status_code == 302
+    assert anonymous.post(url, {"action": "cancel", "cancel-reason": "x"}).status_code == 302
+    guarded = Client(enforce_csrf_checks=True)
+    guarded.login(username=STAFF[0], password=STAFF[1])
+    assert guarded.post(url, {"action": "cancel", "cancel-reason": "x"}).status_code == 403
+    escalation.refresh_from_db()
+    assert escalation.state == "open"
+    assert Task.objects.get(id=escalation.task_id).state == "pending"
+
+
+def test_supplying_a_fact_granting_a_source_and_cancelling_go_through_the_service(demo_world, staff_client):
+    stale = Escalation.objects.get(kind="stale_only")
+    url = reverse("ui:escalation-resolve", args=[stale.id])
+
+    assert staff_client.post(url, {"action": "supply_fact", "supply_fact-text": ""}).status_code == 400
+    assert staff_client.post(url, {"action": "explode"}).status_code == 400
+    response = staff_client.post(
+        url,
+        {
+            "action": "supply_fact",
+            "supply_fact-text": "Staging deploys happen on Thursdays at 10:00 UTC.",
+            "supply_fact-subject": "Staging deploy window",
+            "supply_fact-reason": "asked the release manager",
+        },
+    )
+    assert response.status_code == 302
+    stale.refresh_from_db()
+    assert (stale.state, stale.resolution, stale.resolved_by) == ("resolved", "supply_fact", "human:operator")
+    fact = WorldItem.objects.get(id=stale.resolution_detail["fact_id"])
+    assert (fact.verified, fact.source, fact.subject) == (True, "human:operator", "Staging deploy window")
+    again = staff_client.post(url, {"action": "cancel", "cancel-reason": "late"})
+    assert again.status_code == 409 and b"already resolved" in again.content
+
+    conflict = Escalation.objects.get(kind="conflict")
+    grants = Grant.objects.count()
+    url = reverse("ui:escalation-resolve", args=[conflict.id])
+    assert (
+        staff_client.post(url, {"action": "grant_source", "grant_source-source": "nope"}).status_code == 400
+    )
+    response = staff_client.post(url, {"action": "grant_source", "grant_source-source": "incident-feed"})
+    assert response.status_code == 302
+    assert Grant.objects.count() == grants + 1
+    conflict.refresh_from_db()
+    assert conflict.resolution == "grant_source"
+
+    page = staff_client.get(reverse("ui:escalation", args=[conflict.id]), follow=True).content.decode()
+    assert "grant_source" in page
+
+    s3 = demo_world.tasks["s3"]
+    from context_app.resolution import services as resolution
+
+    resolution.bundle_resolve(project_id=str(s3.project_id), task_id=str(s3.id), actor="agent:x")
+    s4 = demo_world.tasks["s4"]
+    assert not Escalation.objects.filter(task_id=s4.id, state="open").exists()
+    assert Task.objects.get(id=s4.id).state == "pending"
