@@ -11,6 +11,7 @@ import pytest
 from context_app.compilation.models import CompiledContext
 from context_app.resolution import services as resolution
 from context_app.resolution.models import Escalation
+from nexum.core.resolution import PlanGateClosed
 from nexum.eventstore.models import Event
 from tasks_app.models import Task
 from tasks_app.services import task_start
@@ -47,7 +48,7 @@ def test_a_human_settles_a_conflict_in_the_escalation_ui_and_the_task_can_start(
 ):
     task = demo_world.tasks["s2"]
     conflict = Escalation.objects.get(task_id=task.id, kind="conflict", state="open")
-    with pytest.raises(Exception, match="plan gate"):
+    with pytest.raises(PlanGateClosed):
         resolution.plan_gate_check(project_id=str(task.project_id), task_id=str(task.id))
     log_in(page, live_server.url)
 
