@@ -23,7 +23,6 @@ from nexum.core.errors import (
     Conflict,
     IllegalTransition,
     NotFound,
-    PolicyRefused,
     ValidationFailed,
 )
 from nexum.core.events import Event
@@ -135,10 +134,6 @@ def _project(project_id: str) -> Project:
 # Ids derived from an idempotency key: a retried goal creation names the same streams, so the event store
 # recognises the key and writes nothing again.
 _GOAL_ID_NAMESPACE = uuid.UUID("4f1c7f9e-2f53-4d0c-9a55-6c1f0f7f6a10")
-
-
-class VerificationRequired(PolicyRefused):
-    code = "verification_required"
 
 
 def goal_create(
@@ -354,19 +349,6 @@ def task_cancel(
         reason,
         expected_version,
         idempotency_key,
-    )
-
-
-def task_request_completion(*, project_id: str, task_id: str, actor: str) -> Task:
-    """Always refused: the task graph never completes a task on request. Completion requests go to the
-    verification gate (``verification_app.services.completion_request``, ``POST /tasks/{id}/complete``),
-    which decides with deterministic checks and records through ``task_record_gate_decision``."""
-    task = selectors.task_get(project_id=project_id, task_id=task_id)
-    raise VerificationRequired(
-        f"task {task.key or task.id} can only be completed by the verification gate"
-        " (POST /api/v1/tasks/{id}/complete); nothing was changed",
-        field="state",
-        details={"state": task.state},
     )
 
 

@@ -170,14 +170,6 @@ def test_illegal_transitions_and_stale_versions_write_nothing(project):
 @pytest.mark.django_db
 def test_no_public_service_can_complete_a_task(project):
     """Completion comes only through ``task_record_gate_decision``, reserved for the verification gate."""
-    goal = make_goal(project)
-    pid = str(project.id)
-    s1 = services.task_start(project_id=pid, task_id=str(tasks_of(goal)["s1"].id), actor="a")
-    before = EventRow.objects.count()
-    with pytest.raises(DomainError) as raised:
-        services.task_request_completion(project_id=pid, task_id=str(s1.id), actor="a")
-    assert (raised.value.code, raised.value.kind) == ("verification_required", "refused")
-    assert EventRow.objects.count() == before
     # No other service takes an outcome or produces TaskCompleted: the gate port is the only one.
     source = inspect.getsource(services)
     assert source.count("TaskCompleted(") == 0  # built only inside the core's decide_gate_decision
@@ -277,7 +269,7 @@ def test_two_concurrent_starts_exactly_one_wins(project):
 # --- random sequences: the projection always equals a pure replay of the log -----------------------------
 
 
-COMMANDS = [*TRANSITIONS, "complete", "gate:completed", "gate:failed", "gate:blocked"]
+COMMANDS = [*TRANSITIONS, "gate:completed", "gate:failed", "gate:blocked"]
 COMMAND_OF_EVENT = {
     "TaskStarted": "start",
     "TaskFailed": "fail",
@@ -357,10 +349,7 @@ class TaskLifecycleMachine(RuleBasedStateMachine):
         expected = version if stale is None else stale
         task_id = self.task_ids[key]
         try:
-            if command == "complete":
-                services.task_request_completion(project_id=self.project_id, task_id=task_id, actor="a")
-                result = None
-            elif command.startswith("gate:"):
+            if command.startswith("gate:"):
                 result = services.task_record_gate_decision(
                     task_id=task_id,
                     outcome=command.removeprefix("gate:"),
@@ -374,9 +363,7 @@ class TaskLifecycleMachine(RuleBasedStateMachine):
                 )
         except DomainError as error:
             # Refused: the model stays as it is, and the invariant checks that nothing was written.
-            if error.code == "verification_required":
-                assert command == "complete"
-            elif error.code == "concurrency_conflict":
+            if error.code == "concurrency_conflict":
                 assert expected != version
             elif error.code == "dependencies_not_completed":
                 assert command == "start" and expected == version
@@ -385,7 +372,7 @@ class TaskLifecycleMachine(RuleBasedStateMachine):
                 assert error.code == "illegal_transition", error.code
                 assert state not in ALLOWED_FROM["gate" if command.startswith("gate:") else command]
             return
-        assert command != "complete" and result is not None and expected == version
+        assert result is not None and expected == version
         self.model[key] = (result.state, result.attempt, version + 1)
         target = command.removeprefix("gate:") if command.startswith("gate:") else None
         expected_state = (
@@ -454,8 +441,6 @@ def test_rebuilt_task_graph_equals_the_live_one(project, script):
                         expected_version=None,
                         actor="gate",
                     )
-                elif command == "complete":
-                    services.task_request_completion(project_id=str(project.id), task_id=task_id, actor="a")
                 else:
                     TRANSITIONS[command](
                         project_id=str(project.id), task_id=task_id, actor="a", reason=command
