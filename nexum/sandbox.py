@@ -86,6 +86,11 @@ _DRAIN_AFTER_KILL_S: Final = 1.0
 _GROUP_GONE_WAIT_S: Final = 5.0
 
 
+# A check judges the files as they are now: cached bytecode whose source changed within the same second and
+# kept its size would be run instead of the new source, so a fixed test could still fail (or the reverse).
+DEFAULT_ENV_SET = {"PYTHONDONTWRITEBYTECODE": "1"}
+
+
 @dataclass(frozen=True)
 class SandboxPolicy:
     """Operator-set limits for every check (SPEC V8). ``None`` disables a resource limit.
@@ -99,7 +104,7 @@ class SandboxPolicy:
     workspace_root: Path
     allowed_executables: frozenset[str] = frozenset()
     env_allowlist: frozenset[str] = DEFAULT_ENV_ALLOWLIST
-    env_set: Mapping[str, str] = field(default_factory=dict)
+    env_set: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_ENV_SET))
     cpu_seconds: int | None = 300
     address_space_bytes: int | None = 4 * 1024**3
     max_processes: int | None = 256
