@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
 from typing import Any
 
@@ -13,6 +12,7 @@ from nexum.core import world
 from nexum.core.events import event_to_data
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
 from nexum.eventstore.store import StoredEvent
+from nexum.ids import as_uuid
 
 
 class WorldProjection(Projection):
@@ -24,10 +24,10 @@ class WorldProjection(Projection):
         rendered = world.render_item(kind, fields)
         rows.insert(
             WorldItem,
-            id=_uuid(event.item_id),
-            project_id=_uuid(stored.project_id),
-            goal_id=_uuid(event.goal_id),
-            task_id=_uuid(event.task_id) if event.task_id else None,
+            id=as_uuid(event.item_id),
+            project_id=as_uuid(stored.project_id),
+            goal_id=as_uuid(event.goal_id),
+            task_id=as_uuid(event.task_id) if event.task_id else None,
             kind=kind,
             text=event.text,
             rendered=rendered,
@@ -45,7 +45,7 @@ class WorldProjection(Projection):
             observed_at=fields.get("observed_at") or None,
             verified=bool(fields.get("verified")),
             status=world.FACT_CURRENT,
-            supersedes=_uuid(fields["supersedes"]) if fields.get("supersedes") else None,
+            supersedes=as_uuid(fields["supersedes"]) if fields.get("supersedes") else None,
             superseded_by=None,
             rationale=fields.get("rationale") or "",
             attempt=fields.get("attempt"),
@@ -91,7 +91,7 @@ class WorldProjection(Projection):
         event: world.FactVerified = stored.event  # type: ignore[assignment]
         rows.update(
             WorldItem,
-            _uuid(event.fact_id),
+            as_uuid(event.fact_id),
             verified=True,
             updated_at=stored.recorded_at,
             version=stored.version,
@@ -102,9 +102,9 @@ class WorldProjection(Projection):
         event: world.FactSuperseded = stored.event  # type: ignore[assignment]
         rows.update(
             WorldItem,
-            _uuid(event.fact_id),
+            as_uuid(event.fact_id),
             status=world.FACT_SUPERSEDED,
-            superseded_by=_uuid(event.superseded_by),
+            superseded_by=as_uuid(event.superseded_by),
             updated_at=stored.recorded_at,
             version=stored.version,
         )
@@ -114,7 +114,7 @@ class WorldProjection(Projection):
         event: world.FactRetracted = stored.event  # type: ignore[assignment]
         rows.update(
             WorldItem,
-            _uuid(event.fact_id),
+            as_uuid(event.fact_id),
             status=world.FACT_RETRACTED,
             updated_at=stored.recorded_at,
             version=stored.version,
@@ -124,10 +124,10 @@ class WorldProjection(Projection):
     def tokens_counted(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: world.ItemTokensCounted = stored.event  # type: ignore[assignment]
         for item_id, tokens in sorted(event.counts.items()):
-            row = rows.get(WorldItem, _uuid(item_id))
+            row = rows.get(WorldItem, as_uuid(item_id))
             if row is not None:
                 counts = {**row["token_counts"], event.encoding: tokens}
-                rows.update(WorldItem, _uuid(item_id), token_counts=dict(sorted(counts.items())))
+                rows.update(WorldItem, as_uuid(item_id), token_counts=dict(sorted(counts.items())))
 
     @handles("ToolDefined")
     def tool_defined(self, stored: StoredEvent, rows: ReadModelRows) -> None:
@@ -143,10 +143,14 @@ class WorldProjection(Projection):
             "updated_at": stored.recorded_at,
             "version": stored.version,
         }
-        tool_id = _uuid(event.tool_id)
+        tool_id = as_uuid(event.tool_id)
         if rows.get(Tool, tool_id) is None:
             rows.insert(
-                Tool, id=tool_id, project_id=_uuid(stored.project_id), created_at=stored.recorded_at, **fields
+                Tool,
+                id=tool_id,
+                project_id=as_uuid(stored.project_id),
+                created_at=stored.recorded_at,
+                **fields,
             )
         else:
             rows.update(Tool, tool_id, **fields)
@@ -154,12 +158,12 @@ class WorldProjection(Projection):
     @handles("ToolRemoved")
     def tool_removed(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: world.ToolRemoved = stored.event  # type: ignore[assignment]
-        rows.delete(Tool, _uuid(event.tool_id))
+        rows.delete(Tool, as_uuid(event.tool_id))
 
     @handles("ToolScopeSet")
     def tool_scope_set(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: world.ToolScopeSet = stored.event  # type: ignore[assignment]
-        scope_id = _uuid(event.scope_id)
+        scope_id = as_uuid(event.scope_id)
         fields = {
             "allowed": list(event.allowed) if event.allowed is not None else None,
             "pinned": list(event.pinned),
@@ -170,17 +174,13 @@ class WorldProjection(Projection):
             rows.insert(
                 ToolScope,
                 id=scope_id,
-                project_id=_uuid(stored.project_id),
-                goal_id=_uuid(event.goal_id),
-                task_id=_uuid(event.task_id) if event.task_id else None,
+                project_id=as_uuid(stored.project_id),
+                goal_id=as_uuid(event.goal_id),
+                task_id=as_uuid(event.task_id) if event.task_id else None,
                 **fields,
             )
         else:
             rows.update(ToolScope, scope_id, **fields)
-
-
-def _uuid(value: str | None) -> uuid.UUID:
-    return uuid.UUID(str(value))
 
 
 def _datetime(value: str | None) -> datetime | None:

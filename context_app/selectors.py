@@ -6,7 +6,6 @@ using the token counts stored when the items were recorded (W4).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -18,13 +17,14 @@ from nexum.core.compiler import ContextItem, ToolSpec
 from nexum.core.errors import NotFound
 from nexum.eventstore import store
 from nexum.eventstore.store import StoredEvent
+from nexum.ids import uuid_or_none
 from nexum.tokenization import counter_for
 
 
 def item_get(*, project_id: str, item_id: Any, kind: str | None = None) -> WorldItem:
     label = kind or "item"
     item = None
-    parsed = _uuid_or_none(item_id)
+    parsed = uuid_or_none(item_id)
     if parsed is not None:
         items = WorldItem.objects.filter(project_id=project_id, id=parsed)
         if kind is not None:
@@ -173,10 +173,3 @@ def tool_specs(tools: Iterable[Tool]) -> list[ToolSpec]:
         )
         for tool in tools
     ]
-
-
-def _uuid_or_none(value: Any) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(str(value))
-    except ValueError:
-        return None

@@ -14,6 +14,7 @@ from nexum.core.tasks import (
 )
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
 from nexum.eventstore.store import StoredEvent
+from nexum.ids import as_uuid
 from tasks_app.models import AgentToken, Project, Task, TaskTransition
 
 
@@ -25,7 +26,7 @@ class ProjectProjection(Projection):
         event: ProjectCreated = stored.event  # type: ignore[assignment]
         rows.insert(
             Project,
-            id=_uuid(event.project_id),
+            id=as_uuid(event.project_id),
             slug=event.slug,
             name=event.name,
             description=event.description,
@@ -38,21 +39,21 @@ class ProjectProjection(Projection):
         event: AgentTokenIssued = stored.event  # type: ignore[assignment]
         rows.insert(
             AgentToken,
-            id=_uuid(event.token_id),
-            project_id=_uuid(stored.project_id),
+            id=as_uuid(event.token_id),
+            project_id=as_uuid(stored.project_id),
             name=event.name,
             key_prefix=event.key_prefix,
             key_sha256=event.key_sha256,
             issued_at=stored.recorded_at,
             revoked_at=None,
         )
-        rows.update(Project, _uuid(stored.project_id), version=stored.version)
+        rows.update(Project, as_uuid(stored.project_id), version=stored.version)
 
     @handles("AgentTokenRevoked")
     def token_revoked(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: AgentTokenRevoked = stored.event  # type: ignore[assignment]
-        rows.update(AgentToken, _uuid(event.token_id), revoked_at=stored.recorded_at)
-        rows.update(Project, _uuid(stored.project_id), version=stored.version)
+        rows.update(AgentToken, as_uuid(event.token_id), revoked_at=stored.recorded_at)
+        rows.update(Project, as_uuid(stored.project_id), version=stored.version)
 
 
 class TaskProjection(Projection):
@@ -67,11 +68,11 @@ class TaskProjection(Projection):
     @handles("GoalCreated")
     def goal_created(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: GoalCreated = stored.event  # type: ignore[assignment]
-        goal_id = _uuid(event.goal_id)
+        goal_id = as_uuid(event.goal_id)
         rows.insert(
             Task,
             id=goal_id,
-            project_id=_uuid(stored.project_id),
+            project_id=as_uuid(stored.project_id),
             goal_id=goal_id,
             parent_id=None,
             key="",
@@ -94,13 +95,13 @@ class TaskProjection(Projection):
     @handles("TaskCreated")
     def task_created(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: TaskCreated = stored.event  # type: ignore[assignment]
-        task_id, goal_id = _uuid(event.task_id), _uuid(event.goal_id)
+        task_id, goal_id = as_uuid(event.task_id), as_uuid(event.goal_id)
         rows.insert(
             Task,
             id=task_id,
-            project_id=_uuid(stored.project_id),
+            project_id=as_uuid(stored.project_id),
             goal_id=goal_id,
-            parent_id=_uuid(event.parent_id),
+            parent_id=as_uuid(event.parent_id),
             key=event.key,
             ordinal=event.ordinal,
             is_goal=False,
@@ -146,7 +147,7 @@ class TaskProjection(Projection):
 
     def _transition(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event = stored.event
-        task_id, goal_id = _uuid(event.task_id), _uuid(event.goal_id)  # type: ignore[attr-defined]
+        task_id, goal_id = as_uuid(event.task_id), as_uuid(event.goal_id)  # type: ignore[attr-defined]
         task = rows.get(Task, task_id)
         if task is None:
             return
@@ -180,7 +181,7 @@ class TaskProjection(Projection):
             position=stored.position,
             task_id=task_id,
             goal_id=goal_id,
-            project_id=_uuid(stored.project_id),
+            project_id=as_uuid(stored.project_id),
             event_type=stored.event_type,
             from_state=from_state,
             to_state=to_state,
@@ -210,7 +211,3 @@ class TaskProjection(Projection):
         rows.update(
             Task, goal_id, progress=progress, state=derive_goal_state(progress), updated_at=stored.recorded_at
         )
-
-
-def _uuid(value: str | None) -> uuid.UUID:
-    return uuid.UUID(str(value))

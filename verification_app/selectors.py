@@ -9,6 +9,7 @@ from django.db.models import QuerySet
 
 from context_app.artifacts import default_store
 from nexum.core.errors import DomainError, NotFound
+from nexum.ids import uuid_or_none
 from tasks_app import selectors as task_selectors
 from verification_app.models import CheckRun, CompletionRequest, Contract
 
@@ -30,10 +31,7 @@ def contract_get(*, project_id: str | uuid.UUID, task_id: str | uuid.UUID) -> Co
 
 
 def completion_get(*, project_id: str | uuid.UUID, request_id: str | uuid.UUID) -> CompletionRequest:
-    try:
-        pk = uuid.UUID(str(request_id))
-    except ValueError:
-        pk = None
+    pk = uuid_or_none(request_id)
     request = None if pk is None else CompletionRequest.objects.filter(project_id=project_id, id=pk).first()
     if request is None:
         raise NotFound(f"no completion request {request_id}", field="request_id")

@@ -17,6 +17,7 @@ from context_app.catalog.models import (
 from nexum.core.catalog import ModelCatalogReplaced, ModelOverlayCleared, ModelOverlaySet
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
 from nexum.eventstore.store import StoredEvent
+from nexum.ids import as_uuid
 
 _WORD_ROWS = uuid.UUID("6f1d3c2a-8e57-4a51-9a3e-0c7d4b1f2e90")
 
@@ -32,7 +33,7 @@ class ModelCatalogProjection(Projection):
     @handles("ModelCatalogReplaced")
     def catalog_replaced(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: ModelCatalogReplaced = stored.event  # type: ignore[assignment]
-        project_id = _uuid(stored.project_id)
+        project_id = as_uuid(stored.project_id)
         at = stored.recorded_at
         for word in event.removed_words:
             rows.delete(CatalogCard, word_row_id(project_id, word))
@@ -68,7 +69,7 @@ class ModelCatalogProjection(Projection):
     @handles("ModelOverlaySet")
     def overlay_set(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: ModelOverlaySet = stored.event  # type: ignore[assignment]
-        project_id = _uuid(stored.project_id)
+        project_id = as_uuid(stored.project_id)
         fields = {
             "word": event.word,
             "context_tokens": event.new.get("context_tokens"),
@@ -84,7 +85,7 @@ class ModelCatalogProjection(Projection):
     @handles("ModelOverlayCleared")
     def overlay_cleared(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: ModelOverlayCleared = stored.event  # type: ignore[assignment]
-        project_id = _uuid(stored.project_id)
+        project_id = as_uuid(stored.project_id)
         rows.delete(ModelOverlay, word_row_id(project_id, event.word))
         self._record_change(stored, rows, event.word, event.old, None)
         self._advance(stored, rows)
@@ -95,7 +96,7 @@ class ModelCatalogProjection(Projection):
         rows.insert(
             ModelOverlayChange,
             position=stored.position,
-            project_id=_uuid(stored.project_id),
+            project_id=as_uuid(stored.project_id),
             word=word,
             old=old,
             new=new,
@@ -104,7 +105,7 @@ class ModelCatalogProjection(Projection):
         )
 
     def _advance(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        project_id = _uuid(stored.project_id)
+        project_id = as_uuid(stored.project_id)
         fields = {"version": stored.version, "updated_at": stored.recorded_at}
         if rows.get(ModelCatalogHead, project_id) is None:
             rows.insert(ModelCatalogHead, project_id=project_id, **fields)
@@ -127,7 +128,3 @@ def _upsert(
 
 def _actor(stored: StoredEvent) -> str:
     return str(stored.metadata.get("actor", "system"))[:200]
-
-
-def _uuid(value: str | None) -> uuid.UUID:
-    return uuid.UUID(str(value))

@@ -4,13 +4,13 @@ storage written by the service, not read models: a rebuild never clears them."""
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from context_app.compilation.models import CompactionFold, ContextCompilation, FoldedItem
 from nexum.core import compilation
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
 from nexum.eventstore.store import StoredEvent
+from nexum.ids import as_uuid
 
 
 class CompilationProjection(Projection):
@@ -31,7 +31,7 @@ class CompilationProjection(Projection):
     @handles("ContextCompiled")
     def compiled(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: compilation.ContextCompiled = stored.event  # type: ignore[assignment]
-        request_id = _uuid(event.request_id)
+        request_id = as_uuid(event.request_id)
         fields: dict[str, Any] = {
             "status": compilation.REQUEST_DONE,
             "digest": event.digest,
@@ -59,7 +59,7 @@ class CompilationProjection(Projection):
         event: compilation.ContextCompileFailed = stored.event  # type: ignore[assignment]
         rows.update(
             ContextCompilation,
-            _uuid(event.request_id),
+            as_uuid(event.request_id),
             status=compilation.REQUEST_FAILED,
             error={"code": event.code, "message": event.message, "field": event.field},
             finished_at=stored.recorded_at,
@@ -69,15 +69,15 @@ class CompilationProjection(Projection):
     @handles("ContextCompacted")
     def compacted(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: compilation.ContextCompacted = stored.event  # type: ignore[assignment]
-        fold_id = _uuid(event.fold_id)
-        project_id = _uuid(stored.project_id)
+        fold_id = as_uuid(event.fold_id)
+        project_id = as_uuid(stored.project_id)
         rows.insert(
             CompactionFold,
             fold_id=fold_id,
             project_id=project_id,
-            task_id=_uuid(event.task_id),
-            goal_id=_uuid(event.goal_id),
-            summary_id=_uuid(event.summary_id),
+            task_id=as_uuid(event.task_id),
+            goal_id=as_uuid(event.goal_id),
+            summary_id=as_uuid(event.summary_id),
             folded_ids=list(event.folded_ids),
             folded_tokens=event.folded_tokens,
             threshold=event.threshold,
@@ -88,13 +88,13 @@ class CompilationProjection(Projection):
             recorded_at=stored.recorded_at,
         )
         for item_id in event.folded_ids:
-            if rows.get(FoldedItem, _uuid(item_id)) is None:
+            if rows.get(FoldedItem, as_uuid(item_id)) is None:
                 rows.insert(
                     FoldedItem,
-                    item_id=_uuid(item_id),
+                    item_id=as_uuid(item_id),
                     fold_id=fold_id,
                     project_id=project_id,
-                    task_id=_uuid(event.task_id),
+                    task_id=as_uuid(event.task_id),
                 )
 
 
@@ -102,16 +102,12 @@ def _new_row(
     stored: StoredEvent, request_id: str, task_id: str, goal_id: str, model_word: str
 ) -> dict[str, Any]:
     return {
-        "request_id": _uuid(request_id),
-        "project_id": _uuid(stored.project_id),
-        "task_id": _uuid(task_id),
-        "goal_id": _uuid(goal_id),
+        "request_id": as_uuid(request_id),
+        "project_id": as_uuid(stored.project_id),
+        "task_id": as_uuid(task_id),
+        "goal_id": as_uuid(goal_id),
         "model_word": model_word,
         "actor": str(stored.metadata.get("actor", "")),
         "requested_at": stored.recorded_at,
         "version": stored.version,
     }
-
-
-def _uuid(value: Any) -> uuid.UUID:
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))

@@ -45,6 +45,7 @@ from nexum.core.compiler import (
 )
 from nexum.core.errors import NotFound
 from nexum.core.tokens import TokenCounter
+from nexum.ids import uuid_or_none
 from tasks_app.models import Task
 
 STATE_SECTIONS = {"failure": "failures", "decision": "decisions", "fact": "facts", "artifact": "artifacts"}
@@ -337,10 +338,7 @@ def context_get(*, project_id: str, digest: Any) -> CompiledContext:
 
 def compile_request_get(*, project_id: str, request_id: Any) -> ContextCompilation:
     compile_request = None
-    try:
-        parsed = uuid.UUID(str(request_id))
-    except ValueError:
-        parsed = None
+    parsed = uuid_or_none(request_id)
     if parsed is not None:
         compile_request = ContextCompilation.objects.filter(project_id=project_id, request_id=parsed).first()
     if compile_request is None:

@@ -21,16 +21,13 @@ from context_app.resolution.models import (
 from nexum.core import resolution as core
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
 from nexum.eventstore.store import StoredEvent
+from nexum.ids import as_uuid
 
 _ITEM_ROWS = uuid.UUID("0b7e9c55-3f3a-4f7e-8a61-2d5c1e9b7a40")
 
 
 def bundle_item_id(resolve_id: str, ordinal: int) -> uuid.UUID:
     return uuid.uuid5(_ITEM_ROWS, f"{resolve_id}:{ordinal}")
-
-
-def _uuid(value: Any) -> uuid.UUID:
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
 
 
 def _actor(stored: StoredEvent) -> str:
@@ -45,8 +42,8 @@ class ResolutionProjection(Projection):
         event: core.SourceRegistered = stored.event  # type: ignore[assignment]
         rows.insert(
             Source,
-            id=_uuid(event.source_id),
-            project_id=_uuid(stored.project_id),
+            id=as_uuid(event.source_id),
+            project_id=as_uuid(stored.project_id),
             name=event.name,
             kind=event.kind,
             config=dict(event.config),
@@ -64,10 +61,10 @@ class ResolutionProjection(Projection):
         event: core.GrantIssued = stored.event  # type: ignore[assignment]
         rows.insert(
             Grant,
-            id=_uuid(event.grant_id),
-            project_id=_uuid(stored.project_id),
-            goal_id=_uuid(event.goal_id),
-            task_id=_uuid(event.task_id) if event.task_id else None,
+            id=as_uuid(event.grant_id),
+            project_id=as_uuid(stored.project_id),
+            goal_id=as_uuid(event.goal_id),
+            task_id=as_uuid(event.task_id) if event.task_id else None,
             scopes={name: list(scopes) for name, scopes in event.scopes.items()},
             expires_at=parse_datetime(event.expires_at) if event.expires_at else None,
             reason=event.reason,
@@ -84,7 +81,7 @@ class ResolutionProjection(Projection):
         event: core.GrantRevoked = stored.event  # type: ignore[assignment]
         rows.update(
             Grant,
-            _uuid(event.grant_id),
+            as_uuid(event.grant_id),
             revoked_at=stored.recorded_at,
             revoke_reason=event.reason,
             version=stored.version,
@@ -99,13 +96,13 @@ class ResolutionProjection(Projection):
             "updated_at": stored.recorded_at,
             "version": stored.version,
         }
-        task_id = _uuid(event.task_id)
+        task_id = as_uuid(event.task_id)
         if rows.get(TaskQuestions, task_id) is None:
             rows.insert(
                 TaskQuestions,
                 task_id=task_id,
-                project_id=_uuid(stored.project_id),
-                goal_id=_uuid(event.goal_id),
+                project_id=as_uuid(stored.project_id),
+                goal_id=as_uuid(event.goal_id),
                 **fields,
             )
         else:
@@ -113,13 +110,13 @@ class ResolutionProjection(Projection):
 
     def _touch_context(self, stored: StoredEvent, rows: ReadModelRows, task_id: str, **fields: Any) -> None:
         """Every event of ``context-<task_id>`` moves the head's version."""
-        pk = _uuid(task_id)
+        pk = as_uuid(task_id)
         if rows.get(TaskContext, pk) is None:
             rows.insert(
                 TaskContext,
                 task_id=pk,
-                project_id=_uuid(stored.project_id),
-                goal_id=_uuid(fields.pop("goal_id")),
+                project_id=as_uuid(stored.project_id),
+                goal_id=as_uuid(fields.pop("goal_id")),
                 version=stored.version,
                 updated_at=stored.recorded_at,
                 **fields,
@@ -132,7 +129,7 @@ class ResolutionProjection(Projection):
         rows.insert(
             Retrieval,
             position=stored.position,
-            project_id=_uuid(stored.project_id),
+            project_id=as_uuid(stored.project_id),
             actor=_actor(stored),
             recorded_at=stored.recorded_at,
             **fields,
@@ -144,8 +141,8 @@ class ResolutionProjection(Projection):
         self._retrieval(
             stored,
             rows,
-            resolve_id=_uuid(event.resolve_id),
-            task_id=_uuid(event.task_id),
+            resolve_id=as_uuid(event.resolve_id),
+            task_id=as_uuid(event.task_id),
             source=event.source,
             scopes=list(event.scopes),
             query=event.query,
@@ -162,8 +159,8 @@ class ResolutionProjection(Projection):
         self._retrieval(
             stored,
             rows,
-            resolve_id=_uuid(event.resolve_id),
-            task_id=_uuid(event.task_id),
+            resolve_id=as_uuid(event.resolve_id),
+            task_id=as_uuid(event.task_id),
             source=event.source,
             scopes=list(event.scopes),
             query=event.query,
@@ -177,13 +174,13 @@ class ResolutionProjection(Projection):
     @handles("BundleResolved")
     def bundle_resolved(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: core.BundleResolved = stored.event  # type: ignore[assignment]
-        resolve_id = _uuid(event.resolve_id)
+        resolve_id = as_uuid(event.resolve_id)
         rows.insert(
             Resolve,
             id=resolve_id,
-            project_id=_uuid(stored.project_id),
-            task_id=_uuid(event.task_id),
-            goal_id=_uuid(event.goal_id),
+            project_id=as_uuid(stored.project_id),
+            task_id=as_uuid(event.task_id),
+            goal_id=as_uuid(event.goal_id),
             bundle_digest=event.bundle_digest,
             complete=event.complete,
             stop_reason=event.stop_reason,
@@ -202,9 +199,9 @@ class ResolutionProjection(Projection):
             rows.insert(
                 BundleItem,
                 id=bundle_item_id(event.resolve_id, ordinal),
-                project_id=_uuid(stored.project_id),
+                project_id=as_uuid(stored.project_id),
                 resolve_id=resolve_id,
-                task_id=_uuid(event.task_id),
+                task_id=as_uuid(event.task_id),
                 bundle_digest=event.bundle_digest,
                 ordinal=ordinal,
                 digest=item["digest"],
@@ -232,11 +229,11 @@ class ResolutionProjection(Projection):
         event: core.EscalationOpened = stored.event  # type: ignore[assignment]
         rows.insert(
             Escalation,
-            id=_uuid(event.escalation_id),
-            project_id=_uuid(stored.project_id),
-            task_id=_uuid(event.task_id),
-            goal_id=_uuid(event.goal_id),
-            resolve_id=_uuid(event.resolve_id),
+            id=as_uuid(event.escalation_id),
+            project_id=as_uuid(stored.project_id),
+            task_id=as_uuid(event.task_id),
+            goal_id=as_uuid(event.goal_id),
+            resolve_id=as_uuid(event.resolve_id),
             bundle_digest=event.bundle_digest,
             key=event.key,
             kind=event.kind,
@@ -262,7 +259,7 @@ class ResolutionProjection(Projection):
         event: core.EscalationResolved = stored.event  # type: ignore[assignment]
         rows.update(
             Escalation,
-            _uuid(event.escalation_id),
+            as_uuid(event.escalation_id),
             state=core.ESCALATION_RESOLVED,
             resolution=event.resolution,
             resolution_detail=dict(event.detail),
@@ -280,7 +277,7 @@ class ResolutionProjection(Projection):
             rows,
             event.task_id,
             goal_id=None,
-            override_resolve_id=_uuid(event.resolve_id),
+            override_resolve_id=as_uuid(event.resolve_id),
             override_reason=event.reason,
             override_actor=_actor(stored),
             overridden_at=stored.recorded_at,

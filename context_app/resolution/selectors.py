@@ -25,19 +25,11 @@ from context_app.resolution.models import (
 from nexum.core import resolution as core
 from nexum.core.errors import NotFound
 from nexum.core.resolver import RequiredQuestion
+from nexum.ids import uuid_or_none
 from tasks_app.models import Task
 
 # The compiler kind each source kind's items become: code is evidence, the rest are facts.
 COMPILER_KIND_BY_SOURCE_KIND = {"folder": "code", "docs": "fact", "tickets_json": "fact", "http_json": "fact"}
-
-
-def _uuid_or_none(value: Any) -> uuid.UUID | None:
-    if isinstance(value, uuid.UUID):
-        return value
-    try:
-        return uuid.UUID(str(value))
-    except (TypeError, ValueError, AttributeError):
-        return None
 
 
 def source_list(*, project_id: str | uuid.UUID) -> QuerySet[Source]:
@@ -45,7 +37,7 @@ def source_list(*, project_id: str | uuid.UUID) -> QuerySet[Source]:
 
 
 def grant_get(*, project_id: str | uuid.UUID, grant_id: Any) -> Grant:
-    pk = _uuid_or_none(grant_id)
+    pk = uuid_or_none(grant_id)
     grant = None if pk is None else Grant.objects.filter(project_id=project_id, id=pk).first()
     if grant is None:
         raise NotFound(f"no grant {grant_id}", field="grant_id")
@@ -110,7 +102,7 @@ def retrievals_of(*, resolve_id: Any) -> QuerySet[Retrieval]:
 
 
 def escalation_get(*, project_id: str | uuid.UUID, escalation_id: Any) -> Escalation:
-    pk = _uuid_or_none(escalation_id)
+    pk = uuid_or_none(escalation_id)
     escalation = None if pk is None else Escalation.objects.filter(project_id=project_id, id=pk).first()
     if escalation is None:
         raise NotFound(f"no escalation {escalation_id}", field="escalation_id")
