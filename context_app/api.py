@@ -26,6 +26,7 @@ from context_app.artifacts import default_store
 from context_app.models import Tool, WorldItem
 from nexum.core import world
 from nexum.core.errors import TooLarge, ValidationFailed
+from nexum.core.text import encodes
 
 IDEMPOTENCY_HEADER = OpenApiParameter(
     "Idempotency-Key",
@@ -56,9 +57,7 @@ class StrictText(serializers.CharField):
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
             self.fail("invalid")
-        try:
-            data.encode("utf-8")
-        except UnicodeEncodeError:
+        if not encodes(data):
             self.fail("encoding")
         return super().to_internal_value(data)
 
@@ -82,11 +81,7 @@ class StrictInput(serializers.Serializer):
 def _encodes(value: Any) -> bool:
     """Whether every string in ``value`` (keys included) is encodable as UTF-8."""
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return False
-        return True
+        return encodes(value)
     if isinstance(value, Mapping):
         return all(_encodes(key) and _encodes(item) for key, item in value.items())
     if isinstance(value, list | tuple):

@@ -43,6 +43,7 @@ from nexum.core.overlays import (
     assert_overlay_words,
     overlay_value_gate,
 )
+from nexum.core.text import is_storable
 
 WORD_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@+\-]{0,99}$")
 MAX_TOKEN_COUNT = 2**31 - 1
@@ -231,7 +232,7 @@ def card_from_data(value: object, *, where: str, prefix: str = "") -> ModelCard:
     texts = [(member, value.get(member)) for member in ("model_id", "latency_class", "encoding", "tier")]
     texts += [("capabilities", text) for text in capabilities or ()]
     for text_member, text in texts:
-        if isinstance(text, str) and (len(text) > 200 or not _storable(text)):
+        if isinstance(text, str) and (len(text) > 200 or not is_storable(text)):
             raise ValidationFailed(
                 f"{where}: {text_member} must be at most 200 characters, without NUL or lone surrogates",
                 field=f"{prefix}{text_member}",
@@ -269,24 +270,13 @@ def card_from_data(value: object, *, where: str, prefix: str = "") -> ModelCard:
     return card
 
 
-def _storable(text: str) -> bool:
-    """Text every database stores as given: no NUL, and encodable as UTF-8 (no lone surrogates)."""
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def check_storable(value: object, *, where: str, root: str) -> None:
     """Refuse NUL and unpaired surrogates anywhere in a JSON value, keys included, before any part of it is
     stored or echoed in an error (a lone surrogate cannot even be written into a JSON response)."""
     stack: list[tuple[object, str]] = [(value, "")]
     while stack:
         item, path = stack.pop()
-        if isinstance(item, str) and not _storable(item):
+        if isinstance(item, str) and not is_storable(item):
             raise ValidationFailed(
                 f"{where}: text at {path or root} holds a NUL or an unpaired surrogate",
                 field=path or root,
@@ -294,7 +284,7 @@ def check_storable(value: object, *, where: str, root: str) -> None:
             )
         if isinstance(item, Mapping):
             for key, member in item.items():
-                if isinstance(key, str) and not _storable(key):
+                if isinstance(key, str) and not is_storable(key):
                     raise ValidationFailed(
                         f"{where}: a member name in {path or root} holds a NUL or an unpaired surrogate",
                         field=path or root,

@@ -27,6 +27,7 @@ from typing import Any, Final
 
 from nexum.core.errors import Conflict, IllegalTransition, ValidationFailed
 from nexum.core.events import Event, event_type
+from nexum.core.text import is_storable, require_storable
 
 # --- states and vocabulary ---
 
@@ -377,30 +378,13 @@ def _text(value: object, field: str) -> str:
         raise ValidationFailed(f"{field} must be a non-empty string", field=field)
     if len(value) > MAX_TEXT_CHARS:
         raise ValidationFailed(f"{field} has at most {MAX_TEXT_CHARS} characters", field=field)
-    return _storable(value, field).strip()
-
-
-def _storable(text: str, field: str) -> str:
-    """Text every database stores as given: no NUL, encodable as UTF-8 (no unpaired surrogates)."""
-    if "\x00" in text:
-        raise ValidationFailed(f"{field} must not contain NUL characters", field=field)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValidationFailed(
-            f"{field} must be valid Unicode (no unpaired surrogates)", field=field
-        ) from None
-    return text
+    return require_storable(value, field).strip()
 
 
 def printable_name(name: object) -> str:
     """A member name safe to echo in an error: itself, or its escaped form if it holds NUL or a surrogate."""
     text = str(name)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return ascii(text)
-    return ascii(text) if "\x00" in text else text
+    return text if is_storable(text) else ascii(text)
 
 
 def _strings(value: object, field: str) -> tuple[str, ...]:
@@ -422,7 +406,7 @@ def check_reason(reason: object) -> str:
         raise ValidationFailed("reason must be a string", field="reason")
     if len(reason) > MAX_REASON_CHARS:
         raise ValidationFailed(f"reason has at most {MAX_REASON_CHARS} characters", field="reason")
-    return _storable(reason, "reason").strip()
+    return require_storable(reason, "reason").strip()
 
 
 # --- the lifecycle: state, evolve, decide ---

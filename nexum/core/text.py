@@ -1,0 +1,29 @@
+"""Text every database stores as given: no NUL (PostgreSQL refuses it) and encodable as UTF-8 (no unpaired
+surrogate, which cannot even be written into a JSON response)."""
+
+from __future__ import annotations
+
+from nexum.core.errors import ValidationFailed
+
+
+def encodes(text: str) -> bool:
+    """Whether ``text`` is encodable as UTF-8 (holds no unpaired surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def is_storable(text: str) -> bool:
+    """Whether ``text`` holds neither NUL nor an unpaired surrogate."""
+    return "\x00" not in text and encodes(text)
+
+
+def require_storable(text: str, field: str) -> str:
+    """``text`` itself; ``ValidationFailed`` naming ``field`` when it holds NUL or an unpaired surrogate."""
+    if "\x00" in text:
+        raise ValidationFailed(f"{field} must not contain NUL characters", field=field)
+    if not encodes(text):
+        raise ValidationFailed(f"{field} is not valid UTF-8 (unpaired surrogate)", field=field)
+    return text
