@@ -28,8 +28,8 @@ from nexum.core import world
 from nexum.core.digests import canonical_json, digest_of
 from nexum.core.errors import ConcurrencyError, Conflict, NotFound, ValidationFailed
 from nexum.core.events import Event
+from nexum.core.text import require_storable
 from nexum.eventstore import store
-from nexum.eventstore.models import Event as EventRow
 from nexum.tokenization import DEFAULT_ENCODING, TiktokenCounter, counter_for
 
 _ID_NAMESPACE = uuid.UUID("6b3c1f0e-5d2a-4c8e-9a71-0f4e2b8d9c13")
@@ -584,10 +584,7 @@ def _append(
 
 def _already_appended(stream_id: str, idempotency_key: str | None) -> bool:
     """Whether ``idempotency_key`` was used in ``stream_id``: a retry, answered with the current state."""
-    return (
-        idempotency_key is not None
-        and EventRow.objects.filter(stream_id=stream_id, idempotency_key=idempotency_key).exists()
-    )
+    return idempotency_key is not None and bool(store.appended_with_key(stream_id, idempotency_key))
 
 
 def _new_item_id(scope: Scope, kind: str, idempotency_key: str | None) -> str:
@@ -609,13 +606,10 @@ def _text(value: Any, field: str, *, required: bool = True, limit: int = world.T
 
 
 def _storable(text: str, field: str) -> None:
-    """Text every database keeps: no NUL (PostgreSQL refuses it) and no unpaired surrogate."""
-    if "\x00" in text or (field == "schema" and "\\u0000" in text):
+    """Text every database keeps (``nexum.core.text``); a schema may not spell NUL as ``\\u0000`` either."""
+    if field == "schema" and "\\u0000" in text:
         raise ValidationFailed(f"{field} must not contain NUL characters", field=field)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValidationFailed(f"{field} is not valid UTF-8 (unpaired surrogate)", field=field) from None
+    require_storable(text, field)
 
 
 def _short(value: Any, field: str) -> str:

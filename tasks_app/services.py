@@ -50,7 +50,6 @@ from nexum.core.tasks import (
     task_stream,
 )
 from nexum.eventstore import store
-from nexum.eventstore.models import Event as EventRow
 from tasks_app import selectors
 from tasks_app.models import AgentToken, Project, Task
 
@@ -431,14 +430,10 @@ def _already_applied(stream_id: str, idempotency_key: str, event_type: str, reas
     Checked before deciding, because a retried transition would otherwise be refused as illegal (the task
     has moved on). The same key used for a different change is a conflict, as in the event store.
     """
-    recorded = list(
-        EventRow.objects.filter(stream_id=stream_id, idempotency_key=idempotency_key).values_list(
-            "event_type", "data"
-        )
-    )
+    recorded = store.appended_with_key(stream_id, idempotency_key)
     if not recorded:
         return False
-    if [(name, data.get("reason")) for name, data in recorded] != [(event_type, reason)]:
+    if [(name, data.get("reason")) for _, _, name, data in recorded] != [(event_type, reason)]:
         raise store.IdempotencyKeyReused(
             f"idempotency key {idempotency_key!r} was used on this task for a different change",
             field="idempotency_key",

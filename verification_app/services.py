@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +56,7 @@ from nexum.core.verification import (
 )
 from nexum.eventstore import store
 from nexum.eventstore.models import Event as EventRow
+from nexum.ids import uuid_or_none
 from tasks_app import selectors as task_selectors
 from tasks_app import services as task_services
 from tasks_app.models import Task
@@ -189,7 +189,7 @@ def _origin_trust(project_id: str, trust_class: object, derived_from: object) ->
         raise ValidationFailed(f"derived_from has at most {MAX_DERIVED_FROM} items", field="derived_from")
     classes = []
     for index, item_id in enumerate(derived_from):
-        pk = _uuid_or_none(item_id)
+        pk = uuid_or_none(item_id)
         item = None if pk is None else WorldItem.objects.filter(project_id=project_id, id=pk).first()
         if item is None:
             raise NotFound(f"no world item {item_id}", field=f"derived_from[{index}]")
@@ -200,14 +200,10 @@ def _origin_trust(project_id: str, trust_class: object, derived_from: object) ->
 def _replayed(stream_id: str, idempotency_key: str, contract: Contract) -> bool:
     from nexum.core.gate import contract_to_dict
 
-    recorded = list(
-        EventRow.objects.filter(stream_id=stream_id, idempotency_key=idempotency_key).values_list(
-            "data", flat=True
-        )
-    )
+    recorded = store.appended_with_key(stream_id, idempotency_key)
     if not recorded:
         return False
-    if [data.get("contract") for data in recorded] != [contract_to_dict(contract)]:
+    if [data.get("contract") for _, _, _, data in recorded] != [contract_to_dict(contract)]:
         raise store.IdempotencyKeyReused(
             f"idempotency key {idempotency_key!r} was used for a different contract", field="idempotency_key"
         )
@@ -314,10 +310,7 @@ def _request_replay(
 ) -> CompletionRequest | None:
     if idempotency_key is None:
         return None
-    used = EventRow.objects.filter(
-        stream_id=completion_stream(request_id), idempotency_key=idempotency_key
-    ).exists()
-    if used:
+    if store.appended_with_key(completion_stream(request_id), idempotency_key):
         return CompletionRequest.objects.get(id=request_id)
     # The same key on another version of the task: a retry of an earlier request.
     event = (
@@ -509,10 +502,3 @@ def _append_decision(request: CompletionRequest, outcome: str, reason: str, fail
 
 def _short(reason: str) -> str:
     return reason if len(reason) <= MAX_REASON_CHARS else reason[: MAX_REASON_CHARS - 1] + "…"
-
-
-def _uuid_or_none(value: object) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(str(value))
-    except (TypeError, ValueError, AttributeError):
-        return None

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -42,6 +42,7 @@ from nexum.core.compiler import CompiledContext as CompiledResult
 from nexum.core.compiler import compile_context as run_compiler
 from nexum.core.digests import digest_of
 from nexum.core.errors import ConcurrencyError, DomainError, NotFound, ValidationFailed
+from nexum.core.text import require_storable
 from nexum.eventstore import projections, store
 from nexum.tokenization import counter_for
 from tasks_app import selectors as task_selectors
@@ -234,7 +235,8 @@ def _compile_and_record(
     actor: str,
 ) -> CompileOutcome:
     project_id = str(task.project_id)
-    _lock_log()
+    # No event may land between reading the head position and reading the world state.
+    store.lock_log()
     if store.stream_version(compilation.compile_stream(request_id)) > expected_version:
         # Answered meanwhile (a concurrent retry or a redelivered message): the first answer stands.
         answered = _finished(project_id, request_id)
@@ -506,12 +508,7 @@ def check_evidence(evidence: Any) -> list[dict[str, Any]]:
 def _clean_text(value: Any, field: str, limit: int, *, required: bool) -> str:
     if not isinstance(value, str):
         raise ValidationFailed(f"{field} must be a string", field=field)
-    if "\x00" in value:
-        raise ValidationFailed(f"{field} must not contain NUL characters", field=field)
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValidationFailed(f"{field} is not valid UTF-8 (unpaired surrogate)", field=field) from None
+    require_storable(value, field)
     if required and not value.strip():
         raise ValidationFailed(f"{field} must not be empty", field=field)
     if len(value) > limit:
@@ -568,11 +565,3 @@ def _store_evidence(project_id: str, evidence: Sequence[Mapping[str, Any]]) -> s
         ignore_conflicts=True,
     )
     return digest
-
-
-def _lock_log() -> None:
-    """Hold the log's append lock until commit, so no event lands between reading the head position and
-    reading the world state (SQLite: the transaction already began with ``BEGIN IMMEDIATE``)."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(store.LOCK_LOG)

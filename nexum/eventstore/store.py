@@ -89,7 +89,7 @@ def append(
     with transaction.atomic():
         if idempotency_key is not None:
             # The lookup must happen under the lock; otherwise the insert takes the lock itself.
-            _lock_log()
+            lock_log()
             previous = _previous_append(stream_id, idempotency_key, typed)
             if previous is not None:
                 return previous
@@ -271,18 +271,27 @@ def _insert(
     return sorted(rows, key=lambda row: row[1]) or None
 
 
-def _lock_log() -> None:
+def lock_log() -> None:
+    """Hold the log's append lock until commit, so no event lands meanwhile (PostgreSQL; on SQLite the
+    transaction already began with ``BEGIN IMMEDIATE``)."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(LOCK_LOG)
 
 
-def _previous_append(stream_id: str, idempotency_key: str, typed: Sequence[Event]) -> AppendResult | None:
-    rows = list(
+def appended_with_key(stream_id: str, idempotency_key: str) -> list[tuple[int, int, str, Any]]:
+    """What an append with ``idempotency_key`` wrote to ``stream_id``, oldest first, a row
+    ``(position, version, event_type, data)``; empty when the key is unused there. For services that must
+    recognise a retry before deciding (a retried transition would otherwise be refused: it has moved on)."""
+    return list(
         EventRow.objects.filter(stream_id=stream_id, idempotency_key=idempotency_key)
         .order_by("position")
         .values_list("position", "version", "event_type", "data")
     )
+
+
+def _previous_append(stream_id: str, idempotency_key: str, typed: Sequence[Event]) -> AppendResult | None:
+    rows = appended_with_key(stream_id, idempotency_key)
     if not rows:
         return None
     sent = [(event.event_type, canonical_json(event_to_data(event))) for event in typed]
