@@ -151,22 +151,32 @@ LINE_CHARS = 160
 def extractive_summary(entries: Sequence[tuple[str, str]], *, max_tokens: int, counter: TokenCounter) -> str:
     """The default summarizer: deterministic and extractive. A header, then the first sentence (at most
     ``LINE_CHARS`` characters) of every folded entry, oldest first; when that exceeds ``max_tokens`` the
-    oldest lines give way first, and a line says how many were left out."""
+    oldest lines give way first, and a line says how many were left out.
+
+    Each line is counted once (the newest that fit are chosen from those counts), and the text is counted
+    again only to correct for joins, so a fold of many thousand entries stays linear."""
     notes = sum(1 for kind, _ in entries if kind == "progress")
     calls = len(entries) - notes
     header = f"Summary of {len(entries)} earlier entries ({notes} progress notes, {calls} tool calls):"
     lines = [f"- {_first_sentence(text)}" for _, text in entries]
-    kept = lines
-    dropped = 0
-    while True:
-        parts = [header]
-        if dropped:
-            parts.append(f"- … {dropped} older entries omitted")
-        text = "\n".join([*parts, *kept])
-        if counter.count(text) <= max_tokens or not kept:
-            return text if counter.count(text) <= max_tokens else header
-        dropped += 1
-        kept = lines[dropped:]
+
+    def render(start: int) -> str:
+        omitted = [f"- … {start} older entries omitted"] if start else []
+        return "\n".join([header, *omitted, *lines[start:]])
+
+    room = max_tokens - counter.count(render(len(lines))) - 8
+    start, used = len(lines), 0
+    while start > 0:
+        cost = counter.count(lines[start - 1]) + 1
+        if used + cost > room:
+            break
+        used += cost
+        start -= 1
+    text = render(start)
+    while counter.count(text) > max_tokens and start < len(lines):
+        start += 1
+        text = render(start)
+    return text if counter.count(text) <= max_tokens else header
 
 
 def _first_sentence(text: str) -> str:

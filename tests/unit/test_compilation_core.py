@@ -68,3 +68,17 @@ def test_the_diff_names_entries_and_reasons():
     )
     assert [tuple(entry) for entry in diff.entered] == [("fact", "b", "needed 40 tokens, 3 left")]
     assert [tuple(entry) for entry in diff.left] == [("fact", "a", "needed 12 tokens, 0 left")]
+
+
+def test_a_large_fold_is_summarized_in_linear_time():
+    class CountingCounter(WordCounter):
+        calls = 0
+
+        def count(self, text: str) -> int:
+            CountingCounter.calls += 1
+            return super().count(text)
+
+    entries = [("progress", f"Note {n} about the token check.") for n in range(20_000)]
+    summary = extractive_summary(entries, max_tokens=400, counter=CountingCounter())
+    assert WordCounter().count(summary) <= 400 and summary.endswith("- Note 19999 about the token check.")
+    assert CountingCounter.calls < 1_000
