@@ -19,11 +19,11 @@ from typing import Any
 from django.db import transaction
 
 from nexum.core.errors import (
-    ConcurrencyError,
     Conflict,
     IllegalTransition,
     NotFound,
     ValidationFailed,
+    check_expected,
 )
 from nexum.core.events import Event
 from nexum.core.projects import (
@@ -405,12 +405,7 @@ def _transition(
     stream_id = task_stream(str(task.id))
     if idempotency_key is not None and _already_applied(stream_id, idempotency_key, event_type, reason):
         return task
-    if expected_version is not None and expected_version != task.version:
-        raise ConcurrencyError(
-            f"task {task.key} is at version {task.version}, not the expected {expected_version}",
-            field="expected_version",
-            details={"current_version": task.version, "expected_version": expected_version},
-        )
+    check_expected(task.version, expected_version, f"task {task.key}")
     events = decide(task, task_state_from_row(_row(task)))
     store.append(
         stream_id=stream_id,

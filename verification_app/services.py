@@ -26,7 +26,14 @@ from django.db import transaction
 
 from context_app.artifacts import default_store
 from context_app.models import WorldItem
-from nexum.core.errors import ConcurrencyError, DomainError, IllegalTransition, NotFound, ValidationFailed
+from nexum.core.errors import (
+    ConcurrencyError,
+    DomainError,
+    IllegalTransition,
+    NotFound,
+    ValidationFailed,
+    check_expected,
+)
 from nexum.core.gate import (
     RAISED,
     CheckResult,
@@ -114,12 +121,7 @@ def contract_register(
         parsed = contract if isinstance(contract, Contract) else _parse_contract(contract, origin)
     if idempotency_key is not None and _replayed(stream_id, idempotency_key, parsed):
         return ContractRow.objects.get(task_id=task.id)
-    if expected_revision is not None and expected_revision != revision:
-        raise ConcurrencyError(
-            f"the contract is at revision {revision}, not the expected {expected_revision}",
-            field="expected_revision",
-            details={"current_revision": revision, "expected_revision": expected_revision},
-        )
+    check_expected(revision, expected_revision, "the contract", unit="revision", field="expected_revision")
     event = decide_register_contract(
         task_id=str(task.id),
         goal_id=str(task.goal_id),
@@ -253,12 +255,7 @@ def completion_request(
     )
     if replay is not None:
         return _result(replay)
-    if expected_version is not None and expected_version != task.version:
-        raise ConcurrencyError(
-            f"task {task.key} is at version {task.version}, not the expected {expected_version}",
-            field="expected_version",
-            details={"current_version": task.version, "expected_version": expected_version},
-        )
+    check_expected(task.version, expected_version, f"task {task.key}")
     if task.state != "running":
         decision = gate_task_completion(task.state, Contract(), answer, _never_run)
         return CompletionResult(task=task, request=None, outcome=decision.outcome, reason=decision.reason)

@@ -56,6 +56,19 @@ class ConcurrencyError(Conflict):
     code = "concurrency_conflict"
 
 
+def check_expected(
+    current: int, expected: int | None, what: str, *, unit: str = "version", field: str = "expected_version"
+) -> int:
+    """``current``, or ``ConcurrencyError`` when the caller expected another ``unit`` of ``what``."""
+    if expected is not None and expected != current:
+        raise ConcurrencyError(
+            f"{what} is at {unit} {current}, not the expected {expected}",
+            field=field,
+            details={f"current_{unit}": current, f"expected_{unit}": expected},
+        )
+    return current
+
+
 class IllegalTransition(Conflict):
     code = "illegal_transition"
 
