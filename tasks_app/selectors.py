@@ -7,21 +7,20 @@ import uuid
 from django.db.models import QuerySet
 
 from nexum.core.errors import NotFound
-from tasks_app.models import Task, TaskTransition
+from nexum.ids import uuid_or_none
+from tasks_app.models import Project, Task, TaskTransition
 
 
-def _uuid_or_none(value: object) -> uuid.UUID | None:
-    if isinstance(value, uuid.UUID):
-        return value
-    try:
-        return uuid.UUID(str(value))
-    except (TypeError, ValueError, AttributeError):
-        return None
+def project_get(*, project_id: str | uuid.UUID) -> Project:
+    project = Project.objects.filter(id=project_id).first()
+    if project is None:
+        raise NotFound(f"no project {project_id}", field="project_id")
+    return project
 
 
 def task_get(*, project_id: str | uuid.UUID, task_id: str | uuid.UUID) -> Task:
     """A task or goal of the project; a missing, malformed or other project's id raises ``NotFound``."""
-    pk = _uuid_or_none(task_id)
+    pk = uuid_or_none(task_id)
     task = None if pk is None else Task.objects.filter(project_id=project_id, id=pk).first()
     if task is None:
         raise NotFound(f"no task {task_id}", field="task_id")
@@ -30,7 +29,7 @@ def task_get(*, project_id: str | uuid.UUID, task_id: str | uuid.UUID) -> Task:
 
 def goal_get(*, project_id: str | uuid.UUID, goal_id: str | uuid.UUID) -> Task:
     """A goal (the root task) of the project; a task that is not a goal is not found either."""
-    pk = _uuid_or_none(goal_id)
+    pk = uuid_or_none(goal_id)
     goal = None if pk is None else Task.objects.filter(project_id=project_id, id=pk, is_goal=True).first()
     if goal is None:
         raise NotFound(f"no goal {goal_id}", field="goal_id")
@@ -81,7 +80,7 @@ def task_dependency_states(*, task: Task) -> dict[str, str]:
 def task_get_unscoped(*, task_id: str | uuid.UUID) -> Task:
     """A task by id in any project. Only for internal callers that were handed the id by the system itself
     (the verification gate's worker); never for an agent's request, which must use ``task_get``."""
-    pk = _uuid_or_none(task_id)
+    pk = uuid_or_none(task_id)
     task = None if pk is None else Task.objects.filter(id=pk).first()
     if task is None:
         raise NotFound(f"no task {task_id}", field="task_id")

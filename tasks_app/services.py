@@ -86,7 +86,7 @@ def project_create(*, slug: str, name: str, description: str = "", actor: str) -
 
 def agent_token_issue(*, project_id: str, name: str, actor: str, key: str | None = None) -> IssuedToken:
     """Issue a token for an agent. ``key`` may be supplied (development demo token); it is never stored."""
-    project = _project(project_id)
+    project = selectors.project_get(project_id=project_id)
     if not name.strip():
         raise ValidationFailed("a token needs a name", field="name")
     if AgentToken.objects.filter(project=project, name=name).exists():
@@ -119,13 +119,6 @@ def agent_token_revoke(*, token_id: str, reason: str, actor: str) -> AgentToken:
         )
         token.refresh_from_db()
     return token
-
-
-def _project(project_id: str) -> Project:
-    project = Project.objects.filter(id=project_id).first()
-    if project is None:
-        raise NotFound(f"no project {project_id}", field="project_id")
-    return project
 
 
 # --- the task graph ---------------------------------------------------------------------------------------
@@ -167,7 +160,7 @@ def goal_create(
         success_criteria=success_criteria,
         risk=risk,
     )
-    project = _project(project_id)
+    project = selectors.project_get(project_id=project_id)
     if idempotency_key is not None:
         if not isinstance(idempotency_key, str) or not idempotency_key:
             raise ValidationFailed("an idempotency key is a non-empty string", field="idempotency_key")

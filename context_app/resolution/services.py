@@ -124,7 +124,7 @@ def source_register(
 ) -> Source:
     """Register a source: its configuration is checked by building it (``build_source``). A configuration is
     stored in the log, so it must never hold a secret."""
-    project = _project(project_id)
+    project = task_selectors.project_get(project_id=project_id)
     check_authority(
         project_id=str(project.id),
         action="source.register",
@@ -195,7 +195,7 @@ def grant_issue(
     """Allow the resolver to read ``sources`` (name → scopes; ``[]`` or ``["*"]`` = every declared scope) for
     a goal (shared by its tasks) or one task, until ``expires_at`` if given. Every source must be one of the
     project's (another project's source is not found)."""
-    project = _project(project_id)
+    project = task_selectors.project_get(project_id=project_id)
     digests = check_authority(
         project_id=str(project.id),
         action="grant.create",
@@ -357,7 +357,7 @@ def bundle_resolve(
     task = _task(project_id, task_id)
     if task.is_goal:
         raise ValidationFailed("resolve the context of a task, not of a goal", field="task_id")
-    project = _project(str(task.project_id))
+    project = task_selectors.project_get(project_id=str(task.project_id))
     stream_id = core.context_stream(str(task.id))
     idempotency_key = f"resolve:{request_id}" if request_id else None
     if request_id is not None:
@@ -727,13 +727,6 @@ def plan_gate_override(
 
 
 # --- helpers ----------------------------------------------------------------------------------------------
-
-
-def _project(project_id: str) -> Project:
-    project = Project.objects.filter(id=project_id).first()
-    if project is None:
-        raise NotFound(f"no project {project_id}", field="project_id")
-    return project
 
 
 def _task(project_id: str, task_id: Any) -> Task:
