@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from nexum.eventstore.admin import ReadOnlyAdmin
+from nexum.eventstore.admin import ReadOnlyAdmin, ReadOnlyInline
 from tasks_app.models import AgentToken, Goal, Project, Task, TaskTransition
 
 
@@ -17,7 +17,7 @@ class AgentTokenAdmin(ReadOnlyAdmin):
     exclude = ("key_sha256",)
 
 
-class TimelineInline(admin.TabularInline):
+class TimelineInline(ReadOnlyInline):
     """Who moved the task, when, from which state to which, and why. Read-only: it mirrors the log."""
 
     model = TaskTransition
@@ -34,19 +34,8 @@ class TimelineInline(admin.TabularInline):
     )
     readonly_fields = fields
     ordering = ("position",)
-    extra = 0
-    can_delete = False
     verbose_name = "transition"
     verbose_name_plural = "timeline"
-
-    def has_add_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
-        return False
-
-    def has_change_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
-        return False
-
-    def has_delete_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
-        return False
 
 
 class GoalTimelineInline(TimelineInline):
@@ -57,29 +46,18 @@ class GoalTimelineInline(TimelineInline):
     readonly_fields = fields
 
 
-class PlanInline(admin.TabularInline):
+class PlanInline(ReadOnlyInline):
     model = Task
     fk_name = "goal"
     fields = ("key", "objective", "state", "attempt", "risk", "depends_on", "version")
     readonly_fields = fields
     ordering = ("ordinal",)
-    extra = 0
-    can_delete = False
     show_change_link = True
     verbose_name = "task"
     verbose_name_plural = "plan"
 
     def get_queryset(self, request):  # type: ignore[no-untyped-def]
         return super().get_queryset(request).filter(is_goal=False)
-
-    def has_add_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
-        return False
-
-    def has_change_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
-        return False
-
-    def has_delete_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
-        return False
 
 
 @admin.register(Goal)

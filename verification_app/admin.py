@@ -4,7 +4,7 @@ checks' verdict, and check runs with their output (read from the artifact store)
 from django.contrib import admin
 from django.utils.html import format_html
 
-from nexum.eventstore.admin import ReadOnlyAdmin
+from nexum.eventstore.admin import ReadOnlyAdmin, ReadOnlyInline
 from verification_app.models import CheckRun, CompletionRequest, Contract
 from verification_app.selectors import stored_text
 
@@ -19,28 +19,17 @@ class ContractAdmin(ReadOnlyAdmin):
     list_filter = ("project", "on_failure", "trust_class")
 
 
-class CheckRunInline(admin.TabularInline):
+class CheckRunInline(ReadOnlyInline):
     model = CheckRun
     fk_name = "request"
     fields = ("ordinal", "name", "kind", "passed", "reason", "exit_code", "duration_ms", "argv", "output")
     readonly_fields = fields
     ordering = ("ordinal",)
-    extra = 0
-    can_delete = False
 
     @admin.display(description="output")
     def output(self, run: CheckRun) -> str:
         marker = " (truncated)" if run.truncated else ""
         return _pre(stored_text(run.output_sha256) + marker)
-
-    def has_add_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
-        return False
-
-    def has_change_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
-        return False
-
-    def has_delete_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
-        return False
 
 
 @admin.register(CompletionRequest)

@@ -3,10 +3,8 @@ from django.contrib import admin
 from nexum.eventstore.models import Event
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """An admin that shows and never changes: read models mirror the log, the log is append-only."""
-
-    actions = None
+class _NoChanges:
+    """Nothing may be added, changed or deleted: read models mirror the log, the log is append-only."""
 
     def has_add_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
         return False
@@ -16,6 +14,19 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
         return False
+
+
+class ReadOnlyAdmin(_NoChanges, admin.ModelAdmin):
+    """An admin that shows and never changes: read models mirror the log, the log is append-only."""
+
+    actions = None
+
+
+class ReadOnlyInline(_NoChanges, admin.TabularInline):
+    """A tabular inline that shows and never changes (no blank rows, no delete boxes)."""
+
+    extra = 0
+    can_delete = False
 
 
 @admin.register(Event)
