@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, TypeGuard
+from typing import Literal
 
 from nexum.core.errors import ValidationFailed
-from nexum.core.overlays import ContextWindowOverlay, ModelCatalog, overlay_for, physical_window_of
+from nexum.core.overlays import ContextWindowOverlay, ModelCatalog, is_int, overlay_for, physical_window_of
 
 Tier = Literal["local", "cloud"]
 TIERS: tuple[str, ...] = ("local", "cloud")
@@ -69,14 +69,10 @@ class ModelBudget:
     window: int
 
 
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _check_count(owner: str, name: str, value: object, *, minimum: int) -> None:
     if value is None:
         return
-    if not _is_int(value) or value < minimum:
+    if not is_int(value) or value < minimum:
         kind = "a positive integer" if minimum > 0 else "a non-negative integer"
         raise ValidationFailed(f"{owner}: {name} must be {kind} or absent, got {value!r}", field=name)
 

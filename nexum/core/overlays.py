@@ -31,7 +31,7 @@ OVERLAY_MEMBERS: tuple[str, ...] = ("context_tokens", "auto_compact_tokens", "en
 UNKNOWN_MODEL_WORD = "unknown_model_word"
 
 
-def _is_int(value: object) -> TypeGuard[int]:
+def is_int(value: object) -> TypeGuard[int]:
     """A real integer: ``True``/``False`` are not counts and floats are never accepted, even ``8000.0``."""
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -47,7 +47,7 @@ def _check_member(member: str, value: object, where: str) -> None:
                 details={"where": where, "value": repr(value)},
             )
         return
-    if not _is_int(value) or value <= 0:
+    if not is_int(value) or value <= 0:
         raise ValidationFailed(
             f"{where}: context window overlay member {member!r} must be a positive integer, got {value!r}",
             field=member,
