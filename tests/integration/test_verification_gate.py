@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 import threading
 import time
@@ -22,7 +23,9 @@ from verification_app import runner, selectors, services
 from verification_app.models import CheckRun
 
 PYTHON = sys.executable
-SLEEP_MARK = "600.31337"  # 'sleep 600' with a value no other process uses, so survivors can be found
+# 'sleep 600' with a value no other process uses (not even a parallel run of this suite), so survivors can be
+# found by their command line.
+SLEEP_MARK = f"600.{os.getpid()}{secrets.randbelow(10**6):06d}"
 
 
 @pytest.fixture
