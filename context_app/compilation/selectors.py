@@ -28,6 +28,7 @@ from context_app.compilation.models import (
     FoldedItem,
 )
 from context_app.models import WorldItem
+from context_app.resolution import selectors as resolution_selectors
 from context_app.selectors import tool_specs, tools_for_scope
 from nexum.core import world
 from nexum.core.budgets import ModelBudget
@@ -47,6 +48,7 @@ from nexum.core.errors import NotFound
 from nexum.core.tokens import TokenCounter
 from nexum.ids import uuid_or_none
 from tasks_app.models import Task
+from verification_app import selectors as verification_selectors
 
 STATE_SECTIONS = {"failure": "failures", "decision": "decisions", "fact": "facts", "artifact": "artifacts"}
 RANKED_KINDS = ("fact", "tool_call")  # ranked by relevance: their terms are needed
@@ -83,8 +85,9 @@ def compile_input_for(
         else:
             state[item.kind].append(item)
     evidence.extend(_check_run_evidence(str(task.id), counter))
-    bundle_digest, bundle_items = _bundle_evidence(str(task.id), counter)
-    evidence.extend(bundle_items)
+    bundle_digest, bundle_items = _bundle_items(str(task.id), counter)
+    for item in bundle_items:
+        (state["fact"] if item.kind == "fact" else evidence).append(item)
     evidence.extend(request_evidence_items(extra_evidence, counter))
     constraints = list(dict.fromkeys([*goal.constraints, *(() if task.is_goal else task.constraints)]))
     compile_input = CompileInput(
@@ -258,69 +261,40 @@ def request_evidence_items(evidence: Sequence[Mapping[str, Any]], counter: Token
     ]
 
 
-def _field(row: Any, name: str, default: Any = None) -> Any:
-    if isinstance(row, Mapping):
-        return row.get(name, default)
-    return getattr(row, name, default)
-
-
-def latest_check_runs(task_id: str) -> list[Any]:
-    """The verification gate's latest check runs of the task; none while that app does not provide them."""
-    try:
-        from verification_app import selectors as verification_selectors
-
-        return list(verification_selectors.latest_check_runs(task_id=task_id) or ())
-    except (ImportError, AttributeError):
-        return []
-
-
 def _check_run_evidence(task_id: str, counter: TokenCounter) -> list[ContextItem]:
+    """The latest completion request's check runs, as diagnostics (the end of a long log kept)."""
     items = []
-    for run in latest_check_runs(task_id):
-        name = str(_field(run, "name", "") or "check")
-        passed = bool(_field(run, "passed", False))
-        reason = str(_field(run, "reason", "") or "")
-        output = str(_field(run, "output", "") or "")
+    for run in verification_selectors.latest_check_runs(task_id=task_id):
+        output = run["output"] or ""
         if len(output) > CHECK_OUTPUT_CHARS:  # the end of a log is where the error is
             output = "…" + output[-CHECK_OUTPUT_CHARS:]
-        head = f"Check {name}: {'passed' if passed else 'failed'}" + (f" ({reason})" if reason else "")
+        verdict = "passed" if run["passed"] else "failed"
+        head = f"Check {run['name']}: {verdict}" + (f" ({run['reason']})" if run["reason"] else "")
         text = f"{head}\n{output}".strip() if output.strip() else head
-        items.append(ContextItem.from_text("diagnostic", f"check:{name}", text, counter=counter))
+        items.append(ContextItem.from_text("diagnostic", f"check:{run['name']}", text, counter=counter))
     return items
 
 
-def latest_bundle(task_id: str) -> Any:
-    """The resolver's latest bundle for the task; ``None`` while that app does not provide one."""
-    try:
-        from context_app.resolution import selectors as resolution_selectors
-
-        return resolution_selectors.latest_bundle(task_id=task_id)
-    except (ImportError, AttributeError):
-        return None
-
-
-def _bundle_evidence(task_id: str, counter: TokenCounter) -> tuple[str | None, list[ContextItem]]:
-    bundle = latest_bundle(task_id)
+def _bundle_items(task_id: str, counter: TokenCounter) -> tuple[str | None, list[ContextItem]]:
+    """The resolver's latest bundle: its facts and code, each with its trust class and origin, minus the
+    items a human rejected when settling a conflict. Returns the bundle's digest too (recorded on the
+    compiled context)."""
+    bundle = resolution_selectors.latest_bundle(task_id=task_id)
     if bundle is None:
         return None, []
-    digest = _field(bundle, "digest")
-    items = []
-    for index, entry in enumerate(_field(bundle, "items", None) or ()):
-        text = _field(entry, "text") or _field(entry, "content")
-        if not isinstance(text, str) or not text.strip():
-            continue
-        entry_id = _field(entry, "id") or _field(entry, "item_id") or index
-        items.append(
-            ContextItem.from_text(
-                "code",
-                f"bundle:{entry_id}",
-                text,
-                counter=counter,
-                trust_class=str(_field(entry, "trust_class") or "untrusted_retrieved"),
-                origin=str(_field(entry, "origin") or _field(entry, "source") or "") or None,
-            )
+    items = [
+        ContextItem.from_text(
+            entry.kind,
+            f"bundle:{entry.digest}",
+            entry.text,
+            counter=counter,
+            trust_class=entry.trust_class,
+            origin=entry.origin,
         )
-    return (str(digest) if digest else None), items
+        for entry in bundle.usable_items
+        if entry.text.strip()
+    ]
+    return bundle.digest, items
 
 
 # --- stored contexts --------------------------------------------------------------------------------------

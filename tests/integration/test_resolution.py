@@ -411,6 +411,37 @@ def test_a_conflict_on_a_step_input_is_kept_whole_escalated_and_holds_the_task(p
 
 
 @pytest.mark.django_db
+def test_a_compile_uses_the_latest_bundle_without_the_rejected_side(project, tmp_path):
+    """The compiler takes the bundle as input, records which one it used, and leaves out a rejected side."""
+    from context_app.compilation.services import context_compile
+    from tests.integration.compile_world import load_catalog
+
+    load_catalog(str(project.id))
+    _conflicting_sources(project, tmp_path)
+    task = make_task(project, inputs=["deploy port"])
+    grant(project, task, "ops", "wiki")
+    resolve(project, task, query="deploy port")
+    escalation = Escalation.objects.get()
+    chosen = next(e["digest"] for e in escalation.evidence if e["source"] == "ops")
+    services.escalation_resolve(
+        project_id=str(project.id),
+        escalation_id=str(escalation.id),
+        action="pick_side",
+        chosen=[chosen],
+        actor="h",
+    )
+
+    compiled = context_compile(
+        project_id=str(project.id), task_id=str(task.id), model_word="local", actor="a"
+    )
+
+    context = compiled.context
+    assert context.bundle_digest == selectors.latest_bundle(task_id=task.id).digest
+    assert "The deploy port is 8080." in context.prompt_block
+    assert "9090" not in context.prompt_block
+
+
+@pytest.mark.django_db
 def test_an_operator_override_opens_the_gate_and_is_recorded(project, tmp_path):
     _conflicting_sources(project, tmp_path)
     task = make_task(project, inputs=["deploy port"])
