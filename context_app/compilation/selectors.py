@@ -127,15 +127,24 @@ def _task_items(task: Task) -> Any:
     return items.exclude(id__in=folded)
 
 
+def stored_tokens(encoding: str) -> RawSQL:
+    """A world item's stored token count in ``encoding`` as an integer (NULL when not counted), read by the
+    database so no ``token_counts`` JSON is decoded in Python."""
+    table = connection.ops.quote_name(WorldItem._meta.db_table)
+    if connection.vendor == "postgresql":
+        return RawSQL(f"({table}.token_counts ->> %s)::integer", (encoding,))
+    return RawSQL(f"json_extract({table}.token_counts, %s)", (f'$."{encoding}"',))
+
+
 def _metadata_query(task: Task, encoding: str) -> tuple[str, Sequence[Any]]:
     """One SELECT of the candidates' metadata, shaped so the database does the work: the id as text, the
     stored token count of ``encoding`` as an integer, and the relevance terms joined by spaces, only for the
     kinds ranked by relevance (so no JSON is parsed in Python)."""
     table = connection.ops.quote_name(WorldItem._meta.db_table)
     ranked = ", ".join(f"'{kind}'" for kind in RANKED_KINDS)
+    tokens = stored_tokens(encoding)
     if connection.vendor == "postgresql":
         item_id = RawSQL(f"{table}.id::text", ())
-        tokens = RawSQL(f"({table}.token_counts ->> %s)::integer", (encoding,))
         terms = RawSQL(
             f"CASE WHEN {table}.kind IN ({ranked}) THEN array_to_string(ARRAY("
             f"SELECT jsonb_array_elements_text({table}.terms)), ' ') ELSE '' END",
@@ -143,7 +152,6 @@ def _metadata_query(task: Task, encoding: str) -> tuple[str, Sequence[Any]]:
         )
     else:
         item_id = RawSQL(f"{table}.id", ())
-        tokens = RawSQL(f"json_extract({table}.token_counts, %s)", (f'$."{encoding}"',))
         terms = RawSQL(
             f"CASE WHEN {table}.kind IN ({ranked}) THEN (SELECT group_concat(value, ' ') FROM "
             f"json_each({table}.terms)) ELSE '' END",

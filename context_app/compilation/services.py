@@ -27,6 +27,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Count, Sum
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -394,20 +395,24 @@ def task_compact(*, task: Task, threshold: int, encoding: str, actor: str) -> Wo
     """
     if task.is_goal:
         return None
-    rows = (
+    compacted = (
         selectors._task_items(task)
         .filter(task_id=task.id, kind__in=compilation.COMPACTED_KINDS)
-        .values_list("id", "kind", "token_counts", "position", "trust_class")
-        .order_by("position")
+        .annotate(tokens=selectors.stored_tokens(encoding))
+        .order_by()
     )
+    # Nothing to fold while the counted total is within the threshold (``plan_fold``): one aggregate, no rows.
+    totals = compacted.aggregate(total=Sum("tokens"), counted=Count("tokens"), items=Count("id"))
+    if totals["counted"] == totals["items"] and (totals["total"] or 0) <= threshold:
+        return None
+    rows = compacted.values_list("id", "kind", "tokens", "position", "trust_class").order_by("position")
     counter = counter_for(encoding)
     candidates, trust = [], {}
     uncounted = []
-    for item_id, kind, counts, position, trust_class in rows:
-        tokens = counts.get(encoding)
+    for item_id, kind, tokens, position, trust_class in rows:
         if tokens is None:
             uncounted.append(item_id)
-        candidates.append(compilation.FoldCandidate(str(item_id), kind, tokens or 0, position))
+        candidates.append(compilation.FoldCandidate(str(item_id), kind, int(tokens or 0), position))
         trust[str(item_id)] = trust_class
     if uncounted:
         texts = dict(WorldItem.objects.filter(id__in=uncounted).values_list("id", "rendered"))
