@@ -3,14 +3,16 @@ position inside ``state_as_of``), stored contexts, the compile history of a task
 contexts.
 
 Speed (issue 5, item 2). Candidate items are read as metadata only (id, kind, the stored token count in the
-compile's encoding, line count, position, verified, trust, origin; relevance terms only for the kinds ranked
-by relevance), in one query, with folded items left out by a subquery. The texts of the items the compiler
+compile's encoding, line count, position, verified, trust, origin), in one query, with folded items left out
+by a subquery; the items built from those rows are kept in process (``_ITEMS``), so the relevance terms of the
+kinds ranked by relevance are read only for rows not seen before. The texts of the items the compiler
 includes are fetched afterwards in one query (``item_text_loader``). Nothing is tokenized here but the texts
 that are not stored world-state items (check-run output, request and bundle evidence).
 """
 
 from __future__ import annotations
 
+import sys
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -136,40 +138,27 @@ def stored_tokens(encoding: str) -> RawSQL:
     return RawSQL(f"json_extract({table}.token_counts, %s)", (f'$."{encoding}"',))
 
 
-def _metadata_query(task: Task, encoding: str) -> tuple[str, Sequence[Any]]:
-    """One SELECT of the candidates' metadata, shaped so the database does the work: the id as text, the
-    stored token count of ``encoding`` as an integer, and the relevance terms joined by spaces, only for the
-    kinds ranked by relevance (so no JSON is parsed in Python)."""
+def _id_text() -> RawSQL:
     table = connection.ops.quote_name(WorldItem._meta.db_table)
-    ranked = ", ".join(f"'{kind}'" for kind in RANKED_KINDS)
-    tokens = stored_tokens(encoding)
+    return RawSQL(f"{table}.id::text" if connection.vendor == "postgresql" else f"{table}.id", ())
+
+
+def _terms_text() -> RawSQL:
+    """The relevance terms joined by spaces, by the database (so no JSON is parsed in Python)."""
+    table = connection.ops.quote_name(WorldItem._meta.db_table)
     if connection.vendor == "postgresql":
-        item_id = RawSQL(f"{table}.id::text", ())
-        terms = RawSQL(
-            f"CASE WHEN {table}.kind IN ({ranked}) THEN array_to_string(ARRAY("
-            f"SELECT jsonb_array_elements_text({table}.terms)), ' ') ELSE '' END",
-            (),
-        )
-    else:
-        item_id = RawSQL(f"{table}.id", ())
-        terms = RawSQL(
-            f"CASE WHEN {table}.kind IN ({ranked}) THEN (SELECT group_concat(value, ' ') FROM "
-            f"json_each({table}.terms)) ELSE '' END",
-            (),
-        )
+        return RawSQL(f"array_to_string(ARRAY(SELECT jsonb_array_elements_text({table}.terms)), ' ')", ())
+    return RawSQL(f"(SELECT group_concat(value, ' ') FROM json_each({table}.terms))", ())
+
+
+def _metadata_query(task: Task, encoding: str) -> tuple[str, Sequence[Any]]:
+    """One SELECT of the candidates' metadata, shaped so the database does the work: the id as text and the
+    stored token count of ``encoding`` as an integer. Terms are not read here (``_item_terms``)."""
     rows = (
         _task_items(task)
-        .annotate(item_text_id=item_id, tokens=tokens, terms_text=terms)
+        .annotate(item_text_id=_id_text(), tokens=stored_tokens(encoding))
         .values_list(
-            "item_text_id",
-            "kind",
-            "tokens",
-            "line_count",
-            "position",
-            "verified",
-            "trust_class",
-            "source",
-            "terms_text",
+            "item_text_id", "kind", "tokens", "line_count", "position", "verified", "trust_class", "source"
         )
         .order_by()
     )
@@ -184,6 +173,30 @@ def _canonical_uuid(value: Any) -> str:
     return text
 
 
+# Candidates as built from their metadata rows, keyed by the row itself (id, kind, count, lines, position,
+# verified, trust, origin): an item's terms never change after it is recorded (they come from its event), and
+# any change to the rest gives a different key, so a hit is exactly the item the row describes. This saves
+# reading the terms of every ranked candidate and building thousands of items on every compile of a task.
+_ITEMS: dict[tuple[Any, ...], ContextItem] = {}
+_ITEMS_MAX = 400_000
+_TERMS_BY_ID_MAX = 500  # more misses than this: read the terms of all ranked candidates in one query
+
+
+def _item_terms(task: Task, ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """The relevance terms of the given ranked candidates (interned: a vocabulary repeats across items)."""
+    items = _task_items(task).filter(kind__in=RANKED_KINDS)
+    if len(ids) <= _TERMS_BY_ID_MAX:
+        items = WorldItem.objects.filter(id__in=[uuid.UUID(item_id) for item_id in ids])
+    rows = items.annotate(item_text_id=_id_text(), terms_text=_terms_text()).values_list(
+        "item_text_id", "terms_text"
+    )
+    intern = sys.intern
+    return {
+        _canonical_uuid(item_id): tuple(map(intern, terms.split(" "))) if terms else ()
+        for item_id, terms in rows.order_by()
+    }
+
+
 def candidate_items(*, task: Task, encoding: str, counter: TokenCounter) -> list[ContextItem]:
     """Every candidate world-state item of ``task`` as metadata (``text`` None: loaded when included).
 
@@ -195,48 +208,61 @@ def candidate_items(*, task: Task, encoding: str, counter: TokenCounter) -> list
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     pg = connection.vendor == "postgresql"
-    items: list[ContextItem] = []
-    uncounted: list[int] = []
-    append = items.append
-    for item_id, kind, tokens, lines, position, verified, trust_class, source, terms in rows:
-        if tokens is None:
-            uncounted.append(len(items))
-            tokens = 0
-        append(
-            ContextItem(
+    cached = _ITEMS.get
+    items: list[ContextItem | None] = list(map(cached, rows))
+    missing = [index for index, item in enumerate(items) if item is None]
+    if missing:
+        ranked = [rows[index] for index in missing if rows[index][1] in RANKED_KINDS]
+        terms = _item_terms(task, [_canonical_uuid(row[0]) for row in ranked]) if ranked else {}
+        uncounted: list[int] = []
+        if len(_ITEMS) + len(missing) > _ITEMS_MAX:
+            _ITEMS.clear()
+        for index in missing:
+            row = rows[index]
+            item_id, kind, tokens, lines, position, verified, trust_class, source = row
+            item_id = item_id if pg else _canonical_uuid(item_id)
+            item = ContextItem(
                 "diagnostic" if kind == "tool_call" else kind,
-                item_id if pg else _canonical_uuid(item_id),
-                int(tokens),
+                item_id,
+                0 if tokens is None else int(tokens),
                 lines,
                 position,
                 bool(verified),
-                tuple(terms.split(" ")) if terms else (),
+                terms.get(item_id, ()) if kind in RANKED_KINDS else (),
                 trust_class,
                 source or None,
             )
+            items[index] = item
+            if tokens is None:
+                uncounted.append(index)
+            else:
+                _ITEMS[row] = item
+        if uncounted:
+            _count_uncounted(items, uncounted, counter)  # type: ignore[arg-type]
+    return items  # type: ignore[return-value]
+
+
+def _count_uncounted(items: list[ContextItem], uncounted: Sequence[int], counter: TokenCounter) -> None:
+    rendered = dict(
+        WorldItem.objects.filter(id__in=[uuid.UUID(items[index].id) for index in uncounted]).values_list(
+            "id", "rendered"
         )
-    if uncounted:
-        rendered = dict(
-            WorldItem.objects.filter(id__in=[uuid.UUID(items[index].id) for index in uncounted]).values_list(
-                "id", "rendered"
-            )
+    )
+    for index in uncounted:
+        item = items[index]
+        text = rendered[uuid.UUID(item.id)]
+        items[index] = ContextItem(
+            item.kind,
+            item.id,
+            counter.count(text),
+            item.line_count,
+            item.position,
+            item.verified,
+            item.terms,
+            item.trust_class,
+            item.origin,
+            text,
         )
-        for index in uncounted:
-            item = items[index]
-            text = rendered[uuid.UUID(item.id)]
-            items[index] = ContextItem(
-                item.kind,
-                item.id,
-                counter.count(text),
-                item.line_count,
-                item.position,
-                item.verified,
-                item.terms,
-                item.trust_class,
-                item.origin,
-                text,
-            )
-    return items
 
 
 def item_text_loader(items: Sequence[ContextItem]) -> dict[tuple[str, str], str]:
