@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import sys
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Count, Max, Q, Sum
 from django.db.models.expressions import RawSQL
 
 from context_app.compilation.models import (
@@ -34,7 +35,7 @@ from context_app.resolution import selectors as resolution_selectors
 from context_app.selectors import tool_specs, tools_for_scope
 from nexum.core import world
 from nexum.core.budgets import ModelBudget
-from nexum.core.compilation import ContextDiff, diff_contexts
+from nexum.core.compilation import COMPACTED_KINDS, ContextDiff, diff_contexts
 from nexum.core.compiler import (
     CompiledContext as CompiledResult,
 )
@@ -158,7 +159,15 @@ def _metadata_query(task: Task, encoding: str) -> tuple[str, Sequence[Any]]:
         _task_items(task)
         .annotate(item_text_id=_id_text(), tokens=stored_tokens(encoding))
         .values_list(
-            "item_text_id", "kind", "tokens", "line_count", "position", "verified", "trust_class", "source"
+            "item_text_id",
+            "kind",
+            "tokens",
+            "line_count",
+            "position",
+            "verified",
+            "trust_class",
+            "source",
+            "task_id",
         )
         .order_by()
     )
@@ -197,29 +206,106 @@ def _item_terms(task: Task, ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
     }
 
 
+@dataclass(frozen=True)
+class TaskCandidates:
+    """A task's candidate items in one world version, and the stored token total of the task's own progress
+    notes and tool calls (what the compaction check compares with its threshold)."""
+
+    items: tuple[ContextItem, ...]
+    compacted_tokens: int
+    compacted_counted: int
+    compacted_items: int
+
+
+# Candidate lists kept in process per (database, task, encoding, world version of the task). The world
+# version is one aggregate over every item the task sees, whatever its status (count, highest position,
+# latest change, sum of versions) and over the task's folded items: recording an item, verifying, retracting
+# or superseding a fact (each sets the row's ``version`` and ``updated_at`` from its event) and folding all
+# change it. Inside ``state_as_of`` the rebuilt rows are those of that position, so their version is that
+# position's: an older state never meets a newer state's list. Only fully counted lists are kept.
+_TASKS: OrderedDict[tuple[Any, ...], TaskCandidates] = OrderedDict()
+_TASKS_MAX = 32
+
+
+def world_version(task: Task) -> tuple[Any, ...]:
+    """What changes whenever the candidate items of ``task`` may have changed (two indexed aggregates)."""
+    shared = Q(task_id__isnull=True)
+    totals = (
+        WorldItem.objects.filter(
+            shared if task.is_goal else shared | Q(task_id=task.id),
+            project_id=task.project_id,
+            goal_id=task.goal_id,
+        )
+        .order_by()
+        .aggregate(items=Count("id"), top=Max("position"), changed=Max("updated_at"), versions=Sum("version"))
+    )
+    folded = FoldedItem.objects.filter(task_id=task.id).order_by().aggregate(folded=Count("item_id"))
+    return (
+        connection.alias,
+        connection.settings_dict.get("NAME"),
+        str(task.id),
+        str(task.project_id),
+        str(task.goal_id),
+        task.is_goal,
+        totals["items"],
+        totals["top"],
+        str(totals["changed"]),
+        totals["versions"],
+        folded["folded"],
+    )
+
+
+def task_candidates(*, task: Task, encoding: str, counter: TokenCounter) -> TaskCandidates:
+    """The candidates of ``task`` (``candidate_items``) with its compaction totals, from the in-process list
+    when the task's world version has not moved since it was built."""
+    key = (encoding, *world_version(task))
+    entry = _TASKS.get(key)
+    if entry is not None:
+        _TASKS.move_to_end(key)
+        return entry
+    entry, complete = _build_candidates(task, encoding, counter)
+    if complete:
+        _TASKS[key] = entry
+        while len(_TASKS) > _TASKS_MAX:
+            _TASKS.popitem(last=False)
+    return entry
+
+
 def candidate_items(*, task: Task, encoding: str, counter: TokenCounter) -> list[ContextItem]:
     """Every candidate world-state item of ``task`` as metadata (``text`` None: loaded when included).
 
     Tool calls become ``diagnostic`` evidence. An item without a stored count in ``encoding`` (recorded
     before that encoding was configured) is counted from its rendered text here.
     """
+    return list(task_candidates(task=task, encoding=encoding, counter=counter).items)
+
+
+def _build_candidates(task: Task, encoding: str, counter: TokenCounter) -> tuple[TaskCandidates, bool]:
     sql, params = _metadata_query(task, encoding)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     pg = connection.vendor == "postgresql"
+    compacted_tokens = compacted_counted = compacted_items = 0
+    if not task.is_goal:
+        for row in rows:
+            if row[8] is not None and row[1] in COMPACTED_KINDS:
+                compacted_items += 1
+                if row[2] is not None:
+                    compacted_counted += 1
+                    compacted_tokens += int(row[2])
     cached = _ITEMS.get
     items: list[ContextItem | None] = list(map(cached, rows))
     missing = [index for index, item in enumerate(items) if item is None]
+    uncounted: list[int] = []
     if missing:
         ranked = [rows[index] for index in missing if rows[index][1] in RANKED_KINDS]
         terms = _item_terms(task, [_canonical_uuid(row[0]) for row in ranked]) if ranked else {}
-        uncounted: list[int] = []
         if len(_ITEMS) + len(missing) > _ITEMS_MAX:
             _ITEMS.clear()
         for index in missing:
             row = rows[index]
-            item_id, kind, tokens, lines, position, verified, trust_class, source = row
+            item_id, kind, tokens, lines, position, verified, trust_class, source, _ = row
             item_id = item_id if pg else _canonical_uuid(item_id)
             item = ContextItem(
                 "diagnostic" if kind == "tool_call" else kind,
@@ -239,7 +325,13 @@ def candidate_items(*, task: Task, encoding: str, counter: TokenCounter) -> list
                 _ITEMS[row] = item
         if uncounted:
             _count_uncounted(items, uncounted, counter)  # type: ignore[arg-type]
-    return items  # type: ignore[return-value]
+    entry = TaskCandidates(
+        tuple(items),  # type: ignore[arg-type]
+        compacted_tokens,
+        compacted_counted,
+        compacted_items,
+    )
+    return entry, not uncounted
 
 
 def _count_uncounted(items: list[ContextItem], uncounted: Sequence[int], counter: TokenCounter) -> None:
@@ -274,6 +366,17 @@ def item_text_loader(items: Sequence[ContextItem]) -> dict[tuple[str, str], str]
         except ValueError:
             continue
     texts: dict[tuple[str, str], str] = {}
+    if connection.vendor == "postgresql":
+        by_text = {str(key): item for key, item in wanted.items()}
+        table = connection.ops.quote_name(WorldItem._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id::text, rendered FROM {table} WHERE id = ANY(%s::uuid[])", [list(by_text)]
+            )
+            for item_id, rendered in cursor.fetchall():
+                item = by_text[item_id]
+                texts[(item.kind, item.id)] = rendered
+        return texts
     for item_id, rendered in WorldItem.objects.filter(id__in=list(wanted)).values_list("id", "rendered"):
         item = wanted[item_id]
         texts[(item.kind, item.id)] = rendered

@@ -27,7 +27,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Sum
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -395,16 +394,20 @@ def task_compact(*, task: Task, threshold: int, encoding: str, actor: str) -> Wo
     """
     if task.is_goal:
         return None
+    # Nothing to fold while the counted total is within the threshold (``plan_fold``): the totals come with
+    # the task's candidate list (kept in process per world version), so a warm check reads no item row.
+    candidates = selectors.task_candidates(task=task, encoding=encoding, counter=counter_for(encoding))
+    if (
+        candidates.compacted_counted == candidates.compacted_items
+        and candidates.compacted_tokens <= threshold
+    ):
+        return None
     compacted = (
         selectors._task_items(task)
         .filter(task_id=task.id, kind__in=compilation.COMPACTED_KINDS)
         .annotate(tokens=selectors.stored_tokens(encoding))
         .order_by()
     )
-    # Nothing to fold while the counted total is within the threshold (``plan_fold``): one aggregate, no rows.
-    totals = compacted.aggregate(total=Sum("tokens"), counted=Count("tokens"), items=Count("id"))
-    if totals["counted"] == totals["items"] and (totals["total"] or 0) <= threshold:
-        return None
     rows = compacted.values_list("id", "kind", "tokens", "position", "trust_class").order_by("position")
     counter = counter_for(encoding)
     candidates, trust = [], {}

@@ -295,3 +295,46 @@ def test_candidates_are_metadata_and_only_included_texts_are_loaded(auth):
     assert all(item.terms == tuple(stored[item.id].terms) for item in facts)
     loaded = selectors.item_text_loader(items[:3])
     assert loaded == {(item.kind, item.id): stored[item.id].rendered for item in items[:3]}
+
+
+def test_the_in_process_candidate_list_follows_every_change_of_the_world(auth):
+    """The candidate list kept per world version (``selectors.task_candidates``) is never served stale: a
+    fact recorded, verified, superseded or retracted, an item folded, and a replay at an older position
+    inside ``state_as_of`` all see exactly the items as they stand."""
+    encoding, counter = "cl100k_base", counter_for("cl100k_base")
+
+    def candidates():
+        items = selectors.candidate_items(task=auth.task, encoding=encoding, counter=counter)
+        return {item.id: item for item in items}
+
+    scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    older = compile_for(auth, "local").context
+    first = candidates()
+    version = selectors.world_version(auth.task)
+    assert candidates() == first and selectors.world_version(auth.task) == version  # served from the list
+    fact = world.fact_record(scope=scope, text="the session cookie is signed with HS256", actor="test")
+    after_record = candidates()
+    assert str(fact.id) in after_record and not after_record[str(fact.id)].verified
+    world.fact_verify(project_id=auth.project_id, fact_id=str(fact.id), actor="test")
+    assert candidates()[str(fact.id)].verified
+    newer = world.fact_supersede(
+        project_id=auth.project_id, fact_id=str(fact.id), text="the session cookie uses RS256", actor="test"
+    )
+    after_supersede = candidates()
+    assert str(fact.id) not in after_supersede and str(newer.id) in after_supersede
+    world.fact_retract(project_id=auth.project_id, fact_id=str(newer.id), reason="wrong", actor="test")
+    assert str(newer.id) not in candidates()
+    assert candidates().keys() == first.keys()
+    # A replay inside ``state_as_of`` sees the older world, and the live list is intact afterwards.
+    with projections.state_as_of(older.position):
+        assert candidates().keys() == first.keys()
+    assert services.context_replay(project_id=auth.project_id, digest=older.digest).matches
+    assert str(newer.id) not in candidates()
+    # Folding leaves the folded items out and brings the summary in.
+    summary = services.task_compact(task=auth.task, threshold=1, encoding=encoding, actor="test")
+    assert summary is not None
+    folded = set(FoldedItem.objects.filter(task_id=auth.task.id).values_list("item_id", flat=True))
+    after_fold = candidates()
+    assert str(summary.id) in after_fold and not {str(item_id) for item_id in folded} & after_fold.keys()
+    with projections.state_as_of(older.position):
+        assert candidates().keys() == first.keys()
