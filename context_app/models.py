@@ -21,7 +21,9 @@ class WorldItem(models.Model):
     ``text`` is the item's main text (an artifact's summary, a tool call's result summary); ``rendered`` is
     the exact text the compiler shows (``nexum.core.world.render_item``) and ``token_counts`` its tokens per
     encoding. ``version`` is the item's stream version (facts change; other kinds stay at 1). ``position`` is
-    the log position of the event that recorded the item: higher is newer.
+    the log position of the event that recorded the item: higher is newer. ``changed_position`` is the log
+    position of the last event that changed the row: the compiler reads only the rows of a goal that changed
+    since its last compile (indexed).
     """
 
     id = models.UUIDField(primary_key=True)
@@ -40,6 +42,7 @@ class WorldItem(models.Model):
     source = models.CharField(max_length=500, blank=True)
     actor = models.CharField(max_length=200, blank=True)
     position = models.BigIntegerField()
+    changed_position = models.BigIntegerField()
     recorded_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     version = models.PositiveIntegerField()
@@ -69,6 +72,7 @@ class WorldItem(models.Model):
             models.Index(fields=["project", "goal_id", "kind", "position"], name="world_item_goal"),
             models.Index(fields=["project", "task_id", "kind", "position"], name="world_item_task"),
             models.Index(fields=["project", "kind", "position"], name="world_item_kind"),
+            models.Index(fields=["goal_id", "changed_position"], name="world_item_changed"),
         ]
 
     def __str__(self) -> str:

@@ -38,6 +38,7 @@ class WorldProjection(Projection):
             source=fields.get("source") or "",
             actor=str(stored.metadata.get("actor", "")),
             position=stored.position,
+            changed_position=stored.position,
             recorded_at=stored.recorded_at,
             updated_at=stored.recorded_at,
             version=stored.version,
@@ -95,6 +96,7 @@ class WorldProjection(Projection):
             verified=True,
             updated_at=stored.recorded_at,
             version=stored.version,
+            changed_position=stored.position,
         )
 
     @handles("FactSuperseded")
@@ -107,6 +109,7 @@ class WorldProjection(Projection):
             superseded_by=as_uuid(event.superseded_by),
             updated_at=stored.recorded_at,
             version=stored.version,
+            changed_position=stored.position,
         )
 
     @handles("FactRetracted")
@@ -118,6 +121,7 @@ class WorldProjection(Projection):
             status=world.FACT_RETRACTED,
             updated_at=stored.recorded_at,
             version=stored.version,
+            changed_position=stored.position,
         )
 
     @handles("ItemTokensCounted")
@@ -127,7 +131,12 @@ class WorldProjection(Projection):
             row = rows.get(WorldItem, as_uuid(item_id))
             if row is not None:
                 counts = {**row["token_counts"], event.encoding: tokens}
-                rows.update(WorldItem, as_uuid(item_id), token_counts=dict(sorted(counts.items())))
+                rows.update(
+                    WorldItem,
+                    as_uuid(item_id),
+                    token_counts=dict(sorted(counts.items())),
+                    changed_position=stored.position,
+                )
 
     @handles("ToolDefined")
     def tool_defined(self, stored: StoredEvent, rows: ReadModelRows) -> None:

@@ -74,7 +74,10 @@ def context_data(context: CompiledContext, request: Request | None = None) -> di
         "prompt_block": context.prompt_block,
         "tools": list(context.tools),
         "included": [{"kind": kind, "id": item_id} for kind, item_id in context.included],
-        "excluded": [record._asdict() for record in result.excluded],
+        "excluded": [
+            {"kind": kind, "id": item_id, "tokens_needed": needed, "tokens_left": left, "reason": reason}
+            for kind, item_id, needed, left, reason in result.excluded
+        ],
         "truncated": [record._asdict() for record in result.truncated],
         "section_tokens": dict(context.section_tokens),
         "prompt_tokens": context.prompt_tokens,

@@ -39,7 +39,11 @@ class CompiledContext(models.Model):
     prompt_block = models.TextField()
     tools = models.JSONField(default=list)
     included = models.JSONField(default=list, help_text="[kind, id] pairs in block order")
-    exclusion_runs = models.JSONField(default=list, help_text="the compiler's compact exclusion runs")
+    exclusion_runs = models.TextField(
+        default="[]",
+        help_text="the compiler's compact exclusion runs, as the canonical JSON the digest covers (a large "
+        "text written once: stored as text, not parsed into jsonb)",
+    )
     excluded_count = models.PositiveIntegerField(default=0)
     truncated = models.JSONField(default=list)
     section_tokens = models.JSONField(default=dict)
@@ -150,6 +154,7 @@ class CompactionFold(models.Model):
     class Meta:
         ordering = ["position"]
         verbose_name = "compaction fold"
+        indexes = [models.Index(fields=["task_id", "position"], name="compaction_fold_task")]
 
     def __str__(self) -> str:
         return f"fold {self.fold_id}"

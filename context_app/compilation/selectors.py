@@ -2,16 +2,19 @@
 position inside ``state_as_of``), stored contexts, the compile history of a task, and the diff of two
 contexts.
 
-Speed (issue 5, item 2). Candidate items are read as metadata only (id, kind, the stored token count in the
-compile's encoding, line count, position, verified, trust, origin), in one query, with folded items left out
-by a subquery; the items built from those rows are kept in process (``_ITEMS``), so the relevance terms of the
-kinds ranked by relevance are read only for rows not seen before. The texts of the items the compiler
-includes are fetched afterwards in one query (``item_text_loader``). Nothing is tokenized here but the texts
-that are not stored world-state items (check-run output, request and bundle evidence).
+Speed (issue 5, item 2). Candidate items are metadata only (id, kind, the stored token count in the
+compile's encoding, line count, position, verified, trust, origin). A task's candidates are kept in process
+(``task_candidates``) and brought up to date by reading only the rows of its goal that changed since
+(``changed_position``, indexed): a compile in an agent loop reads the few items recorded since the last call,
+not the world. The texts of the items the compiler includes are fetched afterwards in one query
+(``item_text_loader``). Nothing is tokenized here but the texts that are not stored world-state items
+(check-run output, request and bundle evidence).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sys
 import uuid
 from collections import OrderedDict
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Max, Q, Sum
+from django.db.models import Q
 from django.db.models.expressions import RawSQL
 
 from context_app.compilation.models import (
@@ -53,7 +56,6 @@ from nexum.ids import uuid_or_none
 from tasks_app.models import Task
 from verification_app import selectors as verification_selectors
 
-STATE_SECTIONS = {"failure": "failures", "decision": "decisions", "fact": "facts", "artifact": "artifacts"}
 RANKED_KINDS = ("fact", "tool_call")  # ranked by relevance: their terms are needed
 CHECK_OUTPUT_CHARS = 4000
 
@@ -80,30 +82,31 @@ def compile_input_for(
     ones left out, the summaries in); tools as the task sees them; evidence from tool calls, the latest
     check runs, the resolver's bundle and ``extra_evidence``."""
     goal = task if task.is_goal else Task.objects.get(id=task.goal_id)
-    state: dict[str, list[ContextItem]] = {kind: [] for kind in (*STATE_SECTIONS, "progress")}
-    evidence: list[ContextItem] = []
-    for item in candidate_items(task=task, encoding=encoding, counter=counter):
-        if item.kind == "diagnostic":
-            evidence.append(item)
-        else:
-            state[item.kind].append(item)
-    evidence.extend(_check_run_evidence(str(task.id), counter))
+    sections = task_candidates(task=task, encoding=encoding, counter=counter).sections
+    facts, evidence = sections["fact"], sections["diagnostic"]
     bundle_digest, bundle_items = _bundle_items(str(task.id), counter)
-    for item in bundle_items:
-        (state["fact"] if item.kind == "fact" else evidence).append(item)
-    evidence.extend(request_evidence_items(extra_evidence, counter))
+    bundle_facts = tuple(item for item in bundle_items if item.kind == "fact")
+    if bundle_facts:
+        facts += bundle_facts
+    extra = (
+        *_check_run_evidence(str(task.id), counter),
+        *(item for item in bundle_items if item.kind != "fact"),
+        *request_evidence_items(extra_evidence, counter),
+    )
+    if extra:
+        evidence += extra
     constraints = list(dict.fromkeys([*goal.constraints, *(() if task.is_goal else task.constraints)]))
     compile_input = CompileInput(
         goal=goal.objective,
         step=Step(id=task.key or str(task.id), objective=task.objective, inputs=tuple(task.inputs)),
         constraints=tuple(constraints),
         success_criteria=tuple(task.success_criteria),
-        failures=tuple(state["failure"]),
-        decisions=tuple(state["decision"]),
-        facts=tuple(state["fact"]),
-        artifacts=tuple(state["artifact"]),
-        progress=tuple(state["progress"]),
-        evidence=tuple(evidence),
+        failures=sections["failure"],
+        decisions=sections["decision"],
+        facts=facts,
+        artifacts=sections["artifact"],
+        progress=sections["progress"],
+        evidence=evidence,
         tools=tuple(
             tool_specs(
                 tools_for_scope(
@@ -152,11 +155,18 @@ def _terms_text() -> RawSQL:
     return RawSQL(f"(SELECT group_concat(value, ' ') FROM json_each({table}.terms))", ())
 
 
-def _metadata_query(task: Task, encoding: str) -> tuple[str, Sequence[Any]]:
-    """One SELECT of the candidates' metadata, shaped so the database does the work: the id as text and the
-    stored token count of ``encoding`` as an integer. Terms are not read here (``_item_terms``)."""
+def _changed_rows(task: Task, encoding: str, since: int) -> list[tuple[Any, ...]]:
+    """The metadata of every item the task sees whose row changed after log position ``since`` (whatever
+    its status now), in one query on the ``(goal_id, changed_position)`` index (a goal id is unique across
+    projects, so no other index can serve it): id as text, kind, stored token count of ``encoding`` as an
+    integer, line count, position, verified, trust class, origin, task, status. Terms are not read here."""
+    shared = Q(task_id__isnull=True)
     rows = (
-        _task_items(task)
+        WorldItem.objects.filter(
+            shared if task.is_goal else shared | Q(task_id=task.id),
+            goal_id=task.goal_id,
+            changed_position__gt=since,
+        )
         .annotate(item_text_id=_id_text(), tokens=stored_tokens(encoding))
         .values_list(
             "item_text_id",
@@ -168,11 +178,32 @@ def _metadata_query(task: Task, encoding: str) -> tuple[str, Sequence[Any]]:
             "trust_class",
             "source",
             "task_id",
+            "status",
         )
         .order_by()
     )
     sql, params = rows.query.sql_with_params()
-    return sql, params
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def _marks(task: Task) -> tuple[int, int]:
+    """What moves whenever a candidate of ``task`` may have changed, in one query of two index probes: the
+    last log position that changed a row of the goal, and that of the task's last fold (-1: none)."""
+    items = connection.ops.quote_name(WorldItem._meta.db_table)
+    folds = connection.ops.quote_name(CompactionFold._meta.db_table)
+    goal_id, task_id = task.goal_id, task.id
+    if connection.vendor != "postgresql":  # SQLite keeps UUIDs as 32 hex digits
+        goal_id, task_id = uuid.UUID(str(goal_id)).hex, uuid.UUID(str(task_id)).hex
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT (SELECT MAX(changed_position) FROM {items} WHERE goal_id = %s),"
+            f" (SELECT MAX(position) FROM {folds} WHERE task_id = %s)",
+            [goal_id, task_id],
+        )
+        high, fold_high = cursor.fetchone()
+    return (-1 if high is None else int(high)), (-1 if fold_high is None else int(fold_high))
 
 
 def _canonical_uuid(value: Any) -> str:
@@ -183,9 +214,9 @@ def _canonical_uuid(value: Any) -> str:
 
 
 # Candidates as built from their metadata rows, keyed by the row itself (id, kind, count, lines, position,
-# verified, trust, origin): an item's terms never change after it is recorded (they come from its event), and
-# any change to the rest gives a different key, so a hit is exactly the item the row describes. This saves
-# reading the terms of every ranked candidate and building thousands of items on every compile of a task.
+# verified, trust, origin, task, status): an item's terms never change after it is recorded (they come from
+# its event), and any change to the rest gives a different key, so a hit is exactly the item the row
+# describes. A task's first compile in a process reads no terms of items another task of the goal has read.
 _ITEMS: dict[tuple[Any, ...], ContextItem] = {}
 _ITEMS_MAX = 400_000
 _TERMS_BY_ID_MAX = 500  # more misses than this: read the terms of all ranked candidates in one query
@@ -206,68 +237,82 @@ def _item_terms(task: Task, ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
     }
 
 
+SECTION_KINDS = ("failure", "decision", "fact", "artifact", "progress", "diagnostic")
+
+
 @dataclass(frozen=True)
 class TaskCandidates:
-    """A task's candidate items in one world version, and the stored token total of the task's own progress
-    notes and tool calls (what the compaction check compares with its threshold)."""
+    """A task's candidate items as of one state of its goal, per compiler section (tool calls are
+    ``diagnostic``), and its own progress notes and tool calls with their stored token counts (``None``: not
+    counted in this encoding), which the compaction check compares with its threshold.
 
-    items: tuple[ContextItem, ...]
-    compacted_tokens: int
-    compacted_counted: int
-    compacted_items: int
+    ``high`` and ``fold_high`` are the marks it was read at (``_marks``); ``folded`` the ids the task's folds
+    left out. Never changed once built: a newer
+    state is a new value that shares the sections that did not change, so the compiler's orderings of those
+    (kept per section tuple) stay valid.
+    """
+
+    high: int
+    fold_high: int
+    folded: frozenset[str]
+    by_kind: Mapping[str, Mapping[str, ContextItem]]
+    sections: Mapping[str, tuple[ContextItem, ...]]
+    compacted: Mapping[str, int | None]
+
+    @property
+    def items(self) -> tuple[ContextItem, ...]:
+        return tuple(item for kind in SECTION_KINDS for item in self.sections[kind])
+
+    @property
+    def compacted_items(self) -> int:
+        return len(self.compacted)
+
+    @property
+    def compacted_counted(self) -> int:
+        return sum(1 for tokens in self.compacted.values() if tokens is not None)
+
+    @property
+    def compacted_tokens(self) -> int:
+        return sum(tokens for tokens in self.compacted.values() if tokens is not None)
 
 
-# Candidate lists kept in process per (database, task, encoding, world version of the task). The world
-# version is one aggregate over every item the task sees, whatever its status (count, highest position,
-# latest change, sum of versions) and over the task's folded items: recording an item, verifying, retracting
-# or superseding a fact (each sets the row's ``version`` and ``updated_at`` from its event) and folding all
-# change it. Inside ``state_as_of`` the rebuilt rows are those of that position, so their version is that
-# position's: an older state never meets a newer state's list. Only fully counted lists are kept.
+_EMPTY = TaskCandidates(
+    -1, -1, frozenset(), {kind: {} for kind in SECTION_KINDS}, {kind: () for kind in SECTION_KINDS}, {}
+)
+
+# Candidate lists kept in process per (database, encoding, task). A compile reads the task's marks; when
+# they have not moved the list is served as is, when they moved forward only the rows changed since (and
+# the folds made since) are read, by index, and applied, and when they moved back (a replay inside
+# ``state_as_of``, or read models rebuilt to an older position) the list is read whole. Rows never leave a
+# goal, each change of a row sets its ``changed_position`` to the position of its event, and folds are only
+# ever added, so equal marks mean an equal world for the task.
 _TASKS: OrderedDict[tuple[Any, ...], TaskCandidates] = OrderedDict()
 _TASKS_MAX = 32
 
 
-def world_version(task: Task) -> tuple[Any, ...]:
-    """What changes whenever the candidate items of ``task`` may have changed (two indexed aggregates)."""
-    shared = Q(task_id__isnull=True)
-    totals = (
-        WorldItem.objects.filter(
-            shared if task.is_goal else shared | Q(task_id=task.id),
-            project_id=task.project_id,
-            goal_id=task.goal_id,
-        )
-        .order_by()
-        .aggregate(items=Count("id"), top=Max("position"), changed=Max("updated_at"), versions=Sum("version"))
-    )
-    folded = FoldedItem.objects.filter(task_id=task.id).order_by().aggregate(folded=Count("item_id"))
-    return (
+def task_candidates(*, task: Task, encoding: str, counter: TokenCounter) -> TaskCandidates:
+    """The candidates of ``task`` as the world stands (``TaskCandidates``), read incrementally."""
+    key = (
         connection.alias,
         connection.settings_dict.get("NAME"),
+        encoding,
         str(task.id),
         str(task.project_id),
         str(task.goal_id),
         task.is_goal,
-        totals["items"],
-        totals["top"],
-        str(totals["changed"]),
-        totals["versions"],
-        folded["folded"],
     )
-
-
-def task_candidates(*, task: Task, encoding: str, counter: TokenCounter) -> TaskCandidates:
-    """The candidates of ``task`` (``candidate_items``) with its compaction totals, from the in-process list
-    when the task's world version has not moved since it was built."""
-    key = (encoding, *world_version(task))
+    high, fold_high = _marks(task)
     entry = _TASKS.get(key)
-    if entry is not None:
+    if entry is None or high < entry.high or fold_high < entry.fold_high:
+        entry = _EMPTY
+    elif high == entry.high and fold_high == entry.fold_high:
         _TASKS.move_to_end(key)
         return entry
-    entry, complete = _build_candidates(task, encoding, counter)
-    if complete:
-        _TASKS[key] = entry
-        while len(_TASKS) > _TASKS_MAX:
-            _TASKS.popitem(last=False)
+    entry = _refreshed(entry, task, encoding, counter, high, fold_high)
+    _TASKS[key] = entry
+    _TASKS.move_to_end(key)
+    while len(_TASKS) > _TASKS_MAX:
+        _TASKS.popitem(last=False)
     return entry
 
 
@@ -275,63 +320,94 @@ def candidate_items(*, task: Task, encoding: str, counter: TokenCounter) -> list
     """Every candidate world-state item of ``task`` as metadata (``text`` None: loaded when included).
 
     Tool calls become ``diagnostic`` evidence. An item without a stored count in ``encoding`` (recorded
-    before that encoding was configured) is counted from its rendered text here.
+    before that encoding was configured) is counted from its rendered text.
     """
     return list(task_candidates(task=task, encoding=encoding, counter=counter).items)
 
 
-def _build_candidates(task: Task, encoding: str, counter: TokenCounter) -> tuple[TaskCandidates, bool]:
-    sql, params = _metadata_query(task, encoding)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    pg = connection.vendor == "postgresql"
-    compacted_tokens = compacted_counted = compacted_items = 0
-    if not task.is_goal:
+def _refreshed(
+    entry: TaskCandidates, task: Task, encoding: str, counter: TokenCounter, high: int, fold_high: int
+) -> TaskCandidates:
+    """``entry`` with the rows changed since its marks applied (and newly folded items taken out)."""
+    folded = entry.folded
+    by_kind = dict(entry.by_kind)
+    compacted = entry.compacted
+    touched: set[str] = set()
+
+    def writable(kind: str) -> dict[str, ContextItem]:
+        if kind not in touched:
+            touched.add(kind)
+            by_kind[kind] = dict(by_kind[kind])
+        return by_kind[kind]  # type: ignore[return-value]
+
+    if fold_high > entry.fold_high:
+        new_folds = CompactionFold.objects.filter(task_id=task.id, position__gt=entry.fold_high)
+        newly = {str(item_id) for ids in new_folds.values_list("folded_ids", flat=True) for item_id in ids}
+        folded = folded | newly
+        compacted = {key: value for key, value in compacted.items() if key not in newly}
+        for item_id in newly:
+            for kind in SECTION_KINDS:
+                if item_id in by_kind[kind]:
+                    del writable(kind)[item_id]
+    rows = _changed_rows(task, encoding, entry.high) if high > entry.high else []
+    if rows:
+        compacted = dict(compacted)
+        live = []
         for row in rows:
-            if row[8] is not None and row[1] in COMPACTED_KINDS:
-                compacted_items += 1
-                if row[2] is not None:
-                    compacted_counted += 1
-                    compacted_tokens += int(row[2])
-    cached = _ITEMS.get
-    items: list[ContextItem | None] = list(map(cached, rows))
-    missing = [index for index, item in enumerate(items) if item is None]
-    uncounted: list[int] = []
-    if missing:
-        ranked = [rows[index] for index in missing if rows[index][1] in RANKED_KINDS]
-        terms = _item_terms(task, [_canonical_uuid(row[0]) for row in ranked]) if ranked else {}
-        if len(_ITEMS) + len(missing) > _ITEMS_MAX:
-            _ITEMS.clear()
-        for index in missing:
-            row = rows[index]
-            item_id, kind, tokens, lines, position, verified, trust_class, source, _ = row
-            item_id = item_id if pg else _canonical_uuid(item_id)
-            item = ContextItem(
-                "diagnostic" if kind == "tool_call" else kind,
-                item_id,
-                0 if tokens is None else int(tokens),
-                lines,
-                position,
-                bool(verified),
-                terms.get(item_id, ()) if kind in RANKED_KINDS else (),
-                trust_class,
-                source or None,
-            )
-            items[index] = item
-            if tokens is None:
-                uncounted.append(index)
+            item_id = _canonical_uuid(row[0])
+            kind = "diagnostic" if row[1] == "tool_call" else row[1]
+            if row[9] == world.FACT_CURRENT and item_id not in folded:
+                live.append(row)
             else:
-                _ITEMS[row] = item
-        if uncounted:
-            _count_uncounted(items, uncounted, counter)  # type: ignore[arg-type]
-    entry = TaskCandidates(
-        tuple(items),  # type: ignore[arg-type]
-        compacted_tokens,
-        compacted_counted,
-        compacted_items,
-    )
-    return entry, not uncounted
+                if item_id in by_kind[kind]:
+                    del writable(kind)[item_id]
+                compacted.pop(item_id, None)
+        for row, item in zip(live, _items_of(task, live, counter), strict=True):
+            writable(item.kind)[item.id] = item
+            if row[8] is not None and row[1] in COMPACTED_KINDS and not task.is_goal:
+                compacted[item.id] = None if row[2] is None else int(row[2])
+    sections = {
+        kind: tuple(by_kind[kind].values()) if kind in touched else entry.sections[kind]
+        for kind in SECTION_KINDS
+    }
+    return TaskCandidates(high, fold_high, folded, by_kind, sections, compacted)
+
+
+def _items_of(task: Task, rows: Sequence[tuple[Any, ...]], counter: TokenCounter) -> list[ContextItem]:
+    """The items the metadata rows describe (from ``_ITEMS`` when seen before; terms read for the rest)."""
+    pg = connection.vendor == "postgresql"
+    items: list[ContextItem | None] = list(map(_ITEMS.get, rows))
+    missing = [index for index, item in enumerate(items) if item is None]
+    if not missing:
+        return items  # type: ignore[return-value]
+    ranked = [rows[index] for index in missing if rows[index][1] in RANKED_KINDS]
+    terms = _item_terms(task, [_canonical_uuid(row[0]) for row in ranked]) if ranked else {}
+    if len(_ITEMS) + len(missing) > _ITEMS_MAX:
+        _ITEMS.clear()
+    uncounted: list[int] = []
+    for index in missing:
+        row = rows[index]
+        item_id, kind, tokens, lines, position, verified, trust_class, source = row[:8]
+        item_id = item_id if pg else _canonical_uuid(item_id)
+        item = ContextItem(
+            "diagnostic" if kind == "tool_call" else kind,
+            item_id,
+            0 if tokens is None else int(tokens),
+            lines,
+            position,
+            bool(verified),
+            terms.get(item_id, ()) if kind in RANKED_KINDS else (),
+            trust_class,
+            source or None,
+        )
+        items[index] = item
+        if tokens is None:
+            uncounted.append(index)
+        else:
+            _ITEMS[row] = item
+    if uncounted:
+        _count_uncounted(items, uncounted, counter)  # type: ignore[arg-type]
+    return items  # type: ignore[return-value]
 
 
 def _count_uncounted(items: list[ContextItem], uncounted: Sequence[int], counter: TokenCounter) -> None:
@@ -342,19 +418,7 @@ def _count_uncounted(items: list[ContextItem], uncounted: Sequence[int], counter
     )
     for index in uncounted:
         item = items[index]
-        text = rendered[uuid.UUID(item.id)]
-        items[index] = ContextItem(
-            item.kind,
-            item.id,
-            counter.count(text),
-            item.line_count,
-            item.position,
-            item.verified,
-            item.terms,
-            item.trust_class,
-            item.origin,
-            text,
-        )
+        items[index] = dataclasses.replace(item, token_count=counter.count(rendered[uuid.UUID(item.id)]))
 
 
 def item_text_loader(items: Sequence[ContextItem]) -> dict[tuple[str, str], str]:
@@ -472,7 +536,7 @@ def compiled_result(context: CompiledContext) -> CompiledResult:
         included=tuple(tuple(pair) for pair in context.included),  # type: ignore[misc]
         exclusion_runs=tuple(
             ExclusionRun(kind, left, reason, tuple(ids), tuple(needed))
-            for kind, left, reason, ids, needed in context.exclusion_runs
+            for kind, left, reason, ids, needed in json.loads(context.exclusion_runs)
         ),
         truncated=tuple(Truncation(*record) for record in context.truncated),
         section_tokens=SectionTokens(**context.section_tokens),
@@ -481,6 +545,7 @@ def compiled_result(context: CompiledContext) -> CompiledResult:
         budget=ModelBudget(**context.budget),
         encoding=context.encoding,
         digest=context.digest,
+        exclusion_runs_json=context.exclusion_runs,
     )
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -316,42 +316,48 @@ def _store_context(
     evidence_digest: str | None,
 ) -> CompiledContext:
     project_id = str(task.project_id)
-    existing = CompiledContext.objects.filter(project_id=project_id, digest=result.digest).first()
+    # Same digest, same canonical form: the stored row's large texts are what this compile holds already.
+    existing = (
+        CompiledContext.objects.filter(project_id=project_id, digest=result.digest)
+        .defer("prompt_block", "exclusion_runs")
+        .first()
+    )
     if existing is not None:
+        existing.prompt_block = result.prompt_block
+        existing.exclusion_runs = result.exclusion_runs_json
         return existing
     canonical = result.canonical_form()
-    excluded_count = sum(len(run.ids) for run in result.exclusion_runs)
-    CompiledContext.objects.bulk_create(
-        [
-            CompiledContext(
-                id=uuid.uuid5(_ID_NAMESPACE, f"{project_id}/context/{result.digest}"),
-                project_id=project_id,
-                digest=result.digest,
-                task_id=task.id,
-                goal_id=task.goal_id,
-                request_id=request_id,
-                model_word=model_word,
-                encoding=result.encoding,
-                position=position,
-                budget=canonical["budget"],
-                bundle_digest=bundle_digest or "",
-                evidence_digest=evidence_digest or "",
-                prompt_block=result.prompt_block,
-                tools=canonical["tools"],
-                included=canonical["included"],
-                exclusion_runs=canonical["exclusion_runs"],
-                excluded_count=excluded_count,
-                truncated=canonical["truncated"],
-                section_tokens=canonical["section_tokens"],
-                prompt_tokens=result.prompt_tokens,
-                tool_tokens=result.tool_tokens,
-                compiler_version=canonical["compiler_version"],
-                stored_at=timezone.now(),
-            )
-        ],
-        ignore_conflicts=True,
+    context = CompiledContext(
+        id=uuid.uuid5(_ID_NAMESPACE, f"{project_id}/context/{result.digest}"),
+        project_id=project_id,
+        digest=result.digest,
+        task_id=task.id,
+        goal_id=task.goal_id,
+        request_id=request_id,
+        model_word=model_word,
+        encoding=result.encoding,
+        position=position,
+        budget=canonical["budget"],
+        bundle_digest=bundle_digest or "",
+        evidence_digest=evidence_digest or "",
+        prompt_block=result.prompt_block,
+        tools=canonical["tools"],
+        included=canonical["included"],
+        exclusion_runs=result.exclusion_runs_json,
+        excluded_count=sum(len(run.ids) for run in result.exclusion_runs),
+        truncated=canonical["truncated"],
+        section_tokens=canonical["section_tokens"],
+        prompt_tokens=result.prompt_tokens,
+        tool_tokens=result.tool_tokens,
+        compiler_version=canonical["compiler_version"],
+        stored_at=timezone.now(),
     )
-    return CompiledContext.objects.get(project_id=project_id, digest=result.digest)
+    try:
+        with transaction.atomic():
+            context.save(force_insert=True)
+    except IntegrityError:  # stored meanwhile by a compile outside the log lock (a replay never stores)
+        return CompiledContext.objects.get(project_id=project_id, digest=result.digest)
+    return context
 
 
 # --- replay (C8) ------------------------------------------------------------------------------------------

@@ -30,20 +30,24 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from itertools import compress, count, repeat
 from operator import attrgetter, ge
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from nexum.core.budgets import ModelBudget
-from nexum.core.digests import canonical_json, digest_of
+from nexum.core.digests import canonical_json, canonical_json_of_members, sha256_hex
 from nexum.core.errors import ValidationFailed
 from nexum.core.relevance import bm25_scores, terms_of
 from nexum.core.tokens import TokenCounter
 
 COMPILER_VERSION = 1
+
+_T = TypeVar("_T")
 
 TRUST_CLASSES = ("untrusted_retrieved", "repository_authored", "signed_skill", "signed_policy", "kernel")
 _TRUST_RANK = {name: rank for rank, name in enumerate(TRUST_CLASSES)}
@@ -273,6 +277,8 @@ class CompiledContext:
     budget: ModelBudget
     encoding: str
     digest: str
+    exclusion_runs_json: str = field(default="", repr=False, compare=False)
+    """The canonical JSON of ``exclusion_runs`` (as digested and as stored); empty when not computed."""
 
     @cached_property
     def excluded(self) -> tuple[ExcludedItem, ...]:
@@ -354,16 +360,17 @@ def compile_context(
 
     evidence_allowance = math.floor(remaining * compile_input.evidence_share)
     evidence_sections = [
-        ("evidence", _by_relevance(evidence_by_kind[kind], query)) for kind in EVIDENCE_KINDS
+        ("evidence", _relevant_evidence(compile_input.evidence, evidence_by_kind, kind, query))
+        for kind in EVIDENCE_KINDS
     ]
     evidence, evidence_tokens = _first_fit(evidence_sections, evidence_allowance, costs, exclusions)
 
     state_sections = [
-        ("failure", _newest_first(compile_input.failures)),
-        ("decision", _newest_first(compile_input.decisions)),
-        ("fact", _facts_in_order(compile_input.facts, query)),
-        ("artifact", _newest_first(compile_input.artifacts)),
-        ("progress", _newest_first(compile_input.progress)),
+        ("failure", _remembered(compile_input.failures, ("newest",), _newest_first)),
+        ("decision", _remembered(compile_input.decisions, ("newest",), _newest_first)),
+        ("fact", _remembered(compile_input.facts, ("facts", query), partial(_facts_in_order, query=query))),
+        ("artifact", _remembered(compile_input.artifacts, ("newest",), _newest_first)),
+        ("progress", _remembered(compile_input.progress, ("newest",), _newest_first)),
     ]
     state, state_tokens = _first_fit(state_sections, remaining - evidence_tokens, costs, exclusions)
 
@@ -408,7 +415,43 @@ def compile_context(
         encoding=counter.encoding,
         digest="",
     )
-    return dataclasses.replace(context, digest=digest_of(context.canonical_form()))
+    runs_json = canonical_json([list(run) for run in context.exclusion_runs])
+    members = {
+        key: runs_json if key == "exclusion_runs" else canonical_json(value)
+        for key, value in context.canonical_form().items()
+    }
+    digest = sha256_hex(canonical_json_of_members(members))
+    return dataclasses.replace(context, digest=digest, exclusion_runs_json=runs_json)
+
+
+# --- work kept per item tuple ---------------------------------------------------------------------------
+
+# A caller that compiles the same large world again (an agent loop) passes the same item tuples: a tuple and
+# its items are immutable, so what was derived from one tuple object (its validation, its ordering, its
+# metadata costs) holds for as long as that object lives. The memo keeps each tuple it describes, so the
+# tuple's id cannot be reused while its entry exists. Results are the same with or without it.
+_MEMO_MIN_ITEMS = 200  # below this, deriving again is as cheap as looking up
+_MEMO_ENTRIES = 128
+_memo: OrderedDict[tuple[Any, ...], tuple[tuple[ContextItem, ...], Any]] = OrderedDict()
+_memo_lock = threading.Lock()
+
+
+def _remembered(items: tuple[ContextItem, ...], key: tuple[Any, ...], derive: Callable[[Any], _T]) -> _T:
+    """``derive(items)``, computed once per tuple object and ``key`` (see above)."""
+    if len(items) < _MEMO_MIN_ITEMS:
+        return derive(items)
+    memo_key = (id(items), *key)
+    with _memo_lock:
+        entry = _memo.get(memo_key)
+        if entry is not None and entry[0] is items:
+            _memo.move_to_end(memo_key)
+            return entry[1]  # type: ignore[no-any-return]
+    value = derive(items)
+    with _memo_lock:
+        _memo[memo_key] = (items, value)
+        while len(_memo) > _MEMO_ENTRIES:
+            _memo.popitem(last=False)
+    return value
 
 
 # --- validation ------------------------------------------------------------------------------------------
@@ -418,7 +461,7 @@ _by_kind = attrgetter("kind")
 _by_position = attrgetter("position")
 
 
-def _check_items(compile_input: CompileInput) -> dict[str, list[ContextItem]]:
+def _check_items(compile_input: CompileInput) -> dict[str, tuple[ContextItem, ...]]:
     """Validate kinds and id uniqueness (per kind); return the evidence split by kind."""
     lists: list[tuple[str, tuple[ContextItem, ...], str]] = [
         ("failures", compile_input.failures, "failure"),
@@ -428,19 +471,26 @@ def _check_items(compile_input: CompileInput) -> dict[str, list[ContextItem]]:
         ("progress", compile_input.progress, "progress"),
     ]
     for name, items, kind in lists:
-        if set(map(_by_kind, items)) - {kind}:
-            raise ValidationFailed(f"{name} may only hold items of kind {kind}", field=name)
-        _check_unique_ids(name, items)
-    evidence = {
-        kind: [item for item in compile_input.evidence if item.kind == kind] for kind in EVIDENCE_KINDS
-    }
-    if sum(map(len, evidence.values())) != len(compile_input.evidence):
+        _remembered(items, ("valid", name, kind), partial(_check_kind, name=name, kind=kind))
+    return _remembered(compile_input.evidence, ("evidence",), _split_evidence)
+
+
+def _check_kind(items: Sequence[ContextItem], *, name: str, kind: str) -> bool:
+    if set(map(_by_kind, items)) - {kind}:
+        raise ValidationFailed(f"{name} may only hold items of kind {kind}", field=name)
+    _check_unique_ids(name, items)
+    return True
+
+
+def _split_evidence(evidence: Sequence[ContextItem]) -> dict[str, tuple[ContextItem, ...]]:
+    split = {kind: tuple(item for item in evidence if item.kind == kind) for kind in EVIDENCE_KINDS}
+    if sum(map(len, split.values())) != len(evidence):
         raise ValidationFailed(
             f"evidence may only hold items of kind {' or '.join(EVIDENCE_KINDS)}", field="evidence"
         )
-    for items in evidence.values():
+    for items in split.values():
         _check_unique_ids("evidence", items)
-    return evidence
+    return split
 
 
 def _check_unique_ids(name: str, items: Sequence[ContextItem]) -> None:
@@ -694,17 +744,17 @@ def _budget_reason(needed: int, left: int) -> str:
     return f"needed {needed} tokens, {left} left"
 
 
-def _lower_costs(section: str, items: Sequence[ContextItem], costs: _Costs) -> list[int]:
+def _lower_costs(section: str, items: Sequence[ContextItem], costs: _Costs) -> tuple[int, ...]:
     """Each item's cost from metadata: stored tokens, bullet, indented continuation lines, the verified label.
     Quoted items cost more (``_Costs.quoted_extra``), added only when such an item would otherwise fit."""
     base = ITEM_OVERHEAD - LINE_OVERHEAD
     if section == "fact" and costs.verified:
         label = costs.verified
-        return [
+        return tuple(
             item.token_count + LINE_OVERHEAD * item.line_count + base + (label if item.verified else 0)
             for item in items
-        ]
-    return [item.token_count + LINE_OVERHEAD * item.line_count + base for item in items]
+        )
+    return tuple(item.token_count + LINE_OVERHEAD * item.line_count + base for item in items)
 
 
 def _first_fit(
@@ -726,7 +776,11 @@ def _first_fit(
             continue
         kind = items[0].kind
         header = 0 if section in started else costs.headers[section]
-        lows = _lower_costs(section, items, costs)
+        lows = list(
+            _remembered(
+                items, ("costs", section, costs.verified), partial(_lower_costs, section, costs=costs)
+            )
+        )
         room = left - header
         # Indexes of items whose lower cost fits the room, found by C-level iterators that share one cursor:
         # after an inclusion the filter restarts, with the smaller room, where the last one stopped.
@@ -753,26 +807,36 @@ def _first_fit(
     return included, max(0, allowance) - left
 
 
-def _newest_first(items: Iterable[ContextItem]) -> list[ContextItem]:
+def _newest_first(items: Iterable[ContextItem]) -> tuple[ContextItem, ...]:
     """Highest position first, equal positions by id (two stable sorts: cheaper than tuple keys)."""
-    return sorted(sorted(items, key=_by_id), key=_by_position, reverse=True)
+    return tuple(sorted(sorted(items, key=_by_id), key=_by_position, reverse=True))
 
 
-def _by_relevance(items: Sequence[ContextItem], query: frozenset[str]) -> list[ContextItem]:
+def _relevant_evidence(
+    evidence: tuple[ContextItem, ...],
+    by_kind: Mapping[str, tuple[ContextItem, ...]],
+    kind: str,
+    query: frozenset[str],
+) -> tuple[ContextItem, ...]:
+    """The evidence of ``kind``, most relevant first (BM25 over the items of that kind), ties by id."""
+    return _remembered(evidence, ("relevance", kind, query), lambda _: _by_relevance(by_kind[kind], query))
+
+
+def _by_relevance(items: Sequence[ContextItem], query: frozenset[str]) -> tuple[ContextItem, ...]:
     """Most relevant first (BM25 over the items given), ties (and no relevance at all) by id."""
     scores = bm25_scores(query, items)
     ordered = sorted(items, key=_by_id)
     ordered.sort(key=lambda item: scores.get(item.id, 0.0), reverse=True)
-    return ordered
+    return tuple(ordered)
 
 
-def _facts_in_order(facts: Sequence[ContextItem], query: frozenset[str]) -> list[ContextItem]:
+def _facts_in_order(facts: Sequence[ContextItem], query: frozenset[str]) -> tuple[ContextItem, ...]:
     """Verified first, then by relevance to goal and step (BM25 over all facts), ties by id."""
     scores = bm25_scores(query, facts)
     ordered = sorted(facts, key=_by_id)
     ordered.sort(key=lambda fact: scores.get(fact.id, 0.0), reverse=True)
     ordered.sort(key=lambda fact: not fact.verified)
-    return ordered
+    return tuple(ordered)
 
 
 def _load_texts(items: Sequence[ContextItem], load_texts: TextLoader | None) -> dict[tuple[str, str], str]:

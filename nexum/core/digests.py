@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 
 def canonical_json(value: Any) -> str:
     """A byte-stable JSON text: sorted keys, no insignificant whitespace, UTF-8 kept as is."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def canonical_json_of_members(members: Mapping[str, str]) -> str:
+    """The canonical JSON of an object whose member values come already serialized (each the
+    ``canonical_json`` of its value): the same text as ``canonical_json`` of the object, so a large member
+    serialized once can be both digested and stored."""
+    return "{" + ",".join(f"{canonical_json(key)}:{members[key]}" for key in sorted(members)) + "}"
 
 
 def sha256_hex(data: bytes | str) -> str:

@@ -23,6 +23,8 @@ from nexum.core.errors import NotFound, ValidationFailed
 from nexum.eventstore import projections, store
 from nexum.eventstore.models import Event as EventRow
 from nexum.tokenization import counter_for
+from tasks_app.models import Task
+from tasks_app.services import goal_create
 from tests.integration.compile_world import build_auth_world
 
 pytestmark = pytest.mark.django_db
@@ -298,7 +300,7 @@ def test_candidates_are_metadata_and_only_included_texts_are_loaded(auth):
 
 
 def test_the_in_process_candidate_list_follows_every_change_of_the_world(auth):
-    """The candidate list kept per world version (``selectors.task_candidates``) is never served stale: a
+    """The candidate list kept in process (``selectors.task_candidates``) is never served stale: a
     fact recorded, verified, superseded or retracted, an item folded, and a replay at an older position
     inside ``state_as_of`` all see exactly the items as they stand."""
     encoding, counter = "cl100k_base", counter_for("cl100k_base")
@@ -310,8 +312,8 @@ def test_the_in_process_candidate_list_follows_every_change_of_the_world(auth):
     scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
     older = compile_for(auth, "local").context
     first = candidates()
-    version = selectors.world_version(auth.task)
-    assert candidates() == first and selectors.world_version(auth.task) == version  # served from the list
+    served = selectors.task_candidates(task=auth.task, encoding=encoding, counter=counter)
+    assert selectors.task_candidates(task=auth.task, encoding=encoding, counter=counter) is served
     fact = world.fact_record(scope=scope, text="the session cookie is signed with HS256", actor="test")
     after_record = candidates()
     assert str(fact.id) in after_record and not after_record[str(fact.id)].verified
@@ -338,3 +340,59 @@ def test_the_in_process_candidate_list_follows_every_change_of_the_world(auth):
     assert str(summary.id) in after_fold and not {str(item_id) for item_id in folded} & after_fold.keys()
     with projections.state_as_of(older.position):
         assert candidates().keys() == first.keys()
+
+
+def test_the_candidate_list_kept_up_to_date_equals_one_read_from_scratch(auth, monkeypatch, settings):
+    """After every kind of change, the list brought up to date from the rows changed since its last read
+    equals a list read whole and the plain query of what the task sees, for the task and for its goal;
+    a sibling task's items never enter."""
+    encoding, counter = "cl100k_base", counter_for("cl100k_base")
+    goal = goal_create(
+        project_id=auth.project_id,
+        objective="Ship signed tokens",
+        tasks=[{"key": "code", "objective": "Sign the tokens"}, {"key": "docs", "objective": "Document it"}],
+        actor="test",
+    )
+    task, sibling = (Task.objects.get(goal_id=goal.id, key=key) for key in ("code", "docs"))
+    goal = Task.objects.get(id=goal.id)
+    goal_scope = world.scope_resolve(project_id=auth.project_id, goal_id=str(goal.id))
+    task_scope = world.scope_resolve(project_id=auth.project_id, task_id=str(task.id))
+    sibling_scope = world.scope_resolve(project_id=auth.project_id, task_id=str(sibling.id))
+
+    def read(task):
+        entry = selectors.task_candidates(task=task, encoding=encoding, counter=counter)
+        return {kind: dict(items) for kind, items in entry.by_kind.items()}, dict(entry.compacted)
+
+    def check():
+        for viewer in (task, goal, sibling):
+            kept = read(viewer)
+            seen = {str(item_id) for item_id in selectors._task_items(viewer).values_list("id", flat=True)}
+            assert {item_id for items in kept[0].values() for item_id in items} == seen
+            with monkeypatch.context() as whole:
+                whole.setattr(selectors, "_TASKS", type(selectors._TASKS)())
+                whole.setattr(selectors, "_ITEMS", {})
+                assert read(viewer) == kept
+
+    check()
+    fact = world.fact_record(scope=goal_scope, text="tokens are signed with HS256", actor="test")
+    world.progress_record(scope=task_scope, text="read the middleware", actor="test")
+    world.progress_record(scope=sibling_scope, text="wrote the docs", actor="test")
+    check()
+    world.fact_verify(project_id=auth.project_id, fact_id=str(fact.id), actor="test")
+    check()
+    newer = world.fact_supersede(
+        project_id=auth.project_id, fact_id=str(fact.id), text="tokens are signed with RS256", actor="test"
+    )
+    world.tool_call_record(scope=task_scope, tool="rspec", result_summary="2 failures", actor="test")
+    check()
+    world.fact_retract(project_id=auth.project_id, fact_id=str(newer.id), reason="wrong", actor="test")
+    world.decision_record(scope=goal_scope, text="keep HS256", rationale="compatibility", actor="test")
+    check()
+    assert services.task_compact(task=task, threshold=1, encoding=encoding, actor="test") is not None
+    check()
+    settings.NEXUM_ITEM_ENCODINGS = []  # recorded without a stored count: counted from its text
+    uncounted = world.fact_record(scope=task_scope, text="the cookie store is Redis", actor="test")
+    check()
+    assert read(task)[0]["fact"][str(uncounted.id)].token_count == counter.count(uncounted.rendered)
+    assert world.item_token_counts_ensure(project_id=auth.project_id, encoding=encoding) == 1
+    check()

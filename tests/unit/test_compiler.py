@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -535,3 +536,24 @@ def test_input_order_does_not_matter() -> None:
         tools=world.tools[::-1],
     )
     assert compiled(world, budget(2_500)).digest == compiled(reordered, budget(2_500)).digest
+
+
+def test_large_item_tuples_compiled_again_reuse_their_orderings_and_any_change_is_seen() -> None:
+    """An agent loop passes the same large tuples again: what was derived from them (validation, orders,
+    metadata costs) is reused, with the same result as a compile of equal, fresh tuples; a tuple with one
+    more item is derived anew."""
+    world = worked_example(bulk=600)
+    first = compiled(world, STANDARD)
+    assert compiled(world, STANDARD) == first
+    fresh = dataclasses.replace(world, facts=tuple(list(world.facts)), progress=tuple(list(world.progress)))
+    assert compiled(fresh, STANDARD) == first
+    newest = item("progress", "p-newest", "Found it: the cache returns a stale token", position=20_000)
+    verified = item("fact", "cookie", "The session cookie is signed with HS256", verified=True)
+    changed = compiled(
+        dataclasses.replace(world, progress=(*world.progress, newest), facts=(*world.facts, verified)),
+        STANDARD,
+    )
+    assert ("progress", "p-newest") in changed.included and ("fact", "cookie") in changed.included
+    assert changed.digest != first.digest
+    with pytest.raises(ValidationFailed):
+        compiled(dataclasses.replace(world, facts=(*world.facts, item("decision", "d9", "not a fact"))))
