@@ -24,26 +24,12 @@ from rest_framework.views import APIView
 from context_app import selectors, services
 from context_app.artifacts import default_store
 from context_app.models import Tool, WorldItem
+from nexum.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum.core import world
 from nexum.core.errors import TooLarge, ValidationFailed
 from nexum.core.text import encodes
 
-IDEMPOTENCY_HEADER = OpenApiParameter(
-    "Idempotency-Key",
-    OpenApiTypes.STR,
-    OpenApiParameter.HEADER,
-    description="A retry with the same key returns the original result and writes nothing.",
-)
 LIST_MAX_LIMIT = 500
-
-
-def _idempotency_key(request: Request) -> str | None:
-    key = request.headers.get("Idempotency-Key")
-    if key is None:
-        return None
-    if not key.strip() or len(key) > 200:
-        raise ValidationFailed("the Idempotency-Key header is 1–200 characters", field="Idempotency-Key")
-    return key
 
 
 # --- input ------------------------------------------------------------------------------------------------
@@ -344,7 +330,7 @@ class _RecordItem(APIView):
         self.check_request(request)
         payload = self.input_serializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        key = _idempotency_key(request)
+        key = idempotency_key(request)
         scope = _scope(request, **{f"{self.scope_kind}_id": scope_id})
         item = self.record(scope, dict(payload.validated_data), request.user.actor, key)
         return Response(ItemSerializer(item).data, status=status.HTTP_201_CREATED)
@@ -478,7 +464,7 @@ class FactVerifyView(APIView):
             fact_id=fact_id,
             **payload.validated_data,
             actor=request.user.actor,
-            idempotency_key=_idempotency_key(request),
+            idempotency_key=idempotency_key(request),
         )
         return Response(ItemSerializer(fact).data)
 
@@ -498,7 +484,7 @@ class FactRetractView(APIView):
             fact_id=fact_id,
             **payload.validated_data,
             actor=request.user.actor,
-            idempotency_key=_idempotency_key(request),
+            idempotency_key=idempotency_key(request),
         )
         return Response(ItemSerializer(fact).data)
 
@@ -518,7 +504,7 @@ class FactSupersedeView(APIView):
             fact_id=fact_id,
             **payload.validated_data,
             actor=request.user.actor,
-            idempotency_key=_idempotency_key(request),
+            idempotency_key=idempotency_key(request),
         )
         return Response(ItemSerializer(fact).data, status=status.HTTP_201_CREATED)
 
@@ -613,7 +599,7 @@ class ToolListView(APIView):
             **payload.validated_data,
             create_only=True,
             actor=request.user.actor,
-            idempotency_key=_idempotency_key(request),
+            idempotency_key=idempotency_key(request),
         )
         return Response(ToolSerializer(tool).data, status=status.HTTP_201_CREATED)
 
@@ -639,7 +625,7 @@ class ToolDetailView(APIView):
             name=name,
             **payload.validated_data,
             actor=request.user.actor,
-            idempotency_key=_idempotency_key(request),
+            idempotency_key=idempotency_key(request),
         )
         return Response(ToolSerializer(tool).data)
 
@@ -689,7 +675,7 @@ class _ScopeToolsView(APIView):
     def put(self, request: Request, scope_id: str) -> Response:
         payload = ToolScopeInput(data=request.data)
         payload.is_valid(raise_exception=True)
-        key = _idempotency_key(request)
+        key = idempotency_key(request)
         scope = _scope(request, **{f"{self.scope_kind}_id": scope_id})
         services.tool_scope_set(
             scope=scope, **payload.validated_data, actor=request.user.actor, idempotency_key=key

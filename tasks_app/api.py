@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.generics import GenericAPIView
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from nexum.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum.core.tasks import (
     MAX_REASON_CHARS,
     MAX_TEXT_CHARS,
@@ -27,19 +27,6 @@ from nexum.core.tasks import (
 )
 from tasks_app import selectors, services
 from tasks_app.models import Task
-
-IDEMPOTENCY_HEADER = OpenApiParameter(
-    "Idempotency-Key",
-    OpenApiTypes.STR,
-    OpenApiParameter.HEADER,
-    required=False,
-    description="Makes the POST safe to retry: a repeat with the same key writes nothing and returns the "
-    "same result; the same key with a different request is a 409 `idempotency_key_reused`.",
-)
-
-
-def _idempotency_key(request: Request) -> str | None:
-    return request.headers.get("Idempotency-Key") or None
 
 
 class StrictSerializer(serializers.Serializer):
@@ -224,7 +211,7 @@ class GoalListCreateView(GenericAPIView):  # type: ignore[type-arg]
         goal = services.goal_create(
             project_id=request.user.project_id,
             actor=request.user.actor,
-            idempotency_key=_idempotency_key(request),
+            idempotency_key=idempotency_key(request),
             **body.validated_data,
         )
         return Response(GoalDetailSerializer(goal).data, status=status.HTTP_201_CREATED)
@@ -290,7 +277,7 @@ class TaskTransitionView(GenericAPIView):  # type: ignore[type-arg]
             project_id=request.user.project_id,
             task_id=task_id,
             actor=request.user.actor,
-            idempotency_key=_idempotency_key(request),
+            idempotency_key=idempotency_key(request),
             **body.validated_data,
         )
         return Response(TaskDetailSerializer(task).data)

@@ -20,10 +20,11 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from nexum.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum.core.gate import CHECK_TYPES, MAX_CHECKS, ON_FAILURE_CHOICES
 from nexum.core.trust import TrustClass
 from nexum.core.verification import MAX_ANSWER_CHARS, MAX_DERIVED_FROM
-from tasks_app.api import IDEMPOTENCY_HEADER, StrictSerializer, _idempotency_key
+from tasks_app.api import StrictSerializer
 from verification_app import selectors, services
 from verification_app.models import CheckRun, CompletionRequest, Contract
 
@@ -216,7 +217,7 @@ class TaskCompleteView(GenericAPIView):  # type: ignore[type-arg]
             project_id=request.user.project_id,
             task_id=task_id,
             actor=request.user.actor,
-            idempotency_key=_idempotency_key(request),
+            idempotency_key=idempotency_key(request),
             **body.validated_data,
         )
         pending = result.outcome == "pending"
@@ -281,7 +282,7 @@ class TaskContractView(GenericAPIView):  # type: ignore[type-arg]
             project_id=request.user.project_id,
             task_id=task_id,
             actor=request.user.actor,
-            idempotency_key=_idempotency_key(request),
+            idempotency_key=idempotency_key(request),
             **body.validated_data,
         )
         return Response(_contract_data(contract))

@@ -16,9 +16,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from context_app.api import IDEMPOTENCY_HEADER, StrictInput, StrictText, _idempotency_key
+from context_app.api import StrictInput, StrictText
 from context_app.compilation import selectors, services
 from context_app.compilation.models import CompiledContext, ContextCompilation
+from nexum.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum.core import compilation, world
 
 # --- input ------------------------------------------------------------------------------------------------
@@ -205,7 +206,7 @@ class TaskCompileView(APIView):
         payload = CompileInput(data=request.data)
         payload.is_valid(raise_exception=True)
         values = payload.validated_data
-        key = _idempotency_key(request)
+        key = idempotency_key(request)
         project_id = request.user.project_id
         arguments = {
             "project_id": project_id,

@@ -18,9 +18,10 @@ from rest_framework.views import APIView
 from context_app.resolution import selectors, services
 from context_app.resolution.models import Escalation, Grant, Resolve, Source, TaskQuestions
 from context_app.resolution.tasks import resolve_context
+from nexum.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum.core import resolution as core
 from nexum.core.resolver import ResolveBudget
-from tasks_app.api import IDEMPOTENCY_HEADER, StrictSerializer, _idempotency_key
+from tasks_app.api import StrictSerializer
 from tasks_app.selectors import goal_get, task_get
 
 TRUST_CHOICES = ("untrusted_retrieved", "repository_authored", "signed_skill", "signed_policy", "kernel")
@@ -243,7 +244,7 @@ class _GrantView(APIView):
         grant = services.grant_issue(
             project_id=request.user.project_id,
             actor=request.user.actor,
-            idempotency_key=_idempotency_key(request),
+            idempotency_key=idempotency_key(request),
             **self._scope(request, scope_id),
             **body.validated_data,
         )
@@ -320,7 +321,7 @@ class TaskResolveView(APIView):
         body.is_valid(raise_exception=True)
         data = body.validated_data
         task = task_get(project_id=request.user.project_id, task_id=task_id)
-        request_id = _idempotency_key(request) or str(uuid.uuid4())
+        request_id = idempotency_key(request) or str(uuid.uuid4())
         custom = {key: data[key] for key in ("sources", "query") if key in data}
         if "max_items" in data or "max_tokens" in data:
             default = services.default_budget()
