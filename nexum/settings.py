@@ -142,6 +142,12 @@ NEXUM_ARTIFACT_MAX_BYTES = _env_int("NEXUM_ARTIFACT_MAX_BYTES", 10 * 1024 * 1024
 NEXUM_TOKENIZER_ENCODINGS = dict(
     item.split("=", 1) for item in os.environ.get("NEXUM_TOKENIZER_ENCODINGS", "").split(",") if "=" in item
 )
+# Encodings every world item's token count is stored in when it is recorded (W4): those of the model cards in
+# use. An item recorded before an encoding was added is counted when compiled, or once by
+# ``item_token_counts_ensure``.
+NEXUM_ITEM_ENCODINGS = [
+    name.strip() for name in os.environ.get("NEXUM_ITEM_ENCODINGS", "cl100k_base").split(",") if name.strip()
+]
 # Read models, in dependency order: rebuilds clear them in reverse and replay the log through them in order.
 NEXUM_PROJECTIONS = [
     "tasks_app.projections.ProjectProjection",
