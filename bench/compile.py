@@ -12,6 +12,8 @@ the ``local`` card (a 70B-class model: 128K window → 24,000-token budget), it 
 * ``rest``: ``POST /api/v1/tasks/{id}/compile`` through Django and DRF (the test client, in process);
 * ``naive``: the same compile re-tokenizing every candidate item's text with tiktoken (no stored counts,
   every text loaded);
+* ``cold``: the service in a process that has not compiled the task before (every in-process list, memo and
+  token count emptied before each run: the whole goal is read, the block counted again);
 * ``loop``: the service in an agent loop: before each compile (not timed) the agent records a tool call and
   a progress note, so every compile meets a world that changed since the previous one.
 
@@ -49,7 +51,7 @@ from context_app.catalog.services import model_catalog_replace  # noqa: E402
 from context_app.compilation import selectors, services  # noqa: E402
 from context_app.models import WorldItem  # noqa: E402
 from context_app.services import progress_record, scope_resolve, tool_call_record, tool_define  # noqa: E402
-from nexum.core import world  # noqa: E402
+from nexum.core import compiler, world  # noqa: E402
 from nexum.core.compiler import CompileInput, ContextItem  # noqa: E402
 from nexum.core.compiler import compile_context as run_compiler  # noqa: E402
 from nexum.core.events import Event  # noqa: E402
@@ -266,6 +268,13 @@ def p(times: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def forget_everything(run: int) -> None:
+    selectors._TASKS.clear()
+    selectors._ITEMS.clear()
+    compiler._memo.clear()
+    counter_for("cl100k_base")._cache.clear()
+
+
 def bench_size(size: int) -> dict[str, list[float]]:
     started = time.perf_counter()
     project_id, task, key = build_world(size)
@@ -303,6 +312,7 @@ def bench_size(size: int) -> dict[str, list[float]]:
         "compile": timed(compile_only, RUNS),
         "rest": timed(rest, REST_RUNS),
         "naive": timed(lambda: naive_compile(task), NAIVE_RUNS),
+        "cold": timed(service, NAIVE_RUNS, before=forget_everything),
         "loop": timed(service, RUNS, before=agent_step),
     }
     context = outcome.context

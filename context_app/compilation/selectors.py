@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
@@ -288,6 +289,7 @@ _EMPTY = TaskCandidates(
 # ever added, so equal marks mean an equal world for the task.
 _TASKS: OrderedDict[tuple[Any, ...], TaskCandidates] = OrderedDict()
 _TASKS_MAX = 32
+_TASKS_LOCK = threading.Lock()
 
 
 def task_candidates(*, task: Task, encoding: str, counter: TokenCounter) -> TaskCandidates:
@@ -302,17 +304,19 @@ def task_candidates(*, task: Task, encoding: str, counter: TokenCounter) -> Task
         task.is_goal,
     )
     high, fold_high = _marks(task)
-    entry = _TASKS.get(key)
+    with _TASKS_LOCK:
+        entry = _TASKS.get(key)
+        if entry is not None and (entry.high, entry.fold_high) == (high, fold_high):
+            _TASKS.move_to_end(key)
+            return entry
     if entry is None or high < entry.high or fold_high < entry.fold_high:
         entry = _EMPTY
-    elif high == entry.high and fold_high == entry.fold_high:
-        _TASKS.move_to_end(key)
-        return entry
     entry = _refreshed(entry, task, encoding, counter, high, fold_high)
-    _TASKS[key] = entry
-    _TASKS.move_to_end(key)
-    while len(_TASKS) > _TASKS_MAX:
-        _TASKS.popitem(last=False)
+    with _TASKS_LOCK:
+        _TASKS[key] = entry
+        _TASKS.move_to_end(key)
+        while len(_TASKS) > _TASKS_MAX:
+            _TASKS.popitem(last=False)
     return entry
 
 
