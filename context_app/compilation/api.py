@@ -7,13 +7,16 @@ retry returns the first answer and writes nothing.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from django.http import HttpResponse
 from django.urls import reverse
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.utils.encoders import JSONEncoder
 from rest_framework.views import APIView
 
 from context_app.api import StrictInput, StrictText
@@ -21,6 +24,7 @@ from context_app.compilation import selectors, services
 from context_app.compilation.models import CompiledContext, ContextCompilation
 from nexum.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum.core import compilation, world
+from nexum.core.compiler import Truncation
 
 # --- input ------------------------------------------------------------------------------------------------
 
@@ -62,8 +66,8 @@ class CompileInput(StrictInput):
 # --- output -----------------------------------------------------------------------------------------------
 
 
-def context_data(context: CompiledContext, request: Request | None = None) -> dict[str, Any]:
-    result = selectors.compiled_result(context)
+def context_fields(context: CompiledContext) -> dict[str, Any]:
+    """A compiled context as the API shows it, but for ``excluded`` (``context_json`` adds it)."""
     return {
         "digest": context.digest,
         "task_id": str(context.task_id),
@@ -75,11 +79,7 @@ def context_data(context: CompiledContext, request: Request | None = None) -> di
         "prompt_block": context.prompt_block,
         "tools": list(context.tools),
         "included": [{"kind": kind, "id": item_id} for kind, item_id in context.included],
-        "excluded": [
-            {"kind": kind, "id": item_id, "tokens_needed": needed, "tokens_left": left, "reason": reason}
-            for kind, item_id, needed, left, reason in result.excluded
-        ],
-        "truncated": [record._asdict() for record in result.truncated],
+        "truncated": [Truncation(*record)._asdict() for record in context.truncated],
         "section_tokens": dict(context.section_tokens),
         "prompt_tokens": context.prompt_tokens,
         "tool_tokens": context.tool_tokens,
@@ -88,6 +88,28 @@ def context_data(context: CompiledContext, request: Request | None = None) -> di
         "evidence_digest": context.evidence_digest or None,
         "compiler_version": context.compiler_version,
     }
+
+
+def context_json(context: CompiledContext) -> str:
+    """The context as JSON text, ``excluded`` written by the compiler from its exclusion runs
+    (``CompiledContext.excluded_json``): a large world's tens of thousands of records cost no object each."""
+    excluded = selectors.compiled_result(context).excluded_json()
+    return _with_member(_json(context_fields(context)), "excluded", excluded)
+
+
+def _json(value: Any) -> str:
+    """JSON text as DRF's renderer writes it (compact, UTF-8 kept, dates and UUIDs as strings)."""
+    return json.dumps(value, cls=JSONEncoder, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _with_member(object_json: str, name: str, value_json: str) -> str:
+    """The JSON object ``object_json`` with one more member whose value is already JSON text."""
+    separator = "" if object_json == "{}" else ","
+    return f"{object_json[:-1]}{separator}{_json(name)}:{value_json}}}"
+
+
+def _json_response(text: str, status_code: int = status.HTTP_200_OK) -> HttpResponse:
+    return HttpResponse(text, status=status_code, content_type="application/json")
 
 
 def compile_request_data(row: ContextCompilation) -> dict[str, Any]:
@@ -202,7 +224,7 @@ class TaskCompileView(APIView):
         parameters=[IDEMPOTENCY_HEADER],
         responses={200: COMPILE_ANSWER, 202: COMPILE_REQUEST},
     )
-    def post(self, request: Request, task_id: str) -> Response:
+    def post(self, request: Request, task_id: str) -> HttpResponse:
         payload = CompileInput(data=request.data)
         payload.is_valid(raise_exception=True)
         values = payload.validated_data
@@ -224,7 +246,8 @@ class TaskCompileView(APIView):
             body["url"] = reverse("v1:compile-request", args=[body["request_id"]])
             return Response(body, status=status.HTTP_202_ACCEPTED)
         outcome = services.context_compile(**arguments)
-        return Response({"request_id": outcome.request_id, "context": context_data(outcome.context)})
+        answer = _json({"request_id": outcome.request_id})
+        return _json_response(_with_member(answer, "context", context_json(outcome.context)))
 
 
 class CompileRequestView(APIView):
@@ -233,22 +256,23 @@ class CompileRequestView(APIView):
         summary="A compile request: queued, done (with its context) or failed (with the error)",
         responses={200: COMPILE_REQUEST},
     )
-    def get(self, request: Request, request_id: str) -> Response:
+    def get(self, request: Request, request_id: str) -> HttpResponse:
         project_id = request.user.project_id
         row = selectors.compile_request_get(project_id=project_id, request_id=request_id)
-        body = compile_request_data(row)
+        body = _json(compile_request_data(row))
         if row.status == compilation.REQUEST_DONE:
-            body["context"] = context_data(selectors.context_get(project_id=project_id, digest=row.digest))
-        return Response(body)
+            context = selectors.context_get(project_id=project_id, digest=row.digest)
+            body = _with_member(body, "context", context_json(context))
+        return _json_response(body)
 
 
 class ContextDetailView(APIView):
     @extend_schema(
         operation_id="context_get", summary="A compiled context by digest", responses={200: COMPILED_CONTEXT}
     )
-    def get(self, request: Request, digest: str) -> Response:
+    def get(self, request: Request, digest: str) -> HttpResponse:
         context = selectors.context_get(project_id=request.user.project_id, digest=digest)
-        return Response(context_data(context))
+        return _json_response(context_json(context))
 
 
 class ContextReplayView(APIView):

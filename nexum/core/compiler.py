@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from itertools import compress, count, repeat
+from json.encoder import encode_basestring as _json_string  # what json.dumps writes for a str
 from operator import attrgetter, ge
 from typing import Any, NamedTuple, TypeVar
 
@@ -292,6 +293,28 @@ class CompiledContext:
                 reasons = repeat(reason, len(ids))
             rows.extend(map(make, zip(repeat(kind), ids, needed, repeat(left), reasons)))
         return tuple(rows)
+
+    def excluded_json(self) -> str:
+        """``excluded`` as a JSON array of objects (``kind``, ``id``, ``tokens_needed``, ``tokens_left``,
+        ``reason``), written straight from the runs: a context of a large world excludes tens of thousands of
+        items, and building an object per record (and collecting them) cost more than the compile."""
+        parts: list[str] = []
+        for kind, left, reason, ids, needed in self.exclusion_runs:
+            head = f'{{"kind":{_json_string(kind)},"id":'
+            tail = f',"tokens_left":{left},"reason":'
+            if reason is None:
+                reasons = {tokens: _json_string(_budget_reason(tokens, left)) for tokens in set(needed)}
+                parts.extend(
+                    f'{head}{item_id},"tokens_needed":{tokens}{tail}{reasons[tokens]}}}'
+                    for item_id, tokens in zip(map(_json_string, ids), needed, strict=True)
+                )
+            else:
+                fixed = f"{tail}{_json_string(reason)}}}"
+                parts.extend(
+                    f'{head}{item_id},"tokens_needed":{tokens}{fixed}'
+                    for item_id, tokens in zip(map(_json_string, ids), needed, strict=True)
+                )
+        return "[" + ",".join(parts) + "]"
 
     @property
     def total_tokens(self) -> int:

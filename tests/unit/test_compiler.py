@@ -557,3 +557,14 @@ def test_large_item_tuples_compiled_again_reuse_their_orderings_and_any_change_i
     assert changed.digest != first.digest
     with pytest.raises(ValidationFailed):
         compiled(dataclasses.replace(world, facts=(*world.facts, item("decision", "d9", "not a fact"))))
+
+
+def test_the_excluded_records_written_as_json_are_the_records() -> None:
+    tools = (
+        *TOOLS,
+        ToolSpec('odd "name" \\ é', "x", {"type": "object"}),
+        TOOLS[0],
+    )  # a duplicate: own reason
+    result = compiled(worked_example(bulk=200, tools=tools), budget(1_500, 4))
+    assert len(result.excluded) > 100 and {record.reason for record in result.excluded} > {"duplicate"}
+    assert json.loads(result.excluded_json()) == [record._asdict() for record in result.excluded]
