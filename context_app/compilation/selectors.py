@@ -84,18 +84,14 @@ def compile_input_for(
     check runs, the resolver's bundle and ``extra_evidence``."""
     goal = task if task.is_goal else Task.objects.get(id=task.goal_id)
     sections = task_candidates(task=task, encoding=encoding, counter=counter).sections
-    facts, evidence = sections["fact"], sections["diagnostic"]
     bundle_digest, bundle_items = _bundle_items(str(task.id), counter)
-    bundle_facts = tuple(item for item in bundle_items if item.kind == "fact")
-    if bundle_facts:
-        facts += bundle_facts
+    facts = _joined(sections["fact"], tuple(item for item in bundle_items if item.kind == "fact"))
     extra = (
         *_check_run_evidence(str(task.id), counter),
         *(item for item in bundle_items if item.kind != "fact"),
         *request_evidence_items(extra_evidence, counter),
     )
-    if extra:
-        evidence += extra
+    evidence = _joined(sections["diagnostic"], extra)
     constraints = list(dict.fromkeys([*goal.constraints, *(() if task.is_goal else task.constraints)]))
     compile_input = CompileInput(
         goal=goal.objective,
@@ -119,6 +115,31 @@ def compile_input_for(
         ),
     )
     return TaskContextInput(compile_input, bundle_digest)
+
+
+# Candidate sections joined with the same few extra items (the bundle's facts, the latest check runs) as one
+# tuple object, so the compiler's per-tuple memo still serves a section whose candidates did not change.
+_JOINED: OrderedDict[tuple[Any, ...], tuple[tuple[ContextItem, ...], Any]] = OrderedDict()
+_JOINED_MAX = 64
+_JOINED_LOCK = threading.Lock()
+
+
+def _joined(base: tuple[ContextItem, ...], extra: tuple[ContextItem, ...]) -> tuple[ContextItem, ...]:
+    """``base + extra``, the same object for the same ``base`` object and equal ``extra`` items (texts too:
+    item equality leaves the text out)."""
+    if not extra:
+        return base
+    key = (id(base), extra, tuple(item.text for item in extra))
+    with _JOINED_LOCK:
+        entry = _JOINED.get(key)
+        if entry is not None and entry[0] is base:
+            _JOINED.move_to_end(key)
+            return entry[1]  # type: ignore[no-any-return]
+        joined = base + extra
+        _JOINED[key] = (base, joined)
+        while len(_JOINED) > _JOINED_MAX:
+            _JOINED.popitem(last=False)
+    return joined
 
 
 def _task_items(task: Task) -> Any:

@@ -18,7 +18,7 @@ from context_app.compilation.models import (
 from context_app.compilation.tasks import compile_requested
 from context_app.models import WorldItem
 from nexum.core.compilation import compile_stream
-from nexum.core.compiler import BudgetTooSmall
+from nexum.core.compiler import BudgetTooSmall, ContextItem
 from nexum.core.errors import NotFound, ValidationFailed
 from nexum.eventstore import projections, store
 from nexum.eventstore.models import Event as EventRow
@@ -396,3 +396,21 @@ def test_the_candidate_list_kept_up_to_date_equals_one_read_from_scratch(auth, m
     assert read(task)[0]["fact"][str(uncounted.id)].token_count == counter.count(uncounted.rendered)
     assert world.item_token_counts_ensure(project_id=auth.project_id, encoding=encoding) == 1
     check()
+
+
+def test_a_section_joined_with_the_same_extra_items_is_the_same_tuple():
+    """The bundle's facts and the latest check runs joined to a section give one tuple object while neither
+    changes (so the compiler's per-tuple work is reused), and a new one when an extra item's text changes."""
+    counter = counter_for("cl100k_base")
+    base = tuple(ContextItem.from_text("fact", f"f{n}", f"fact {n}", counter=counter) for n in range(3))
+
+    def extra(output: str):
+        return (ContextItem.from_text("fact", "bundle:1", output, counter=counter),)
+
+    joined = selectors._joined(base, extra("Redis is required."))
+    assert joined == base + extra("Redis is required.")
+    assert selectors._joined(base, extra("Redis is required.")) is joined
+    assert extra("Redis is required!") == extra("Redis is required.")  # equal items: the text is not compared
+    assert selectors._joined(base, extra("Redis is required!")) is not joined
+    assert selectors._joined(tuple(base), ()) is base
+    assert selectors._joined(base[:2] + base[2:], extra("Redis is required.")) is not joined
