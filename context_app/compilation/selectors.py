@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.db.models import Q
+from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.db.models.expressions import RawSQL
 
 from context_app.compilation.models import (
@@ -181,7 +181,8 @@ def _changed_rows(task: Task, encoding: str, since: int) -> list[tuple[Any, ...]
     """The metadata of every item the task sees whose row changed after log position ``since`` (whatever
     its status now), in one query on the ``(goal_id, changed_position)`` index (a goal id is unique across
     projects, so no other index can serve it): id as text, kind, stored token count of ``encoding`` as an
-    integer, line count, position, verified, trust class, origin, task, status. Terms are not read here."""
+    integer, line count, position, verified, trust class, origin, whether it is the task's own (a boolean:
+    no UUID object per row), status. Terms are not read here."""
     shared = Q(task_id__isnull=True)
     rows = (
         WorldItem.objects.filter(
@@ -189,7 +190,11 @@ def _changed_rows(task: Task, encoding: str, since: int) -> list[tuple[Any, ...]
             goal_id=task.goal_id,
             changed_position__gt=since,
         )
-        .annotate(item_text_id=_id_text(), tokens=stored_tokens(encoding))
+        .annotate(
+            item_text_id=_id_text(),
+            tokens=stored_tokens(encoding),
+            own=ExpressionWrapper(Q(task_id__isnull=False), output_field=BooleanField()),
+        )
         .values_list(
             "item_text_id",
             "kind",
@@ -199,7 +204,7 @@ def _changed_rows(task: Task, encoding: str, since: int) -> list[tuple[Any, ...]
             "verified",
             "trust_class",
             "source",
-            "task_id",
+            "own",
             "status",
         )
         .order_by()
@@ -389,7 +394,7 @@ def _refreshed(
                 compacted.pop(item_id, None)
         for row, item in zip(live, _items_of(task, live, counter), strict=True):
             writable(item.kind)[item.id] = item
-            if row[8] is not None and row[1] in COMPACTED_KINDS and not task.is_goal:
+            if row[8] and row[1] in COMPACTED_KINDS and not task.is_goal:
                 compacted[item.id] = None if row[2] is None else int(row[2])
     sections = {
         kind: tuple(by_kind[kind].values()) if kind in touched else entry.sections[kind]
