@@ -401,7 +401,8 @@ def task_compact(*, task: Task, threshold: int, encoding: str, actor: str) -> Wo
     if task.is_goal:
         return None
     # Nothing to fold while the counted total is within the threshold (``plan_fold``): the totals come with
-    # the task's candidate list (kept in process per world version), so a warm check reads no item row.
+    # the task's candidate list (kept in process, brought up to date from the rows changed since), so a
+    # check reads no item row that has not changed.
     candidates = selectors.task_candidates(task=task, encoding=encoding, counter=counter_for(encoding))
     if (
         candidates.compacted_counted == candidates.compacted_items
