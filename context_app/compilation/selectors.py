@@ -21,7 +21,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connection
 from django.db.models import BooleanField, ExpressionWrapper, Q
@@ -53,6 +53,7 @@ from nexum.core.compiler import (
 )
 from nexum.core.errors import NotFound
 from nexum.core.tokens import TokenCounter
+from nexum.eventstore.models import Event
 from nexum.ids import uuid_or_none
 from tasks_app.models import Task
 from verification_app import selectors as verification_selectors
@@ -215,22 +216,46 @@ def _changed_rows(task: Task, encoding: str, since: int) -> list[tuple[Any, ...]
         return cursor.fetchall()
 
 
-def _marks(task: Task) -> tuple[int, int]:
-    """What moves whenever a candidate of ``task`` may have changed, in one query of two index probes: the
-    last log position that changed a row of the goal, and that of the task's last fold (-1: none)."""
+class _Marks(NamedTuple):
+    """Where a task's candidates stood: the last log position that changed a row of its goal and the
+    position of its last fold (-1: none), each with the stream and version of the event at that position
+    (its fingerprint: a position a rolled-back transaction used is gone, or, on SQLite, reused by another
+    event)."""
+
+    high: int
+    high_event: str | None
+    fold_high: int
+    fold_event: str | None
+
+
+_NO_MARKS = _Marks(-1, None, -1, None)
+
+
+def _marks(task: Task, known: _Marks) -> tuple[_Marks, _Marks]:
+    """The task's marks now, and the fingerprints of the events at the ``known`` marks' positions now, in
+    one query of index probes."""
     items = connection.ops.quote_name(WorldItem._meta.db_table)
     folds = connection.ops.quote_name(CompactionFold._meta.db_table)
+    events = connection.ops.quote_name(Event._meta.db_table)
     goal_id, task_id = task.goal_id, task.id
     if connection.vendor != "postgresql":  # SQLite keeps UUIDs as 32 hex digits
         goal_id, task_id = uuid.UUID(str(goal_id)).hex, uuid.UUID(str(task_id)).hex
+
+    def event_at(position: str) -> str:
+        return f"(SELECT stream_id || '@' || CAST(version AS TEXT) FROM {events} WHERE position = {position})"
+
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT (SELECT MAX(changed_position) FROM {items} WHERE goal_id = %s),"
-            f" (SELECT MAX(position) FROM {folds} WHERE task_id = %s)",
-            [goal_id, task_id],
+            f"SELECT h.p, {event_at('h.p')}, f.p, {event_at('f.p')}, {event_at('%s')}, {event_at('%s')}"
+            f" FROM (SELECT MAX(changed_position) AS p FROM {items} WHERE goal_id = %s) AS h,"
+            f" (SELECT MAX(position) AS p FROM {folds} WHERE task_id = %s) AS f",
+            [known.high, known.fold_high, goal_id, task_id],
         )
-        high, fold_high = cursor.fetchone()
-    return (-1 if high is None else int(high)), (-1 if fold_high is None else int(fold_high))
+        high, high_event, fold_high, fold_event, known_high_event, known_fold_event = cursor.fetchone()
+    now = _Marks(
+        -1 if high is None else int(high), high_event, -1 if fold_high is None else int(fold_high), fold_event
+    )
+    return now, known._replace(high_event=known_high_event, fold_event=known_fold_event)
 
 
 def _canonical_uuid(value: Any) -> str:
@@ -273,14 +298,13 @@ class TaskCandidates:
     ``diagnostic``), and its own progress notes and tool calls with their stored token counts (``None``: not
     counted in this encoding), which the compaction check compares with its threshold.
 
-    ``high`` and ``fold_high`` are the marks it was read at (``_marks``); ``folded`` the ids the task's folds
+    ``marks`` are where the world stood when it was read (``_marks``); ``folded`` the ids the task's folds
     left out. Never changed once built: a newer
     state is a new value that shares the sections that did not change, so the compiler's orderings of those
     (kept per section tuple) stay valid.
     """
 
-    high: int
-    fold_high: int
+    marks: _Marks
     folded: frozenset[str]
     by_kind: Mapping[str, Mapping[str, ContextItem]]
     sections: Mapping[str, tuple[ContextItem, ...]]
@@ -304,7 +328,7 @@ class TaskCandidates:
 
 
 _EMPTY = TaskCandidates(
-    -1, -1, frozenset(), {kind: {} for kind in SECTION_KINDS}, {kind: () for kind in SECTION_KINDS}, {}
+    _NO_MARKS, frozenset(), {kind: {} for kind in SECTION_KINDS}, {kind: () for kind in SECTION_KINDS}, {}
 )
 
 # Candidate lists kept in process per (database, encoding, task). A compile reads the task's marks; when
@@ -312,7 +336,9 @@ _EMPTY = TaskCandidates(
 # the folds made since) are read, by index, and applied, and when they moved back (a replay inside
 # ``state_as_of``, or read models rebuilt to an older position) the list is read whole. Rows never leave a
 # goal, each change of a row sets its ``changed_position`` to the position of its event, and folds are only
-# ever added, so equal marks mean an equal world for the task.
+# ever added, so equal marks mean an equal world for the task. A list read inside a transaction that wrote
+# the goal's rows (a compile that folded, then failed) may hold rows that were rolled back: its marks are
+# then positions whose events are gone (or another event's), so it is read whole again.
 _TASKS: OrderedDict[tuple[Any, ...], TaskCandidates] = OrderedDict()
 _TASKS_MAX = 32
 _TASKS_LOCK = threading.Lock()
@@ -329,15 +355,18 @@ def task_candidates(*, task: Task, encoding: str, counter: TokenCounter) -> Task
         str(task.goal_id),
         task.is_goal,
     )
-    high, fold_high = _marks(task)
     with _TASKS_LOCK:
         entry = _TASKS.get(key)
-        if entry is not None and (entry.high, entry.fold_high) == (high, fold_high):
-            _TASKS.move_to_end(key)
-            return entry
-    if entry is None or high < entry.high or fold_high < entry.fold_high:
-        entry = _EMPTY
-    entry = _refreshed(entry, task, encoding, counter, high, fold_high)
+    known = _NO_MARKS if entry is None else entry.marks
+    now, known_now = _marks(task, known)
+    if entry is None or known_now != known or now.high < known.high or now.fold_high < known.fold_high:
+        entry = _EMPTY  # not read yet, built on a rolled-back write, or the world moved back: read it whole
+    elif now == known:
+        with _TASKS_LOCK:
+            if key in _TASKS:
+                _TASKS.move_to_end(key)
+        return entry
+    entry = _refreshed(entry, task, encoding, counter, now)
     with _TASKS_LOCK:
         _TASKS[key] = entry
         _TASKS.move_to_end(key)
@@ -356,7 +385,7 @@ def candidate_items(*, task: Task, encoding: str, counter: TokenCounter) -> list
 
 
 def _refreshed(
-    entry: TaskCandidates, task: Task, encoding: str, counter: TokenCounter, high: int, fold_high: int
+    entry: TaskCandidates, task: Task, encoding: str, counter: TokenCounter, now: _Marks
 ) -> TaskCandidates:
     """``entry`` with the rows changed since its marks applied (and newly folded items taken out)."""
     folded = entry.folded
@@ -370,8 +399,8 @@ def _refreshed(
             by_kind[kind] = dict(by_kind[kind])
         return by_kind[kind]  # type: ignore[return-value]
 
-    if fold_high > entry.fold_high:
-        new_folds = CompactionFold.objects.filter(task_id=task.id, position__gt=entry.fold_high)
+    if now.fold_high > entry.marks.fold_high:
+        new_folds = CompactionFold.objects.filter(task_id=task.id, position__gt=entry.marks.fold_high)
         newly = {str(item_id) for ids in new_folds.values_list("folded_ids", flat=True) for item_id in ids}
         folded = folded | newly
         compacted = {key: value for key, value in compacted.items() if key not in newly}
@@ -379,7 +408,7 @@ def _refreshed(
             for kind in SECTION_KINDS:
                 if item_id in by_kind[kind]:
                     del writable(kind)[item_id]
-    rows = _changed_rows(task, encoding, entry.high) if high > entry.high else []
+    rows = _changed_rows(task, encoding, entry.marks.high) if now.high > entry.marks.high else []
     if rows:
         compacted = dict(compacted)
         live = []
@@ -400,7 +429,7 @@ def _refreshed(
         kind: tuple(by_kind[kind].values()) if kind in touched else entry.sections[kind]
         for kind in SECTION_KINDS
     }
-    return TaskCandidates(high, fold_high, folded, by_kind, sections, compacted)
+    return TaskCandidates(now, folded, by_kind, sections, compacted)
 
 
 def _items_of(task: Task, rows: Sequence[tuple[Any, ...]], counter: TokenCounter) -> list[ContextItem]:

@@ -414,3 +414,51 @@ def test_a_section_joined_with_the_same_extra_items_is_the_same_tuple():
     assert selectors._joined(base, extra("Redis is required!")) is not joined
     assert selectors._joined(tuple(base), ()) is base
     assert selectors._joined(base[:2] + base[2:], extra("Redis is required.")) is not joined
+
+
+def test_a_list_read_inside_a_compile_that_failed_after_folding_is_not_kept(auth, monkeypatch):
+    """A compile that folds (writing a summary and a fold) and then fails is rolled back; the candidate
+    list it read inside its transaction held the summary and the fold. The next read, after more items
+    were recorded, sees neither."""
+    model_overlay_set(
+        project_id=auth.project_id, word="local", overlay={"auto_compact_tokens": 1500}, actor="op"
+    )
+    compile_task = services.compile_task
+
+    def compiled_then_refused(**kwargs):
+        compile_task(**kwargs)  # reads the candidates: the summary in, the folded items out
+        raise BudgetTooSmall("the pinned content does not fit", field="budget")
+
+    monkeypatch.setattr(services, "compile_task", compiled_then_refused)
+    with pytest.raises(BudgetTooSmall):
+        compile_for(auth, "local")
+    monkeypatch.undo()
+    assert not CompactionFold.objects.exists()
+    task_scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    for step in range(3):
+        world.progress_record(scope=task_scope, text=f"step {step} of the fix", actor="test")
+    encoding, counter = "cl100k_base", counter_for("cl100k_base")
+    items = selectors.candidate_items(task=auth.task, encoding=encoding, counter=counter)
+    seen = {str(item_id) for item_id in selectors._task_items(auth.task).values_list("id", flat=True)}
+    assert {item.id for item in items} == seen
+
+
+def test_a_list_read_inside_a_transaction_that_rolled_back_is_not_kept(auth):
+    """Items recorded and read inside a transaction that then rolls back never reach a later read, whether
+    the next event reuses the rolled-back position (SQLite) or takes the next one (PostgreSQL)."""
+    encoding, counter = "cl100k_base", counter_for("cl100k_base")
+    task_scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    selectors.candidate_items(task=auth.task, encoding=encoding, counter=counter)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        phantom = world.progress_record(scope=task_scope, text="never happened", actor="test")
+        items = selectors.candidate_items(task=auth.task, encoding=encoding, counter=counter)
+        assert str(phantom.id) in {item.id for item in items}
+        raise RuntimeError("rolled back")
+    real = world.progress_record(scope=task_scope, text="happened", actor="test")
+    items = {
+        item.id for item in selectors.candidate_items(task=auth.task, encoding=encoding, counter=counter)
+    }
+    assert str(real.id) in items and str(phantom.id) not in items
+    assert items == {
+        str(item_id) for item_id in selectors._task_items(auth.task).values_list("id", flat=True)
+    }
