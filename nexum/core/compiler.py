@@ -41,7 +41,12 @@ from operator import attrgetter, ge
 from typing import Any, NamedTuple, TypeVar
 
 from nexum.core.budgets import ModelBudget
-from nexum.core.digests import canonical_json, canonical_json_of_members, sha256_hex
+from nexum.core.digests import (
+    canonical_json,
+    canonical_json_of_members,
+    canonical_json_of_strings,
+    sha256_hex,
+)
 from nexum.core.errors import ValidationFailed
 from nexum.core.relevance import bm25_scores, terms_of
 from nexum.core.tokens import TokenCounter
@@ -438,7 +443,7 @@ def compile_context(
         encoding=counter.encoding,
         digest="",
     )
-    runs_json = canonical_json([list(run) for run in context.exclusion_runs])
+    runs_json = _runs_json(context.exclusion_runs)
     members = {
         key: runs_json if key == "exclusion_runs" else canonical_json(value)
         for key, value in context.canonical_form().items()
@@ -744,10 +749,10 @@ class _Exclusions:
         else:
             self.runs.append((kind, left, reason, [item_id], [needed]))
 
-    def add_run(self, kind: str, items: Sequence[ContextItem], needed: Sequence[int], left: int) -> None:
-        """Items of one kind that did not fit while ``left`` tokens were left."""
-        if items:
-            self._extend(kind, left, list(map(_by_id, items)), list(needed))
+    def add_run(self, kind: str, ids: Sequence[str], needed: Sequence[int], left: int) -> None:
+        """Items of one kind (by id) that did not fit while ``left`` tokens were left."""
+        if ids:
+            self._extend(kind, left, list(ids), list(needed))
 
     def _extend(self, kind: str, left: int, ids: list[str], needed: list[int]) -> None:
         if self.runs and self.runs[-1][:3] == (kind, left, None):
@@ -761,6 +766,19 @@ class _Exclusions:
             ExclusionRun(kind, left, reason, tuple(ids), tuple(needed))
             for kind, left, reason, ids, needed in self.runs
         )
+
+
+def _runs_json(runs: Sequence[ExclusionRun]) -> str:
+    """``canonical_json`` of the runs as lists; the (many) ids written by ``canonical_json_of_strings``."""
+    return (
+        "["
+        + ",".join(
+            f"[{canonical_json(kind)},{canonical_json(left)},{canonical_json(reason)},"
+            f"{canonical_json_of_strings(ids)},{canonical_json(needed)}]"
+            for kind, left, reason, ids, needed in runs
+        )
+        + "]"
+    )
 
 
 def _budget_reason(needed: int, left: int) -> str:
@@ -804,6 +822,7 @@ def _first_fit(
                 items, ("costs", section, costs.verified), partial(_lower_costs, section, costs=costs)
             )
         )
+        ids = _remembered(items, ("ids",), _ids_of)
         room = left - header
         # Indexes of items whose lower cost fits the room, found by C-level iterators that share one cursor:
         # after an inclusion the filter restarts, with the smaller room, where the last one stopped.
@@ -818,7 +837,7 @@ def _first_fit(
                 if cost > room:
                     lows[index] = cost
                     continue
-            exclusions.add_run(kind, items[run_start:index], lows[run_start:index], max(room, 0))
+            exclusions.add_run(kind, ids[run_start:index], lows[run_start:index], max(room, 0))
             included.append(_Entry(section, item, cost + header))
             room -= cost
             left = room
@@ -826,8 +845,12 @@ def _first_fit(
             started.add(section)
             run_start = index + 1
             fitting = compress(positions, map(ge, repeat(room), rest))
-        exclusions.add_run(kind, items[run_start:], lows[run_start:], max(room, 0))
+        exclusions.add_run(kind, ids[run_start:], lows[run_start:], max(room, 0))
     return included, max(0, allowance) - left
+
+
+def _ids_of(items: Iterable[ContextItem]) -> tuple[str, ...]:
+    return tuple(map(_by_id, items))
 
 
 def _newest_first(items: Iterable[ContextItem]) -> tuple[ContextItem, ...]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -18,6 +18,15 @@ def canonical_json_of_members(members: Mapping[str, str]) -> str:
     ``canonical_json`` of its value): the same text as ``canonical_json`` of the object, so a large member
     serialized once can be both digested and stored."""
     return "{" + ",".join(f"{canonical_json(key)}:{members[key]}" for key in sorted(members)) + "}"
+
+
+def canonical_json_of_strings(strings: Sequence[str]) -> str:
+    """``canonical_json`` of a list of strings, joined directly when none needs escaping (tens of thousands
+    of ids serialize several times faster); the same text either way."""
+    probe = "".join(strings)
+    if '"' in probe or "\\" in probe or not probe.isprintable():
+        return canonical_json(list(strings))
+    return '["' + '","'.join(strings) + '"]' if strings else "[]"
 
 
 def sha256_hex(data: bytes | str) -> str:

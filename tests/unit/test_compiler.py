@@ -509,6 +509,7 @@ def test_identical_input_gives_identical_output_and_the_digest_covers_it() -> No
     second = compiled(worked_example(bulk=30), STANDARD)
     assert first == second
     assert first.digest == digest_of(first.canonical_form())
+    assert first.exclusion_runs_json == canonical_json(first.canonical_form()["exclusion_runs"])
     stored = json.loads(json.dumps(first.to_dict()))
     assert stored["digest"] == first.digest
     assert len(stored["excluded"]) == len(first.excluded)

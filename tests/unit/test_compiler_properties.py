@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from nexum.core.budgets import ModelBudget
 from nexum.core.compiler import CompiledContext, CompileInput, ContextItem, Step, ToolSpec, compile_context
-from nexum.core.digests import digest_of
+from nexum.core.digests import canonical_json, digest_of
 from nexum.tokenization import counter_for
 
 COUNTER = counter_for("cl100k_base")
@@ -196,6 +196,7 @@ def test_compile_invariants(case: tuple[CompileInput, ModelBudget]) -> None:
     # C7: identical input gives identical output; the digest covers the canonical form
     assert compile_with(compile_input, model_budget) == result
     assert result.digest == digest_of(result.canonical_form())
+    assert result.exclusion_runs_json == canonical_json(result.canonical_form()["exclusion_runs"])
 
 
 @PROPERTY_SETTINGS

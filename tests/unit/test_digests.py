@@ -5,7 +5,13 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nexum.core.digests import canonical_json, canonical_json_of_members, digest_of, sha256_hex
+from nexum.core.digests import (
+    canonical_json,
+    canonical_json_of_members,
+    canonical_json_of_strings,
+    digest_of,
+    sha256_hex,
+)
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(),
@@ -23,3 +29,9 @@ def test_an_object_assembled_from_serialized_members_is_its_canonical_json(value
 
 def test_canonical_json_sorts_keys_and_keeps_unicode() -> None:
     assert canonical_json({"b": 1, "a": ["é", None]}) == '{"a":["é",null],"b":1}'
+
+
+@given(st.lists(st.text() | st.uuids().map(str) | st.sampled_from(['a"b', "c\\d", "e\nf", "é", "\u2028"])))
+def test_a_list_of_strings_written_directly_is_its_canonical_json(strings: list[str]) -> None:
+    assert canonical_json_of_strings(strings) == canonical_json(strings)
+    assert canonical_json_of_strings(tuple(strings)) == canonical_json(strings)
