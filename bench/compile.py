@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import resource
 import statistics
 import sys
 import time
@@ -324,6 +325,7 @@ def bench_size(size: int) -> dict[str, list[float]]:
     )
     for name, times in runs.items():
         print(f"  {name:<8} p50 {p(times, 0.5):8.1f} ms   p95 {p(times, 0.95):8.1f} ms")
+    print(f"  process max RSS so far {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     naive = statistics.median(runs["naive"])
     print(
         f"  naive / compile {naive / statistics.median(runs['compile']):5.1f}x   "
