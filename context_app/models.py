@@ -23,7 +23,7 @@ class WorldItem(models.Model):
     encoding. ``version`` is the item's stream version (facts change; other kinds stay at 1). ``position`` is
     the log position of the event that recorded the item: higher is newer. ``changed_position`` is the log
     position of the last event that changed the row: the compiler reads only the rows of a goal that changed
-    since its last compile (indexed).
+    since its last compile, from an index that covers what it reads.
     """
 
     id = models.UUIDField(primary_key=True)
@@ -38,6 +38,7 @@ class WorldItem(models.Model):
     token_counts = models.JSONField(default=dict)
     line_count = models.PositiveIntegerField(default=1)
     terms = models.JSONField(default=list)
+    terms_text = models.TextField(default="", help_text="the terms joined by spaces: what the compiler reads")
     trust_class = models.CharField(max_length=32)
     source = models.CharField(max_length=500, blank=True)
     actor = models.CharField(max_length=200, blank=True)
@@ -72,7 +73,25 @@ class WorldItem(models.Model):
             models.Index(fields=["project", "goal_id", "kind", "position"], name="world_item_goal"),
             models.Index(fields=["project", "task_id", "kind", "position"], name="world_item_task"),
             models.Index(fields=["project", "kind", "position"], name="world_item_kind"),
-            models.Index(fields=["goal_id", "changed_position"], name="world_item_changed"),
+            # Covering (PostgreSQL): the compiler reads a goal's candidate metadata from the index alone, not
+            # from heap rows that carry the texts.
+            models.Index(
+                fields=["goal_id", "changed_position"],
+                name="world_item_candidates",
+                include=[
+                    "id",
+                    "task_id",
+                    "kind",
+                    "status",
+                    "position",
+                    "line_count",
+                    "verified",
+                    "trust_class",
+                    "source",
+                    "token_counts",
+                    "terms_text",
+                ],
+            ),
         ]
 
     def __str__(self) -> str:

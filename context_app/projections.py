@@ -34,6 +34,7 @@ class WorldProjection(Projection):
             token_counts=dict(event.token_counts),
             line_count=world.line_count(rendered),
             terms=list(event.terms),
+            terms_text=" ".join(event.terms),
             trust_class=event.trust_class,
             source=fields.get("source") or "",
             actor=str(stored.metadata.get("actor", "")),

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from django.db import connection
-from django.db.models import BooleanField, ExpressionWrapper, Q
+from django.db.models import BooleanField, Case, ExpressionWrapper, F, Q, TextField, Value, When
 from django.db.models.expressions import RawSQL
 
 from context_app.compilation.models import (
@@ -170,20 +170,13 @@ def _id_text() -> RawSQL:
     return RawSQL(f"{table}.id::text" if connection.vendor == "postgresql" else f"{table}.id", ())
 
 
-def _terms_text() -> RawSQL:
-    """The relevance terms joined by spaces, by the database (so no JSON is parsed in Python)."""
-    table = connection.ops.quote_name(WorldItem._meta.db_table)
-    if connection.vendor == "postgresql":
-        return RawSQL(f"array_to_string(ARRAY(SELECT jsonb_array_elements_text({table}.terms)), ' ')", ())
-    return RawSQL(f"(SELECT group_concat(value, ' ') FROM json_each({table}.terms))", ())
-
-
 def _changed_rows(task: Task, encoding: str, since: int) -> list[tuple[Any, ...]]:
     """The metadata of every item the task sees whose row changed after log position ``since`` (whatever
-    its status now), in one query on the ``(goal_id, changed_position)`` index (a goal id is unique across
-    projects, so no other index can serve it): id as text, kind, stored token count of ``encoding`` as an
-    integer, line count, position, verified, trust class, origin, whether it is the task's own (a boolean:
-    no UUID object per row), status. Terms are not read here."""
+    its status now), in one query on the ``(goal_id, changed_position)`` index, which covers it on PostgreSQL
+    (a goal id is unique across projects, so no other index can serve it): id as text, kind, stored token
+    count of ``encoding`` as an integer, line count, position, verified, trust class, origin, whether it is
+    the task's own (a boolean: no UUID object per row), status, and the terms of the kinds ranked by
+    relevance (empty for the others)."""
     shared = Q(task_id__isnull=True)
     rows = (
         WorldItem.objects.filter(
@@ -195,6 +188,9 @@ def _changed_rows(task: Task, encoding: str, since: int) -> list[tuple[Any, ...]
             item_text_id=_id_text(),
             tokens=stored_tokens(encoding),
             own=ExpressionWrapper(Q(task_id__isnull=False), output_field=BooleanField()),
+            ranked_terms=Case(
+                When(kind__in=RANKED_KINDS, then=F("terms_text")), default=Value(""), output_field=TextField()
+            ),
         )
         .values_list(
             "item_text_id",
@@ -207,6 +203,7 @@ def _changed_rows(task: Task, encoding: str, since: int) -> list[tuple[Any, ...]
             "source",
             "own",
             "status",
+            "ranked_terms",
         )
         .order_by()
     )
@@ -265,28 +262,10 @@ def _canonical_uuid(value: Any) -> str:
     return text
 
 
-# Candidates as built from their metadata rows, keyed by the row itself (id, kind, count, lines, position,
-# verified, trust, origin, task, status): an item's terms never change after it is recorded (they come from
-# its event), and any change to the rest gives a different key, so a hit is exactly the item the row
-# describes. A task's first compile in a process reads no terms of items another task of the goal has read.
+# Candidates as built from their metadata rows, keyed by the row itself (everything the item is made of), so
+# a hit is exactly the item the row describes: the tasks of one goal share the items of the rows they share.
 _ITEMS: dict[tuple[Any, ...], ContextItem] = {}
 _ITEMS_MAX = 400_000
-_TERMS_BY_ID_MAX = 500  # more misses than this: read the terms of all ranked candidates in one query
-
-
-def _item_terms(task: Task, ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
-    """The relevance terms of the given ranked candidates (interned: a vocabulary repeats across items)."""
-    items = _task_items(task).filter(kind__in=RANKED_KINDS)
-    if len(ids) <= _TERMS_BY_ID_MAX:
-        items = WorldItem.objects.filter(id__in=[uuid.UUID(item_id) for item_id in ids])
-    rows = items.annotate(item_text_id=_id_text(), terms_text=_terms_text()).values_list(
-        "item_text_id", "terms_text"
-    )
-    intern = sys.intern
-    return {
-        _canonical_uuid(item_id): tuple(map(intern, terms.split(" "))) if terms else ()
-        for item_id, terms in rows.order_by()
-    }
 
 
 SECTION_KINDS = ("failure", "decision", "fact", "artifact", "progress", "diagnostic")
@@ -421,7 +400,7 @@ def _refreshed(
                 if item_id in by_kind[kind]:
                     del writable(kind)[item_id]
                 compacted.pop(item_id, None)
-        for row, item in zip(live, _items_of(task, live, counter), strict=True):
+        for row, item in zip(live, _items_of(live, counter), strict=True):
             writable(item.kind)[item.id] = item
             if row[8] and row[1] in COMPACTED_KINDS and not task.is_goal:
                 compacted[item.id] = None if row[2] is None else int(row[2])
@@ -432,21 +411,20 @@ def _refreshed(
     return TaskCandidates(now, folded, by_kind, sections, compacted)
 
 
-def _items_of(task: Task, rows: Sequence[tuple[Any, ...]], counter: TokenCounter) -> list[ContextItem]:
-    """The items the metadata rows describe (from ``_ITEMS`` when seen before; terms read for the rest)."""
+def _items_of(rows: Sequence[tuple[Any, ...]], counter: TokenCounter) -> list[ContextItem]:
+    """The items the metadata rows describe (from ``_ITEMS`` when seen before)."""
     pg = connection.vendor == "postgresql"
     items: list[ContextItem | None] = list(map(_ITEMS.get, rows))
     missing = [index for index, item in enumerate(items) if item is None]
     if not missing:
         return items  # type: ignore[return-value]
-    ranked = [rows[index] for index in missing if rows[index][1] in RANKED_KINDS]
-    terms = _item_terms(task, [_canonical_uuid(row[0]) for row in ranked]) if ranked else {}
+    intern = sys.intern
     if len(_ITEMS) + len(missing) > _ITEMS_MAX:
         _ITEMS.clear()
     uncounted: list[int] = []
     for index in missing:
         row = rows[index]
-        item_id, kind, tokens, lines, position, verified, trust_class, source = row[:8]
+        item_id, kind, tokens, lines, position, verified, trust_class, source, _, _, terms = row
         item_id = item_id if pg else _canonical_uuid(item_id)
         item = ContextItem(
             "diagnostic" if kind == "tool_call" else kind,
@@ -455,7 +433,7 @@ def _items_of(task: Task, rows: Sequence[tuple[Any, ...]], counter: TokenCounter
             lines,
             position,
             bool(verified),
-            terms.get(item_id, ()) if kind in RANKED_KINDS else (),
+            tuple(map(intern, terms.split(" "))) if terms else (),  # interned: a vocabulary repeats
             trust_class,
             source or None,
         )
