@@ -53,7 +53,7 @@ from context_app.catalog.services import model_catalog_replace  # noqa: E402
 from context_app.compilation import selectors, services  # noqa: E402
 from context_app.models import WorldItem  # noqa: E402
 from context_app.services import progress_record, scope_resolve, tool_call_record, tool_define  # noqa: E402
-from nexum.core import compiler, world  # noqa: E402
+from nexum.core import memo, world  # noqa: E402
 from nexum.core.compiler import CompileInput, ContextItem  # noqa: E402
 from nexum.core.compiler import compile_context as run_compiler  # noqa: E402
 from nexum.core.events import Event  # noqa: E402
@@ -273,7 +273,7 @@ def p(times: list[float], q: float) -> float:
 def forget_everything(run: int) -> None:
     selectors._TASKS.clear()
     selectors._ITEMS.clear()
-    compiler._memo.clear()
+    memo.forget()
     counter_for("cl100k_base")._cache.clear()
 
 

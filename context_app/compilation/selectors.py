@@ -52,6 +52,7 @@ from nexum.core.compiler import (
     Truncation,
 )
 from nexum.core.errors import NotFound
+from nexum.core.memo import remembered
 from nexum.core.tokens import TokenCounter
 from nexum.eventstore.models import Event
 from nexum.ids import uuid_or_none
@@ -118,29 +119,13 @@ def compile_input_for(
     return TaskContextInput(compile_input, bundle_digest)
 
 
-# Candidate sections joined with the same few extra items (the bundle's facts, the latest check runs) as one
-# tuple object, so the compiler's per-tuple memo still serves a section whose candidates did not change.
-_JOINED: OrderedDict[tuple[Any, ...], tuple[tuple[ContextItem, ...], Any]] = OrderedDict()
-_JOINED_MAX = 64
-_JOINED_LOCK = threading.Lock()
-
-
 def _joined(base: tuple[ContextItem, ...], extra: tuple[ContextItem, ...]) -> tuple[ContextItem, ...]:
-    """``base + extra``, the same object for the same ``base`` object and equal ``extra`` items (texts too:
-    item equality leaves the text out)."""
+    """``base + extra`` as one tuple object for the same ``base`` object and equal ``extra`` items (their
+    texts too: item equality leaves the text out), so the compiler's per-tuple work still serves a section
+    whose candidates did not change when the bundle's facts or the latest check runs are joined to it."""
     if not extra:
         return base
-    key = (id(base), extra, tuple(item.text for item in extra))
-    with _JOINED_LOCK:
-        entry = _JOINED.get(key)
-        if entry is not None and entry[0] is base:
-            _JOINED.move_to_end(key)
-            return entry[1]  # type: ignore[no-any-return]
-        joined = base + extra
-        _JOINED[key] = (base, joined)
-        while len(_JOINED) > _JOINED_MAX:
-            _JOINED.popitem(last=False)
-    return joined
+    return remembered(base, ("joined", extra, tuple(item.text for item in extra)), lambda _: base + extra)
 
 
 def _task_items(task: Task) -> Any:

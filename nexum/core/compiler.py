@@ -30,15 +30,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from itertools import compress, count, repeat
 from json.encoder import encode_basestring as _json_string  # what json.dumps writes for a str
 from operator import attrgetter, ge
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 from nexum.core.budgets import ModelBudget
 from nexum.core.digests import (
@@ -48,12 +46,12 @@ from nexum.core.digests import (
     sha256_hex,
 )
 from nexum.core.errors import ValidationFailed
+from nexum.core.memo import remembered
 from nexum.core.relevance import bm25_scores, terms_of
 from nexum.core.tokens import TokenCounter
 
 COMPILER_VERSION = 1
 
-_T = TypeVar("_T")
 
 TRUST_CLASSES = ("untrusted_retrieved", "repository_authored", "signed_skill", "signed_policy", "kernel")
 _TRUST_RANK = {name: rank for rank, name in enumerate(TRUST_CLASSES)}
@@ -394,11 +392,11 @@ def compile_context(
     evidence, evidence_tokens = _first_fit(evidence_sections, evidence_allowance, costs, exclusions)
 
     state_sections = [
-        ("failure", _remembered(compile_input.failures, ("newest",), _newest_first)),
-        ("decision", _remembered(compile_input.decisions, ("newest",), _newest_first)),
-        ("fact", _remembered(compile_input.facts, ("facts", query), partial(_facts_in_order, query=query))),
-        ("artifact", _remembered(compile_input.artifacts, ("newest",), _newest_first)),
-        ("progress", _remembered(compile_input.progress, ("newest",), _newest_first)),
+        ("failure", remembered(compile_input.failures, ("newest",), _newest_first)),
+        ("decision", remembered(compile_input.decisions, ("newest",), _newest_first)),
+        ("fact", remembered(compile_input.facts, ("facts", query), partial(_facts_in_order, query=query))),
+        ("artifact", remembered(compile_input.artifacts, ("newest",), _newest_first)),
+        ("progress", remembered(compile_input.progress, ("newest",), _newest_first)),
     ]
     state, state_tokens = _first_fit(state_sections, remaining - evidence_tokens, costs, exclusions)
 
@@ -452,36 +450,6 @@ def compile_context(
     return dataclasses.replace(context, digest=digest, exclusion_runs_json=runs_json)
 
 
-# --- work kept per item tuple ---------------------------------------------------------------------------
-
-# A caller that compiles the same large world again (an agent loop) passes the same item tuples: a tuple and
-# its items are immutable, so what was derived from one tuple object (its validation, its ordering, its
-# metadata costs) holds for as long as that object lives. The memo keeps each tuple it describes, so the
-# tuple's id cannot be reused while its entry exists. Results are the same with or without it.
-_MEMO_MIN_ITEMS = 200  # below this, deriving again is as cheap as looking up
-_MEMO_ENTRIES = 128
-_memo: OrderedDict[tuple[Any, ...], tuple[tuple[ContextItem, ...], Any]] = OrderedDict()
-_memo_lock = threading.Lock()
-
-
-def _remembered(items: tuple[ContextItem, ...], key: tuple[Any, ...], derive: Callable[[Any], _T]) -> _T:
-    """``derive(items)``, computed once per tuple object and ``key`` (see above)."""
-    if len(items) < _MEMO_MIN_ITEMS:
-        return derive(items)
-    memo_key = (id(items), *key)
-    with _memo_lock:
-        entry = _memo.get(memo_key)
-        if entry is not None and entry[0] is items:
-            _memo.move_to_end(memo_key)
-            return entry[1]  # type: ignore[no-any-return]
-    value = derive(items)
-    with _memo_lock:
-        _memo[memo_key] = (items, value)
-        while len(_memo) > _MEMO_ENTRIES:
-            _memo.popitem(last=False)
-    return value
-
-
 # --- validation ------------------------------------------------------------------------------------------
 
 _by_id = attrgetter("id")
@@ -499,8 +467,8 @@ def _check_items(compile_input: CompileInput) -> dict[str, tuple[ContextItem, ..
         ("progress", compile_input.progress, "progress"),
     ]
     for name, items, kind in lists:
-        _remembered(items, ("valid", name, kind), partial(_check_kind, name=name, kind=kind))
-    return _remembered(compile_input.evidence, ("evidence",), _split_evidence)
+        remembered(items, ("valid", name, kind), partial(_check_kind, name=name, kind=kind))
+    return remembered(compile_input.evidence, ("evidence",), _split_evidence)
 
 
 def _check_kind(items: Sequence[ContextItem], *, name: str, kind: str) -> bool:
@@ -818,11 +786,9 @@ def _first_fit(
         kind = items[0].kind
         header = 0 if section in started else costs.headers[section]
         lows = list(
-            _remembered(
-                items, ("costs", section, costs.verified), partial(_lower_costs, section, costs=costs)
-            )
+            remembered(items, ("costs", section, costs.verified), partial(_lower_costs, section, costs=costs))
         )
-        ids = _remembered(items, ("ids",), _ids_of)
+        ids = remembered(items, ("ids",), _ids_of)
         room = left - header
         # Indexes of items whose lower cost fits the room, found by C-level iterators that share one cursor:
         # after an inclusion the filter restarts, with the smaller room, where the last one stopped.
@@ -865,7 +831,7 @@ def _relevant_evidence(
     query: frozenset[str],
 ) -> tuple[ContextItem, ...]:
     """The evidence of ``kind``, most relevant first (BM25 over the items of that kind), ties by id."""
-    return _remembered(evidence, ("relevance", kind, query), lambda _: _by_relevance(by_kind[kind], query))
+    return remembered(evidence, ("relevance", kind, query), lambda _: _by_relevance(by_kind[kind], query))
 
 
 def _by_relevance(items: Sequence[ContextItem], query: frozenset[str]) -> tuple[ContextItem, ...]:

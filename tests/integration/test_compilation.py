@@ -402,7 +402,7 @@ def test_a_section_joined_with_the_same_extra_items_is_the_same_tuple():
     """The bundle's facts and the latest check runs joined to a section give one tuple object while neither
     changes (so the compiler's per-tuple work is reused), and a new one when an extra item's text changes."""
     counter = counter_for("cl100k_base")
-    base = tuple(ContextItem.from_text("fact", f"f{n}", f"fact {n}", counter=counter) for n in range(3))
+    base = tuple(ContextItem.from_text("fact", f"f{n}", f"fact {n}", counter=counter) for n in range(250))
 
     def extra(output: str):
         return (ContextItem.from_text("fact", "bundle:1", output, counter=counter),)
@@ -413,7 +413,7 @@ def test_a_section_joined_with_the_same_extra_items_is_the_same_tuple():
     assert extra("Redis is required!") == extra("Redis is required.")  # equal items: the text is not compared
     assert selectors._joined(base, extra("Redis is required!")) is not joined
     assert selectors._joined(tuple(base), ()) is base
-    assert selectors._joined(base[:2] + base[2:], extra("Redis is required.")) is not joined
+    assert selectors._joined(base[:100] + base[100:], extra("Redis is required.")) is not joined
 
 
 def test_a_list_read_inside_a_compile_that_failed_after_folding_is_not_kept(auth, monkeypatch):
