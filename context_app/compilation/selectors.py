@@ -259,8 +259,7 @@ SECTION_KINDS = ("failure", "decision", "fact", "artifact", "progress", "diagnos
 @dataclass(frozen=True)
 class TaskCandidates:
     """A task's candidate items as of one state of its goal, per compiler section (tool calls are
-    ``diagnostic``), and its own progress notes and tool calls with their stored token counts (``None``: not
-    counted in this encoding), which the compaction check compares with its threshold.
+    ``diagnostic``), and the ids of its own progress notes and tool calls (what compaction folds).
 
     ``marks`` are where the world stood when it was read (``_marks``); ``folded`` the ids the task's folds
     left out. Never changed once built: a newer
@@ -272,27 +271,28 @@ class TaskCandidates:
     folded: frozenset[str]
     by_kind: Mapping[str, Mapping[str, ContextItem]]
     sections: Mapping[str, tuple[ContextItem, ...]]
-    compacted: Mapping[str, int | None]
+    compacted: frozenset[str]
 
     @property
     def items(self) -> tuple[ContextItem, ...]:
         return tuple(item for kind in SECTION_KINDS for item in self.sections[kind])
 
-    @property
-    def compacted_items(self) -> int:
-        return len(self.compacted)
-
-    @property
-    def compacted_counted(self) -> int:
-        return sum(1 for tokens in self.compacted.values() if tokens is not None)
-
-    @property
-    def compacted_tokens(self) -> int:
-        return sum(tokens for tokens in self.compacted.values() if tokens is not None)
+    def compacted_items(self) -> list[ContextItem]:
+        """The task's own progress notes and tool calls (``diagnostic`` here), each with its token count."""
+        return [
+            item
+            for kind in ("progress", "diagnostic")
+            for item_id, item in self.by_kind[kind].items()
+            if item_id in self.compacted
+        ]
 
 
 _EMPTY = TaskCandidates(
-    _NO_MARKS, frozenset(), {kind: {} for kind in SECTION_KINDS}, {kind: () for kind in SECTION_KINDS}, {}
+    _NO_MARKS,
+    frozenset(),
+    {kind: {} for kind in SECTION_KINDS},
+    {kind: () for kind in SECTION_KINDS},
+    frozenset(),
 )
 
 # Candidate lists kept in process per (database, encoding, task). A compile reads the task's marks; when
@@ -367,14 +367,14 @@ def _refreshed(
         new_folds = CompactionFold.objects.filter(task_id=task.id, position__gt=entry.marks.fold_high)
         newly = {str(item_id) for ids in new_folds.values_list("folded_ids", flat=True) for item_id in ids}
         folded = folded | newly
-        compacted = {key: value for key, value in compacted.items() if key not in newly}
+        compacted = compacted - newly
         for item_id in newly:
             for kind in SECTION_KINDS:
                 if item_id in by_kind[kind]:
                     del writable(kind)[item_id]
     rows = _changed_rows(task, encoding, entry.marks.high) if now.high > entry.marks.high else []
     if rows:
-        compacted = dict(compacted)
+        own = set(compacted)
         live = []
         for row in rows:
             item_id = _canonical_uuid(row[0])
@@ -384,11 +384,12 @@ def _refreshed(
             else:
                 if item_id in by_kind[kind]:
                     del writable(kind)[item_id]
-                compacted.pop(item_id, None)
+                own.discard(item_id)
         for row, item in zip(live, _items_of(live, counter), strict=True):
             writable(item.kind)[item.id] = item
             if row[8] and row[1] in COMPACTED_KINDS and not task.is_goal:
-                compacted[item.id] = None if row[2] is None else int(row[2])
+                own.add(item.id)
+        compacted = frozenset(own)
     sections = {
         kind: tuple(by_kind[kind].values()) if kind in touched else entry.sections[kind]
         for kind in SECTION_KINDS

@@ -400,34 +400,17 @@ def task_compact(*, task: Task, threshold: int, encoding: str, actor: str) -> Wo
     """
     if task.is_goal:
         return None
-    # Nothing to fold while the counted total is within the threshold (``plan_fold``): the totals come with
-    # the task's candidate list (kept in process, brought up to date from the rows changed since), so a
-    # check reads no item row that has not changed.
-    candidates = selectors.task_candidates(task=task, encoding=encoding, counter=counter_for(encoding))
-    if (
-        candidates.compacted_counted == candidates.compacted_items
-        and candidates.compacted_tokens <= threshold
-    ):
-        return None
-    compacted = (
-        selectors._task_items(task)
-        .filter(task_id=task.id, kind__in=compilation.COMPACTED_KINDS)
-        .annotate(tokens=selectors.stored_tokens(encoding))
-        .order_by()
-    )
-    rows = compacted.values_list("id", "kind", "tokens", "position", "trust_class").order_by("position")
+    # The task's own progress notes and tool calls, counted, come with its candidate list (kept in process,
+    # brought up to date from the rows changed since): deciding there is nothing to fold reads no item row.
     counter = counter_for(encoding)
-    candidates, trust = [], {}
-    uncounted = []
-    for item_id, kind, tokens, position, trust_class in rows:
-        if tokens is None:
-            uncounted.append(item_id)
-        candidates.append(compilation.FoldCandidate(str(item_id), kind, int(tokens or 0), position))
-        trust[str(item_id)] = trust_class
-    if uncounted:
-        texts = dict(WorldItem.objects.filter(id__in=uncounted).values_list("id", "rendered"))
-        fixed = {str(key): counter.count(text) for key, text in texts.items()}
-        candidates = [c._replace(tokens=fixed.get(c.id, c.tokens)) for c in candidates]
+    own = selectors.task_candidates(task=task, encoding=encoding, counter=counter).compacted_items()
+    candidates = [
+        compilation.FoldCandidate(
+            item.id, "tool_call" if item.kind == "diagnostic" else item.kind, item.token_count, item.position
+        )
+        for item in own
+    ]
+    trust = {item.id: item.trust_class for item in own}
     folded = compilation.plan_fold(candidates, threshold=threshold)
     if not folded:
         return None

@@ -361,7 +361,7 @@ def test_the_candidate_list_kept_up_to_date_equals_one_read_from_scratch(auth, m
 
     def read(task):
         entry = selectors.task_candidates(task=task, encoding=encoding, counter=counter)
-        return {kind: dict(items) for kind, items in entry.by_kind.items()}, dict(entry.compacted)
+        return {kind: dict(items) for kind, items in entry.by_kind.items()}, entry.compacted
 
     def check():
         for viewer in (task, goal, sibling):
