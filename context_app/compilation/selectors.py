@@ -128,11 +128,16 @@ def _joined(base: tuple[ContextItem, ...], extra: tuple[ContextItem, ...]) -> tu
     return remembered(base, ("joined", extra, tuple(item.text for item in extra)), lambda _: base + extra)
 
 
+def _seen_by(task: Task) -> Q:
+    """Which items of its goal a task sees: the shared ones and its own (a goal sees the shared ones)."""
+    shared = Q(task_id__isnull=True)
+    return shared if task.is_goal else shared | Q(task_id=task.id)
+
+
 def _task_items(task: Task) -> Any:
     """The items the task sees (its goal's shared ones and its own, current facts only), folded ones out."""
-    shared = Q(task_id__isnull=True)
     items = WorldItem.objects.filter(
-        shared if task.is_goal else shared | Q(task_id=task.id),
+        _seen_by(task),
         project_id=task.project_id,
         goal_id=task.goal_id,
         status=world.FACT_CURRENT,
@@ -162,10 +167,9 @@ def _changed_rows(task: Task, encoding: str, since: int) -> list[tuple[Any, ...]
     count of ``encoding`` as an integer, line count, position, verified, trust class, origin, whether it is
     the task's own (a boolean: no UUID object per row), status, and the terms of the kinds ranked by
     relevance (empty for the others)."""
-    shared = Q(task_id__isnull=True)
     rows = (
         WorldItem.objects.filter(
-            shared if task.is_goal else shared | Q(task_id=task.id),
+            _seen_by(task),
             goal_id=task.goal_id,
             changed_position__gt=since,
         )
