@@ -288,13 +288,9 @@ class CompiledContext:
     def excluded(self) -> tuple[ExcludedItem, ...]:
         rows: list[ExcludedItem] = []
         make = partial(tuple.__new__, ExcludedItem)
-        for kind, left, reason, ids, needed in self.exclusion_runs:
-            if reason is None:
-                texts = {tokens: _budget_reason(tokens, left) for tokens in set(needed)}
-                reasons: Iterable[str] = map(texts.__getitem__, needed)
-            else:
-                reasons = repeat(reason, len(ids))
-            rows.extend(map(make, zip(repeat(kind), ids, needed, repeat(left), reasons)))
+        for run in self.exclusion_runs:
+            left = repeat(run.tokens_left)
+            rows.extend(map(make, zip(repeat(run.kind), run.ids, run.tokens_needed, left, _reasons(run))))
         return tuple(rows)
 
     def excluded_json(self) -> str:
@@ -302,21 +298,15 @@ class CompiledContext:
         ``reason``), written straight from the runs: a context of a large world excludes tens of thousands of
         items, and building an object per record (and collecting them) cost more than the compile."""
         parts: list[str] = []
-        for kind, left, reason, ids, needed in self.exclusion_runs:
-            head = f'{{"kind":{_json_string(kind)},"id":'
-            tail = f',"tokens_left":{left},"reason":'
-            if reason is None:
-                reasons = {tokens: _json_string(_budget_reason(tokens, left)) for tokens in set(needed)}
-                parts.extend(
-                    f'{head}{item_id},"tokens_needed":{tokens}{tail}{reasons[tokens]}}}'
-                    for item_id, tokens in zip(map(_json_string, ids), needed, strict=True)
+        for run in self.exclusion_runs:
+            head = f'{{"kind":{_json_string(run.kind)},"id":'
+            tail = f',"tokens_left":{run.tokens_left},"reason":'
+            parts.extend(
+                f'{head}{item_id},"tokens_needed":{tokens}{tail}{reason}}}'
+                for item_id, tokens, reason in zip(
+                    map(_json_string, run.ids), run.tokens_needed, _reasons(run, _json_string), strict=True
                 )
-            else:
-                fixed = f"{tail}{_json_string(reason)}}}"
-                parts.extend(
-                    f'{head}{item_id},"tokens_needed":{tokens}{fixed}'
-                    for item_id, tokens in zip(map(_json_string, ids), needed, strict=True)
-                )
+            )
         return "[" + ",".join(parts) + "]"
 
     @property
@@ -747,6 +737,15 @@ def _runs_json(runs: Sequence[ExclusionRun]) -> str:
         )
         + "]"
     )
+
+
+def _reasons(run: ExclusionRun, write: Callable[[str], str] = str) -> Iterable[str]:
+    """The reason of each item of ``run``, in order, each distinct one ``write``-n once: the run's own, or the
+    standard ``needed N tokens, L left``."""
+    if run.reason is None:
+        texts = {tokens: write(_budget_reason(tokens, run.tokens_left)) for tokens in set(run.tokens_needed)}
+        return map(texts.__getitem__, run.tokens_needed)
+    return repeat(write(run.reason), len(run.ids))
 
 
 def _budget_reason(needed: int, left: int) -> str:
