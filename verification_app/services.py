@@ -108,9 +108,9 @@ def contract_register(
 
     ``trust_class`` is the origin the caller declares; ``derived_from`` lists world items of the project the
     contract was derived from. The lowest of them decides: below ``repository_authored`` → 422
-    ``untrusted_content`` and nothing is written. Command checks are vetted against the sandbox policy now
-    (working directory inside the workspace root, executable on the allowlist → 422 otherwise) and again
-    when they run. Errors inside the contract name ``<field>.checks[i].<member>``.
+    ``untrusted_content`` and nothing is written. Checks are vetted against the project's sandbox policy now
+    (working directory and files inside the project's workspace folder, executable on the allowlist → 422
+    otherwise) and again when they run. Errors inside the contract name ``<field>.checks[i].<member>``.
     """
     task = task_selectors.task_get(project_id=project_id, task_id=task_id)
     origin = _origin_trust(project_id, trust_class, derived_from)
@@ -134,7 +134,7 @@ def contract_register(
         reason=reason,
     )
     for index, check in enumerate(parsed.checks):
-        runner.refuse_unrunnable(check, f"{field}.checks[{index}]")
+        runner.refuse_unrunnable(check, f"{field}.checks[{index}]", project_id=str(task.project_id))
     store.append(
         stream_id=stream_id,
         events=[event],

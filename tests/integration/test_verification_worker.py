@@ -81,7 +81,7 @@ def test_a_worker_killed_mid_check_reruns_it_after_restart_and_decides_once(
         )
         assert pending.outcome == "pending"
         request_id = pending.request.id
-        runs_log = workspace / "runs.log"
+        runs_log = workspace / project.slug / "runs.log"  # the project's own folder
         assert wait_for(runs_log.exists, timeout=30), "the first worker never started the check"
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=10)
