@@ -583,6 +583,25 @@ def test_a_check_writes_in_its_workspace_and_nowhere_else(tmp_path: Path) -> Non
     assert list(outside.iterdir()) == [] and not Path(sys.prefix, "planted").exists()
 
 
+def test_a_check_cannot_change_the_hosts_kernel_settings_or_read_kernel_internals(tmp_path: Path) -> None:
+    """Sysctls trust uid 0 without asking for a capability, and a root worker's sandbox is uid 0 outside its
+    user namespace: /proc/sys is read-only and files such as /proc/kpageflags cannot be opened."""
+    script = textwrap.dedent(
+        """
+        for f in /proc/sys/kernel/core_pattern /proc/sys/vm/drop_caches; do test -w $f && echo WRITABLE; done
+        limit=$(cat /proc/sys/kernel/printk_ratelimit)
+        echo $limit > /proc/sys/kernel/printk_ratelimit && echo WROTE the same value back
+        for f in /proc/kpageflags /proc/slabinfo /proc/keys; do head -c 1 $f >/dev/null && echo READ $f; done
+        echo checked
+        """
+    )
+    result = run_command(check("sh", "-c", script), policy_for(tmp_path, "sh"))
+    assert result.output.splitlines()[-1] == "checked"
+    assert [
+        line for line in result.output.splitlines() if line.split()[0] in ("WRITABLE", "WROTE", "READ")
+    ] == []
+
+
 def test_the_process_limit_holds_for_an_unprivileged_worker() -> None:
     """Without a cgroup: RLIMIT_NPROC binds a worker that is not root (as an operator should run it)."""
     system_python, uid = "/usr/bin/python3", 64999
