@@ -406,20 +406,33 @@ _Running = _ProcessGroup | _Namespace
 
 def _start(policy: SandboxPolicy, argv: Sequence[str], *, cwd: str, env: dict[str, str]) -> _Running:
     if policy.isolation == UNSANDBOXED:
-        process = subprocess.Popen(
-            argv,
-            shell=False,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            close_fds=True,
-            start_new_session=True,
-            preexec_fn=_preexec(_rlimits(policy)),  # see module docstring, item 5
-        )
-        return _ProcessGroup(process)
+        return _ProcessGroup(_popen(argv, env=env, cwd=cwd, prepare=_preexec(_rlimits(policy))))
     return _start_in_bubblewrap(policy, argv, cwd=cwd, env=env)
+
+
+def _popen(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    prepare: Callable[[], None],
+    cwd: str | None = None,
+    pass_fds: Sequence[int] = (),
+) -> subprocess.Popen[bytes]:
+    """No shell, stdin /dev/null, stdout and stderr merged into one pipe, a session of its own, ``prepare``
+    (the limits, see the module docstring, item 5) run in the child before it executes."""
+    return subprocess.Popen(
+        argv,
+        shell=False,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        close_fds=True,
+        pass_fds=pass_fds,
+        start_new_session=True,
+        preexec_fn=prepare,
+    )
 
 
 def _start_in_bubblewrap(
@@ -445,7 +458,7 @@ def _start_in_bubblewrap(
     info_read, info_write = os.pipe()
     passwd, group = bubblewrap.data_fd(bubblewrap.PASSWD), bubblewrap.data_fd(bubblewrap.GROUP)
     try:
-        process = subprocess.Popen(
+        process = _popen(
             bubblewrap.command_line(
                 bwrap,
                 plan,
@@ -456,15 +469,9 @@ def _start_in_bubblewrap(
                 group_fd=group,
                 tmp_bytes=policy.tmp_bytes,
             ),
-            shell=False,
             env={**env, **SANDBOX_ENV},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            close_fds=True,
+            prepare=_preexec(_rlimits(policy), cgroup.join_fd if cgroup else None),
             pass_fds=(info_write, passwd, group),
-            start_new_session=True,
-            preexec_fn=_preexec(_rlimits(policy), cgroup.join_fd if cgroup else None),
         )
     except BaseException:
         os.close(info_read)
