@@ -7,6 +7,7 @@ plan. Those that run a check are marked and skipped, saying why, where bwrap is 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from nexum import bubblewrap, sandbox
 from nexum.bubblewrap import SandboxUnavailable, install_prefixes, plan_mounts
 from nexum.core.errors import ValidationFailed
 from nexum.core.gate import CommandCheck
-from nexum.pids_cgroup import CgroupUnavailable
+from nexum.pids_cgroup import CgroupUnavailable, PidsCgroup, find_parent
 from nexum.sandbox import SandboxPolicy, run_command
 from tests.conftest import NEEDS_BWRAP
 
@@ -142,3 +143,21 @@ def test_the_probe_accepts_the_installed_bwrap() -> None:
     bwrap = bubblewrap.find_bwrap()
     assert bwrap is not None
     assert bubblewrap.probe(bwrap) is None
+
+
+def test_a_pids_cgroup_per_check_is_limited_and_removed_with_the_orphans_of_dead_workers() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("creating pids cgroups needs root (the only case where the sandbox uses them)")
+    parent = find_parent()
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    orphan = parent / f"check-{finished.pid}-leftover"  # the cgroup of a worker that died mid-check
+    orphan.mkdir()
+    cgroup = PidsCgroup.create(parent, 7)
+    try:
+        assert not orphan.exists()
+        assert (cgroup.path / "pids.max").read_text().strip() == "7"
+        assert cgroup.members() == []
+    finally:
+        assert cgroup.remove() == []
+    assert not cgroup.path.exists()
