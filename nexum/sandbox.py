@@ -47,7 +47,8 @@ in the order it checks:
    ``on_start(pid)`` is told the pid of the outermost sandbox process: SIGKILL to it ends the whole check.
    Without bubblewrap the process group is killed and waited for (a ``setsid`` escapes it).
 8. Status: 0 → ``passed``; >0 → ``exit_nonzero``; killed by a signal → ``crashed`` (``exit_code`` is minus
-   the signal), except SIGXCPU (the CPU limit) → ``timeout``.
+   the signal), except SIGXCPU (the CPU limit) → ``timeout``. Bubblewrap reports a program killed by signal
+   N as exit status 128 + N, as shells do; such a status reads back as the signal.
 
 File and artifact checks run in the worker: paths resolve inside the project's folder only, at most
 ``max_read_bytes`` are read, and patterns are RE2 (linear time: no pattern can hold a worker).
