@@ -6,8 +6,8 @@ import shutil
 import pytest
 
 # Command checks run inside bubblewrap, as in production; CI installs it (.ci/run). On a machine without it
-# the gate's tests run their command checks unsandboxed (NEXUM_SANDBOX=none, said in the header) and the
-# tests of the sandbox itself are skipped, each saying why.
+# the gate's tests run their command checks unsandboxed (NEXUM_SANDBOX=none, said at the end of the run)
+# and the tests of the sandbox itself are skipped, each saying why.
 BWRAP_MISSING = shutil.which("bwrap") is None
 NEEDS_BWRAP = pytest.mark.skipif(
     BWRAP_MISSING,
@@ -24,10 +24,11 @@ def pytest_configure(config: pytest.Config) -> None:
         settings.NEXUM_SANDBOX = "none"
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if BWRAP_MISSING:
-        return "sandbox: bwrap not found: command checks run unsandboxed, the sandbox's tests are skipped"
-    return f"sandbox: command checks run inside {shutil.which('bwrap')}"
+        terminalreporter.write_sep(
+            "-", "bwrap not found: command checks ran unsandboxed and the sandbox's tests were skipped"
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -343,9 +343,12 @@ def test_project_a_cannot_see_or_write_project_b_workspace(project, other_projec
 
 
 @pytest.mark.django_db
-def test_without_a_sandbox_a_command_check_fails_with_sandbox_unavailable(project, workspace, monkeypatch):
+def test_without_a_sandbox_a_command_check_fails_with_sandbox_unavailable(
+    project, workspace, monkeypatch, settings
+):
     from nexum import bubblewrap
 
+    settings.NEXUM_SANDBOX = "bwrap"  # the default, whatever this machine's test run uses
     monkeypatch.setattr(bubblewrap, "find_bwrap", lambda: None)
     task = running_task(project, {"checks": [command("marker", "sh", "-c", "touch ran")]})  # registered
     result = complete(task)
@@ -364,6 +367,7 @@ def test_manage_py_check_says_when_checks_cannot_be_sandboxed(settings, monkeypa
     from nexum import bubblewrap
     from verification_app.checks import sandbox_ready
 
+    settings.NEXUM_SANDBOX = "bwrap"
     monkeypatch.setattr(bubblewrap, "find_bwrap", lambda: None)
     said = StringIO()
     call_command("check", stderr=said)
