@@ -78,15 +78,6 @@ class OperatorOnly:
     action: str
     fields: tuple[str, ...] = ()
 
-    def applies_to(self, request: Request) -> str | None:
-        """Whether ``request`` needs an operator; the body member that makes it so, if any, else ``""``."""
-        if not self.fields:
-            return ""
-        body = request.data
-        if not isinstance(body, Mapping):
-            return None
-        return next((name for name in self.fields if name in body), None)
-
 
 def operator_rule(view: object, method: str) -> OperatorOnly | None:
     """The operator rule ``view`` declares for ``method``, if any."""
@@ -96,15 +87,20 @@ def operator_rule(view: object, method: str) -> OperatorOnly | None:
 
 class OperatorOnlyOperations(permissions.BasePermission):
     """Refuses an agent token on the operations its view declares in ``operator_only`` (403 ``forbidden``,
-    naming what needs an operator). It runs before the view: a refused request writes nothing."""
+    naming what needs an operator, and the body member when the rule is about members). It runs before the
+    view: a refused request writes nothing."""
 
     def has_permission(self, request: Request, view: object) -> bool:
         rule = operator_rule(view, request.method or "")
         if rule is None:
             return True
-        field = rule.applies_to(request)
-        if field is not None:
-            require_operator(request.user.role, rule.action, field=field or None)
+        field = None
+        if rule.fields:
+            body = request.data if isinstance(request.data, Mapping) else {}
+            field = next((name for name in rule.fields if name in body), None)
+            if field is None:
+                return True
+        require_operator(request.user.role, rule.action, field=field)
         return True
 
 
