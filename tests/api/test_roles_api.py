@@ -435,6 +435,21 @@ def test_an_agents_own_goal_cannot_complete_without_an_operators_contract(api, o
     )
 
 
+@pytest.mark.parametrize(
+    "narrowing", [{"sources": {"ops": ["*"]}}, {"query": "release notes"}, {"max_items": 1}], ids=str
+)
+def test_an_agent_cannot_resolve_around_its_escalation(api, world, narrowing):
+    """A resolve narrowed to one side of a conflict (or another query or budget) no longer shows the gap, but
+    it saw only part of the context: the escalation stays open and the plan gate closed."""
+    response = api.post(f"/api/v1/tasks/{world.s1}/resolve", narrowing, format="json")
+    assert response.status_code == 200, response.content
+    assert Escalation.objects.get(id=world.escalation).state == "open"
+    assert_error(api.post(f"/api/v1/tasks/{world.s1}/start", {}, format="json"), 422, "plan_gate_closed")
+    # the task's own resolve still shows the conflict: it stays open until an operator settles it
+    api.post(f"/api/v1/tasks/{world.s1}/resolve", {}, format="json")
+    assert Escalation.objects.get(id=world.escalation).state == "open"
+
+
 # --- staff act as operators -------------------------------------------------------------------------------
 
 
