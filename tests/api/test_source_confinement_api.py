@@ -4,15 +4,13 @@
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
 
 from nexum.eventstore.models import Event
+from tests.unit.test_source_policy import server  # noqa: F401  (the local JSON server fixture)
 
 
 @pytest.fixture
@@ -122,30 +120,10 @@ def test_a_source_folder_swapped_for_a_symlink_out_is_refused_at_retrieve_time(a
     assert "hunter2" not in json.dumps(bundle)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        body = json.dumps([{"subject": "deploy", "text": "Deploy from the local feed."}]).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-
 @pytest.fixture
-def feed() -> Iterator[int]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+def feed(server) -> int:
+    """The port of a local JSON server (the one the source policy's unit tests use)."""
+    return server.server_address[1]
 
 
 @pytest.mark.django_db
@@ -172,4 +150,4 @@ def test_an_http_source_on_an_allowlisted_loopback_address_is_fetched(api, layou
         "url",
     )
     bundle = _resolve(api, "s")
-    assert [item["text"] for item in bundle["items"]] == ["Deploy from the local feed."]
+    assert [item["text"] for item in bundle["items"]] == ["served from the test server"]

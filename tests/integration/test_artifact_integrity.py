@@ -91,7 +91,7 @@ def test_the_artifact_content_endpoint_does_not_serve_tampered_bytes(api, store_
 
 
 def _gated_task(project, content: bytes):
-    """A running task whose contract checks an artifact of its goal, completed once."""
+    """A running task whose contract checks an artifact of its goal."""
     world = build_auth_world(project, filler=0)
     task = world.task
     scope = Scope(project_id=str(project.id), goal_id=str(task.goal_id), task_id=str(task.id))
