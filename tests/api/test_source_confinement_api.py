@@ -4,35 +4,21 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
 
 from nexum.eventstore.models import Event
-from tests.unit.test_source_policy import server  # noqa: F401  (the local JSON server fixture)
+from tests.source_fixtures import SERVED_TEXT, json_server, server_folders
 
 
 @pytest.fixture
 def layout(settings, tmp_path) -> dict[str, Path]:
-    """The server's folders as the defaults lay them out, under tmp_path: the data directory holding the
-    SQLite file's folder, the artifact store and the workspace root (one folder per project)."""
-    data = tmp_path / "data"
-    places = {
-        "data": data,
-        "artifacts": data / "artifacts",
-        "workspace": data / "workspace",
-        "acme": data / "workspace" / "acme",
-        "globex": data / "workspace" / "globex",
-        "outside": tmp_path / "outside",
-    }
-    for path in places.values():
-        path.mkdir(parents=True, exist_ok=True)
-    (places["acme"] / "repo").mkdir()
-    (places["acme"] / "repo" / "deploy.md").write_text("# Deploy\n\nDeploy with make release.\n")
-    (places["globex"] / "plans.md").write_text("# Plans\n\nGlobex merger plans.\n")
-    (places["outside"] / "secret.md").write_text("# Secret\n\nDeploy secret: hunter2\n")
-    settings.DATA_DIR = data
+    """The server's folders as the defaults lay them out, under tmp_path, and the settings that name them."""
+    places = server_folders(tmp_path)
+    settings.DATA_DIR = places["data"]
     settings.NEXUM_ARTIFACT_ROOT = places["artifacts"]
     settings.NEXUM_WORKSPACE_ROOT = places["workspace"]
     settings.NEXUM_SOURCE_ROOTS = [places["workspace"], Path(django_settings.BASE_DIR) / "examples"]
@@ -121,9 +107,10 @@ def test_a_source_folder_swapped_for_a_symlink_out_is_refused_at_retrieve_time(a
 
 
 @pytest.fixture
-def feed(server) -> int:
-    """The port of a local JSON server (the one the source policy's unit tests use)."""
-    return server.server_address[1]
+def feed() -> Iterator[int]:
+    """The port of a local JSON server."""
+    with json_server() as server:
+        yield server.server_address[1]
 
 
 @pytest.mark.django_db
@@ -150,4 +137,4 @@ def test_an_http_source_on_an_allowlisted_loopback_address_is_fetched(api, layou
         "url",
     )
     bundle = _resolve(api, "s")
-    assert [item["text"] for item in bundle["items"]] == ["served from the test server"]
+    assert [item["text"] for item in bundle["items"]] == [SERVED_TEXT]

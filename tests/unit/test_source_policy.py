@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from nexum.sources import (
     build_source,
     fetch,
 )
+from tests.source_fixtures import SERVED_TEXT, json_server, server_folders
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -34,27 +34,7 @@ def clock() -> datetime:
 
 @pytest.fixture
 def layout(tmp_path) -> dict[str, Path]:
-    """A server's folders: the data directory holding the workspace root (one folder per project) and the
-    artifact store, an examples folder, and a secret outside every root."""
-    data = tmp_path / "data"
-    places = {
-        "data": data,
-        "artifacts": data / "artifacts",
-        "workspace": data / "workspace",
-        "acme": data / "workspace" / "acme",
-        "globex": data / "workspace" / "globex",
-        "examples": tmp_path / "repo" / "examples",
-        "outside": tmp_path / "outside",
-    }
-    for path in places.values():
-        path.mkdir(parents=True, exist_ok=True)
-    (places["acme"] / "notes.md").write_text("# Deploy\n\nDeploy with make release.\n")
-    (places["globex"] / "plans.md").write_text("# Plans\n\nGlobex merger plans.\n")
-    (places["outside"] / "secret.txt").write_text("secret: hunter2\n")
-    (places["artifacts"] / "ab").mkdir()
-    (places["artifacts"] / "ab" / "blob").write_text("stored content\n")
-    (data / "nexum.sqlite3").write_text("db")
-    return places
+    return server_folders(tmp_path)
 
 
 @pytest.fixture
@@ -82,7 +62,6 @@ def folder(policy: SourcePolicy, path: object) -> FolderSource:
 def test_the_projects_own_workspace_examples_and_relative_paths_are_allowed(policy, layout):
     assert folder(policy, str(layout["acme"])).root == layout["acme"].resolve()
     assert folder(policy, str(layout["examples"])).root == layout["examples"].resolve()
-    (layout["acme"] / "repo").mkdir()
     assert folder(policy, "repo").root == (layout["acme"] / "repo").resolve()  # from the own workspace
 
 
@@ -155,7 +134,7 @@ def test_a_tickets_file_is_confined_the_same_way(policy, layout):
 
 def test_a_symlink_planted_after_configuration_is_not_followed(policy, layout):
     source = folder(policy, str(layout["acme"]))
-    (layout["acme"] / "leak.md").symlink_to(layout["outside"] / "secret.txt")
+    (layout["acme"] / "leak.md").symlink_to(layout["outside"] / "secret.md")
     (layout["acme"] / "neighbour.md").symlink_to(layout["globex"] / "plans.md")
     (layout["acme"] / "blob.md").symlink_to(layout["artifacts"] / "ab" / "blob")
     texts = " ".join(item.text for item in source.retrieve("", ["*"], 100))
@@ -168,9 +147,9 @@ def test_a_symlink_planted_after_configuration_is_not_followed(policy, layout):
 def test_a_file_swapped_for_a_symlink_between_walk_and_read_is_caught_on_the_descriptor(policy, layout):
     source = folder(policy, str(layout["acme"]))
     walked = list(source._files())
-    notes = layout["acme"] / "notes.md"
+    notes = layout["acme"] / "repo" / "deploy.md"
     notes.unlink()
-    notes.symlink_to(layout["outside"] / "secret.txt")
+    notes.symlink_to(layout["outside"] / "secret.md")
     assert [source._read_text(path) for _relative, path in walked] == [None]
 
 
@@ -178,14 +157,14 @@ def test_a_fifo_in_a_folder_is_skipped_without_blocking(policy, layout):
     os.mkfifo(layout["acme"] / "pipe.md")
     source = folder(policy, str(layout["acme"]))
     started = time.monotonic()
-    assert [item.locator.split("#")[0] for item in source.retrieve("", ["*"], 10)] == ["notes.md"]
+    assert [item.locator.split("#")[0] for item in source.retrieve("", ["*"], 10)] == ["repo/deploy.md"]
     assert time.monotonic() - started < 5
 
 
 def test_a_folder_replaced_by_a_symlink_out_is_refused_when_it_is_built_again(policy, layout):
     repo = layout["acme"] / "repo"
-    repo.mkdir()
     folder(policy, str(repo))
+    (repo / "deploy.md").unlink()
     repo.rmdir()
     repo.symlink_to(layout["outside"], target_is_directory=True)
     with pytest.raises(SourceNotAllowed):
@@ -197,7 +176,7 @@ def test_a_tickets_file_swapped_for_a_symlink_out_is_a_refused_retrieval(policy,
     tickets.write_text(json.dumps([{"id": "1", "text": "deploy"}]))
     source = TicketsJsonSource("t", tickets, policy=policy, clock=clock)
     tickets.unlink()
-    tickets.symlink_to(layout["outside"] / "secret.txt")
+    tickets.symlink_to(layout["outside"] / "secret.md")
     with pytest.raises(SourceRefused):
         source.retrieve("", ["*"], 5)
     result = fetch(source, "", ["*"], 5)
@@ -235,42 +214,10 @@ def test_allowlist_entries_parse_hosts_and_ports():
             HostEntry.parse(malformed)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        self.server.requests.append((self.path, self.headers.get("Host")))  # type: ignore[attr-defined]
-        if self.path.startswith("/redirect-out"):
-            self.send_response(302)
-            self.send_header("Location", f"http://localhost:{self.server.server_address[1]}/items")
-            self.end_headers()
-            return
-        if self.path.startswith("/redirect-in"):
-            self.send_response(302)
-            self.send_header("Location", "/items")
-            self.end_headers()
-            return
-        body = json.dumps([{"subject": "s", "text": "served from the test server"}]).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-
 @pytest.fixture
 def server() -> Iterator[ThreadingHTTPServer]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    httpd.daemon_threads = True
-    httpd.requests = []  # type: ignore[attr-defined]
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield httpd
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=5)
+    with json_server() as running:
+        yield running
 
 
 def http_source(policy: SourcePolicy, url: str) -> HttpJsonSource:
@@ -305,7 +252,7 @@ def test_a_listed_loopback_address_is_fetched_in_any_form_but_not_on_another_por
     policy = SourcePolicy.build(http_allow=[f"127.0.0.1:{port}"])
     for host in ("127.0.0.1", "127.1", "2130706433"):
         items = http_source(policy, f"http://{host}:{port}/items").retrieve("", ["*"], 5)
-        assert [item.text for item in items] == ["served from the test server"]
+        assert [item.text for item in items] == [SERVED_TEXT]
     with pytest.raises(SourceNotAllowed):
         http_source(policy, f"http://127.0.0.1:{port + 1}/items")
 
