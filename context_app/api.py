@@ -558,7 +558,9 @@ class ItemDetailView(APIView):
 
 class ArtifactContentView(APIView):
     @extend_schema(
-        summary="An artifact's stored content, as sent", responses={(200, "*/*"): OpenApiTypes.BINARY}
+        summary="An artifact's stored content, as sent (verified against its sha256: 409 artifact_integrity"
+        " when the stored bytes were changed; they are never served)",
+        responses={(200, "*/*"): OpenApiTypes.BINARY},
     )
     def get(self, request: Request, item_id: str) -> HttpResponse:
         artifact = selectors.item_get(project_id=request.user.project_id, item_id=item_id, kind="artifact")

@@ -204,3 +204,16 @@ NEXUM_CHECK_MAX_FILE_SIZE_BYTES = _env_int("NEXUM_CHECK_MAX_FILE_SIZE_BYTES", 25
 NEXUM_CHECK_CALLABLES = [
     entry.strip() for entry in os.environ.get("NEXUM_CHECK_CALLABLES", "").split(",") if entry.strip()
 ]
+
+# --- Context sources: where they may read (issue 12) ------------------------------------------------------
+# Folders that folder, docs and tickets_json sources may read inside, comma-separated. Default: the workspace
+# root (where each project reads only its own folder, <root>/<slug>) and the repository's examples/. Never
+# the data directory, the artifact store or the database file, whatever is listed.
+NEXUM_SOURCE_ROOTS = [
+    Path(entry.strip()) for entry in os.environ.get("NEXUM_SOURCE_ROOTS", "").split(",") if entry.strip()
+] or [NEXUM_WORKSPACE_ROOT, BASE_DIR / "examples"]
+# Hosts http_json sources may fetch from: "host" (every port) or "host:port", comma-separated; empty: none.
+# Loopback, private and link-local addresses are reached only when that address itself is listed.
+NEXUM_SOURCE_HTTP_ALLOW = [
+    entry.strip() for entry in os.environ.get("NEXUM_SOURCE_HTTP_ALLOW", "").split(",") if entry.strip()
+]

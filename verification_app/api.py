@@ -20,6 +20,7 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from context_app.artifacts import stored_text
 from nexum.api.auth import OperatorOnly
 from nexum.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum.core.gate import CHECK_TYPES, MAX_CHECKS, ON_FAILURE_CHOICES
@@ -133,7 +134,7 @@ class CheckRunSerializer(serializers.Serializer):
     recorded_at = serializers.DateTimeField()
 
     def get_output(self, run: CheckRun) -> str:
-        return selectors.stored_text(run.output_sha256)
+        return stored_text(run.output_sha256)
 
 
 class CompletionSerializer(serializers.Serializer):
@@ -159,7 +160,7 @@ class CompletionSerializer(serializers.Serializer):
         return request.outcome if request.decided else "pending"
 
     def get_answer(self, request: CompletionRequest) -> str:
-        return selectors.stored_text(request.answer_sha256)
+        return stored_text(request.answer_sha256)
 
     @extend_schema_field(CheckRunSerializer(many=True))
     def get_check_runs(self, request: CompletionRequest) -> list[dict[str, Any]]:

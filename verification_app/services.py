@@ -24,11 +24,10 @@ from typing import Any
 
 from django.db import transaction
 
-from context_app.artifacts import default_store
+from context_app.artifacts import default_store, stored_text
 from context_app.models import WorldItem
 from nexum.core.errors import (
     ConcurrencyError,
-    DomainError,
     IllegalTransition,
     NotFound,
     ValidationFailed,
@@ -358,7 +357,7 @@ def completion_run(*, request_id: str) -> CompletionRequest:
         return request
     task = task_selectors.task_get_unscoped(task_id=request.task_id)
     contract = _contract_at(str(request.task_id), request.contract_revision)
-    answer = _read_text(request.answer_sha256)
+    answer = stored_text(request.answer_sha256)
     if task.version != request.task_version:
         decision = GateDecision(
             outcome="skipped",
@@ -434,17 +433,10 @@ def _result_of_row(row: CheckRun) -> CheckResult:
         passed=row.passed,
         reason=row.reason,
         exit_code=row.exit_code,
-        output=_read_text(row.output_sha256),
+        output=stored_text(row.output_sha256),
         truncated=row.truncated,
         duration_ms=row.duration_ms,
     )
-
-
-def _read_text(sha256: str) -> str:
-    try:
-        return default_store().read(sha256).decode("utf-8", errors="replace")
-    except DomainError:
-        return ""
 
 
 def _decide(request: CompletionRequest, decision: GateDecision) -> CompletionRequest:

@@ -294,7 +294,13 @@ def _sources_and_grants(
             },
         ),
         # Registered but never granted: every resolve records the denial.
-        "incident-feed": ("http_json", {"url": "http://127.0.0.1:9/incidents", "timeout": 1}),
+        "incident-feed": (
+            "tickets_json",
+            {
+                "path": str(EXAMPLES_DIR / "tickets" / "incidents.json"),
+                "highest_trust": "untrusted_retrieved",
+            },
+        ),
     }
     for name, (kind, config) in sources.items():
         if not Source.objects.filter(project_id=project_id, name=name).exists():

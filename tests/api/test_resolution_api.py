@@ -10,6 +10,12 @@ import pytest
 from context_app.resolution import tasks as resolution_tasks
 
 
+@pytest.fixture(autouse=True)
+def source_roots(settings, tmp_path) -> None:
+    """File sources in these tests read from tmp_path."""
+    settings.NEXUM_SOURCE_ROOTS = [tmp_path]
+
+
 def _goal(api, **task: Any) -> dict[str, Any]:
     body = {"objective": "Ship", "tasks": [{"key": "s1", "objective": "Configure the deploy", **task}]}
     response = api.post("/api/v1/goals", body, format="json")

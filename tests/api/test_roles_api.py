@@ -59,6 +59,7 @@ def world(project, tmp_path, settings) -> World:
     settings.NEXUM_WORKSPACE_ROOT = tmp_path / "workspace"
     settings.NEXUM_WORKSPACE_ROOT.mkdir()
     settings.NEXUM_ARTIFACT_ROOT = tmp_path / "artifacts"
+    settings.NEXUM_SOURCE_ROOTS = [tmp_path]
     project_id, operator = str(project.id), "operator:planner"
     load_catalog(project_id)
     model_overlay_set(project_id=project_id, word="local", overlay={"context_tokens": 32_000}, actor=operator)

@@ -60,13 +60,21 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
+@pytest.fixture(autouse=True)
+def source_roots(settings, tmp_path) -> None:
+    """File sources in these tests read from tmp_path."""
+    settings.NEXUM_SOURCE_ROOTS = [tmp_path]
+
+
 @pytest.fixture
-def http() -> Iterator[str]:
+def http(settings) -> Iterator[str]:
+    """A local JSON server, on the operator's allowlist."""
     _Routes.documents, _Routes.hits, _Routes.delay = {}, Counter(), {}
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    settings.NEXUM_SOURCE_HTTP_ALLOW = [f"127.0.0.1:{server.server_address[1]}"]
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
