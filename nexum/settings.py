@@ -109,9 +109,9 @@ LOGIN_URL = "/admin/login/"
 # --- REST API -----------------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["nexum.api.auth.AgentTokenAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["nexum.api.auth.IsProjectAgent"],
+    "DEFAULT_PERMISSION_CLASSES": ["nexum.api.auth.IsProjectAgent", "nexum.api.auth.OperatorOnlyOperations"],
     "EXCEPTION_HANDLER": "nexum.api.errors.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "nexum.api.schema.RoleAwareSchema",
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "UNAUTHENTICATED_USER": None,
 }
@@ -160,6 +160,9 @@ NEXUM_PROJECTIONS = [
 ]
 NEXUM_EVENT_FEED_MAX_LIMIT = 1000
 NEXUM_DEMO_TOKEN = os.environ.get("NEXUM_DEMO_TOKEN", "nx_demo_local_development_only")
+NEXUM_DEMO_OPERATOR_TOKEN = os.environ.get(
+    "NEXUM_DEMO_OPERATOR_TOKEN", "nx_demo_operator_local_development_only"
+)
 
 # --- Context resolver (SPEC R3, R7) -------------------------------------------------------------------------
 # Per-project HMAC-SHA256 keys for signed items, "project-slug=key,…" (a project id works as the name too).

@@ -29,12 +29,12 @@ def other_project(db):
     return project_create(slug="globex", name="Globex", actor="test")
 
 
-def _client_for(project, name: str):
+def _client_for(project, name: str, role: str = "agent"):
     from rest_framework.test import APIClient
 
     from tasks_app.services import agent_token_issue
 
-    issued = agent_token_issue(project_id=str(project.id), name=name, actor="test")
+    issued = agent_token_issue(project_id=str(project.id), name=name, role=role, actor="test")
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.key}")
     return client
@@ -47,6 +47,20 @@ def api(project):
 
 
 @pytest.fixture
+def operator_api(project):
+    """An API client authenticated as an operator of ``project``: it may write policy (contracts, sources,
+    grants, catalog, overlays, tools, questions, escalation resolutions, plan-gate overrides, unblock,
+    cancel)."""
+    return _client_for(project, "operator-1", role="operator")
+
+
+@pytest.fixture
 def other_api(other_project):
     """An API client authenticated as an agent of another project."""
     return _client_for(other_project, "intruder")
+
+
+@pytest.fixture
+def other_operator_api(other_project):
+    """An API client authenticated as an operator of another project."""
+    return _client_for(other_project, "intruding-operator", role="operator")

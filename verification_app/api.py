@@ -21,9 +21,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from context_app.artifacts import stored_text
+from nexum.api.auth import OperatorOnly
 from nexum.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum.core.gate import CHECK_TYPES, MAX_CHECKS, ON_FAILURE_CHOICES
-from nexum.core.trust import TrustClass
+from nexum.core.trust import TRUST_CLASSES
 from nexum.core.verification import MAX_ANSWER_CHARS, MAX_DERIVED_FROM
 from tasks_app.api import StrictSerializer
 from verification_app import selectors, services
@@ -92,10 +93,10 @@ class CompleteRequestSerializer(StrictSerializer):
 class ContractRegisterSerializer(StrictSerializer):
     contract = ContractField()
     trust_class = serializers.ChoiceField(
-        choices=[c.name for c in TrustClass],
+        choices=TRUST_CLASSES,
         required=False,
-        default=services.DEFAULT_ORIGIN,
-        help_text="the origin of this contract; below repository_authored is refused (422)",
+        help_text="lowers the contract's origin, which the server sets to the operator's ceiling"
+        " (repository_authored); above it is 403, below repository_authored is refused (422)",
     )
     derived_from = serializers.ListField(
         child=serializers.CharField(),
@@ -260,9 +261,11 @@ class TaskCompletionListView(GenericAPIView):  # type: ignore[type-arg]
 
 
 class TaskContractView(GenericAPIView):  # type: ignore[type-arg]
-    """A task's verification contract: read it, or register/replace it (never from untrusted content)."""
+    """A task's verification contract: read it, or register/replace it (an operator's write, never from
+    untrusted content)."""
 
     serializer_class = ContractSerializer
+    operator_only = {"PUT": OperatorOnly("registering or replacing a verification contract")}
 
     @extend_schema(responses={200: ContractSerializer})
     def get(self, request: Request, task_id: str) -> Response:

@@ -56,9 +56,9 @@ from nexum.core.verification import (
     check_run_key,
     completion_request_id,
     completion_stream,
+    contract_origin_trust,
     contract_stream,
     decide_register_contract,
-    parse_trust,
 )
 from nexum.eventstore import store
 from nexum.eventstore.models import Event as EventRow
@@ -73,7 +73,6 @@ from verification_app.models import Contract as ContractRow
 logger = logging.getLogger(__name__)
 
 GATE_ACTOR = "gate"
-DEFAULT_ORIGIN = TrustClass.repository_authored.name
 
 
 @dataclass(frozen=True)
@@ -96,7 +95,7 @@ def contract_register(
     task_id: str,
     contract: object,
     actor: str,
-    trust_class: str = DEFAULT_ORIGIN,
+    trust_class: str | None = None,
     derived_from: Sequence[str] = (),
     reason: str = "",
     expected_revision: int | None = None,
@@ -105,9 +104,12 @@ def contract_register(
 ) -> ContractRow:
     """Register or replace a task's contract (SPEC V1, V8).
 
-    ``trust_class`` is the origin the caller declares; ``derived_from`` lists world items of the project the
-    contract was derived from. The lowest of them decides: below ``repository_authored`` → 422
-    ``untrusted_content`` and nothing is written. Command checks are vetted against the sandbox policy now
+    Registering a contract is an operator's act (the API refuses an agent token before this runs): its
+    origin is set here, at the operator's ceiling ``repository_authored``, never above (a declared
+    ``trust_class`` above it is 403 ``forbidden``). A declared lower ``trust_class`` and the classes of
+    ``derived_from`` (world items of the project the contract was derived from) lower it; the lowest decides,
+    and below ``repository_authored`` → 422 ``untrusted_content`` (an ``agent_reported`` item included) and
+    nothing is written. Command checks are vetted against the sandbox policy now
     (working directory inside the workspace root, executable on the allowlist → 422 otherwise) and again
     when they run. Errors inside the contract name ``<field>.checks[i].<member>``.
     """
@@ -169,7 +171,7 @@ def contracts_register_for_goal(
             task_id=task_ids[key],
             contract=contract,
             actor=actor,
-            trust_class=origin.get("trust_class", DEFAULT_ORIGIN),
+            trust_class=origin.get("trust_class"),
             derived_from=origin.get("derived_from", ()),
             idempotency_key=idempotency_key,
             field=f"contracts.{key}",
@@ -195,7 +197,7 @@ def _origin_trust(project_id: str, trust_class: object, derived_from: object) ->
         if item is None:
             raise NotFound(f"no world item {item_id}", field=f"derived_from[{index}]")
         classes.append(TrustClass.parse(item.trust_class))
-    return parse_trust(trust_class, classes)
+    return contract_origin_trust(trust_class, classes)
 
 
 def _replayed(stream_id: str, idempotency_key: str, contract: Contract) -> bool:

@@ -37,12 +37,12 @@ from context_app.models import WorldItem
 from context_app.services import Scope, progress_record
 from nexum.core import compilation, world
 from nexum.core.budgets import ModelBudget
-from nexum.core.compiler import TRUST_CLASSES
 from nexum.core.compiler import CompiledContext as CompiledResult
 from nexum.core.compiler import compile_context as run_compiler
 from nexum.core.digests import digest_of
 from nexum.core.errors import ConcurrencyError, DomainError, NotFound, ValidationFailed
 from nexum.core.text import require_storable
+from nexum.core.trust import TrustClass
 from nexum.eventstore import projections, store
 from nexum.tokenization import counter_for
 from tasks_app import selectors as task_selectors
@@ -424,9 +424,9 @@ def task_compact(*, task: Task, threshold: int, encoding: str, actor: str) -> Wo
     summary = str(summarize(entries, max_tokens=max_tokens, counter=counter))[: world.TEXT_MAX].strip()
     if not summary:
         summary = f"Summary of {len(folded)} earlier entries."
-    ranks = {name: rank for rank, name in enumerate(TRUST_CLASSES)}
-    lowest = min((trust[c.id] for c in folded), key=lambda name: ranks.get(name, -1))
-    trust_class = lowest if lowest in world.RECORDABLE_TRUST_CLASSES else world.DEFAULT_TRUST_CLASS
+    # The summary is as trusted as the least trusted entry it folds (an agent's notes stay agent_reported).
+    lowest = min(TrustClass.parse(trust[c.id]) for c in folded)
+    trust_class = min(lowest, TrustClass.repository_authored).name
     fold_id = str(uuid.uuid4())
     with transaction.atomic():
         item = progress_record(

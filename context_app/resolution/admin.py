@@ -18,6 +18,7 @@ from nexum.eventstore.admin import ReadOnlyAdmin
 
 TRUST_COLOURS = {
     "untrusted_retrieved": "#b00020",
+    "agent_reported": "#b26a00",
     "repository_authored": "#555",
     "signed_skill": "#1565c0",
     "signed_policy": "#2e7d32",

@@ -363,9 +363,11 @@ def bundle_resolve(
 
     Only the sources and scopes the task's grants allow (its own and its goal's, in force at ``now``) are
     called; every call and every denial is an event. A source that fails makes the bundle incomplete, never
-    the resolve. Gaps that matter open escalations; gaps a later resolve no longer shows are closed.
+    the resolve. Gaps that matter open escalations; gaps a later resolve no longer shows are closed, but only
+    by the task's own resolve: one narrowed by ``budget``, ``requested`` sources or ``query`` closes none.
     ``request_id`` makes the call idempotent (a redelivered Celery message writes nothing twice).
     """
+    narrowed = any(option is not None for option in (budget, requested, query))
     task = _task(project_id, task_id)
     if task.is_goal:
         raise ValidationFailed("resolve the context of a task, not of a goal", field="task_id")
@@ -423,7 +425,7 @@ def bundle_resolve(
     with transaction.atomic():
         head = TaskContext.objects.filter(task_id=task.id).first()
         version = head.version if head is not None else 0
-        events = _resolve_events(task, resolve_id, query, plan.calls, results, bundle)
+        events = _resolve_events(task, resolve_id, query, plan.calls, results, bundle, narrowed=narrowed)
         content = bundle.content()
         BundleContent.objects.get_or_create(
             digest=bundle.digest,
@@ -468,6 +470,8 @@ def _resolve_events(
     calls: Sequence[Any],
     results: Sequence[SourceResult],
     bundle: Bundle,
+    *,
+    narrowed: bool,
 ) -> list[Event]:
     task_id, goal_id = str(task.id), str(task.goal_id)
     events: list[Event] = []
@@ -505,7 +509,9 @@ def _resolve_events(
     existing = Escalation.objects.filter(task_id=task.id)
     open_by_key = {e.key: str(e.id) for e in existing if e.state == core.ESCALATION_OPEN}
     resolved_keys = {e.key for e in existing if e.state == core.ESCALATION_RESOLVED}
-    plan = core.plan_escalations(gaps, open_by_key=open_by_key, resolved_keys=resolved_keys)
+    plan = core.plan_escalations(
+        gaps, open_by_key=open_by_key, resolved_keys=resolved_keys, narrowed=narrowed
+    )
     opened = [(str(uuid.uuid5(_IDS, f"escalation:{resolve_id}:{gap.key}")), gap) for gap in plan.to_open]
     events.append(
         core.BundleResolved(

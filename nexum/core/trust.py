@@ -1,8 +1,10 @@
 """Trust classes, item signatures and the injected-instruction detector (SPEC R3, R4).
 
 Rules:
-- Classes are ordered: ``untrusted_retrieved < repository_authored < signed_skill < signed_policy < kernel``
-  and stored by name.
+- Classes are ordered: ``untrusted_retrieved < agent_reported < repository_authored < signed_skill <
+  signed_policy < kernel`` and stored by name (``TRUST_CLASSES``, lowest first, is the one order; every other
+  list of classes derives from it). ``agent_reported`` is what the executing agent says about the world: it
+  informs, and like retrieved content it is never authority.
 - An item never carries a class above its source's highest class (``cap_trust``).
 - Every class above ``repository_authored`` (``signed_skill``, ``signed_policy`` and ``kernel``) needs an
   HMAC-SHA256 signature that verifies with the project's key; otherwise the item is downgraded to
@@ -36,10 +38,11 @@ class TrustClass(IntEnum):
     """Ordered trust classes; compare with ``<``/``>=``; persist ``.name``, read back with ``parse``."""
 
     untrusted_retrieved = 0
-    repository_authored = 1
-    signed_skill = 2
-    signed_policy = 3
-    kernel = 4
+    agent_reported = 1
+    repository_authored = 2
+    signed_skill = 3
+    signed_policy = 4
+    kernel = 5
 
     @classmethod
     def parse(cls, value: TrustClass | str, *, field: str = "trust_class") -> TrustClass:
@@ -54,6 +57,9 @@ class TrustClass(IntEnum):
         names = ", ".join(cls.__members__)
         raise ValidationFailed(f"unknown trust class {value!r}; expected one of {names}", field=field)
 
+
+TRUST_CLASSES: tuple[str, ...] = tuple(TrustClass.__members__)
+"""Every class by name, lowest first."""
 
 SIGNED_CLASSES = frozenset({TrustClass.signed_skill, TrustClass.signed_policy, TrustClass.kernel})
 """Classes that must carry a verifying signature."""

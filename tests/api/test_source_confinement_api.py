@@ -42,30 +42,30 @@ def _refused(response, option: str) -> None:
     ["/etc", "../..", "../../../../etc", "{data}", "{artifacts}", "{workspace}", "{globex}",
      "{acme}/../globex", "{outside}"],
 )  # fmt: skip
-def test_a_folder_source_outside_the_roots_is_refused_and_nothing_is_written(api, layout, where):
+def test_a_folder_source_outside_the_roots_is_refused_and_nothing_is_written(operator_api, layout, where):
     events = Event.objects.count()
     path = where.format(**{name: str(place) for name, place in layout.items()})
     for kind in ("folder", "docs"):
-        _refused(_source(api, kind, path=path), "path")
-    _refused(_source(api, "tickets_json", path=f"{path}/plans.md"), "path")
+        _refused(_source(operator_api, kind, path=path), "path")
+    _refused(_source(operator_api, "tickets_json", path=f"{path}/plans.md"), "path")
     assert Event.objects.count() == events
-    assert api.get("/api/v1/sources").json() == []
+    assert operator_api.get("/api/v1/sources").json() == []
 
 
 @pytest.mark.django_db
-def test_the_projects_own_workspace_and_the_examples_are_allowed(api, layout):
-    assert _source(api, "folder", path=str(layout["acme"] / "repo")).status_code == 201
+def test_the_projects_own_workspace_and_the_examples_are_allowed(operator_api, layout):
+    assert _source(operator_api, "folder", path=str(layout["acme"] / "repo")).status_code == 201
     examples = Path(django_settings.BASE_DIR) / "examples" / "auth-service" / "docs"
-    response = api.post(
+    response = operator_api.post(
         "/api/v1/sources", {"name": "d", "kind": "docs", "config": {"path": str(examples)}}, format="json"
     )
     assert response.status_code == 201, response.json()
 
 
 @pytest.mark.django_db
-def test_another_projects_workspace_is_its_own_not_ours(api, other_api, layout):
-    _refused(_source(api, "folder", path=str(layout["globex"])), "path")
-    assert _source(other_api, "folder", path=str(layout["globex"])).status_code == 201
+def test_another_projects_workspace_is_its_own_not_ours(operator_api, other_operator_api, layout):
+    _refused(_source(operator_api, "folder", path=str(layout["globex"])), "path")
+    assert _source(other_operator_api, "folder", path=str(layout["globex"])).status_code == 201
 
 
 def _resolve(api, source: str) -> dict:
@@ -83,24 +83,24 @@ def _resolve(api, source: str) -> dict:
 
 
 @pytest.mark.django_db
-def test_a_symlink_planted_after_registration_is_not_followed_at_retrieve_time(api, layout):
-    assert _source(api, "docs", path=str(layout["acme"] / "repo")).status_code == 201
+def test_a_symlink_planted_after_registration_is_not_followed_at_retrieve_time(operator_api, layout):
+    assert _source(operator_api, "docs", path=str(layout["acme"] / "repo")).status_code == 201
     (layout["acme"] / "repo" / "leak.md").symlink_to(layout["outside"] / "secret.md")
     (layout["acme"] / "repo" / "neighbour.md").symlink_to(layout["globex"] / "plans.md")
-    bundle = _resolve(api, "s")
+    bundle = _resolve(operator_api, "s")
     texts = json.dumps(bundle["items"])
     assert "make release" in texts
     assert "hunter2" not in texts and "merger" not in texts
 
 
 @pytest.mark.django_db
-def test_a_source_folder_swapped_for_a_symlink_out_is_refused_at_retrieve_time(api, layout):
-    assert _source(api, "docs", path=str(layout["acme"] / "repo")).status_code == 201
+def test_a_source_folder_swapped_for_a_symlink_out_is_refused_at_retrieve_time(operator_api, layout):
+    assert _source(operator_api, "docs", path=str(layout["acme"] / "repo")).status_code == 201
     repo = layout["acme"] / "repo"
     (repo / "deploy.md").unlink()
     repo.rmdir()
     repo.symlink_to(layout["outside"], target_is_directory=True)
-    bundle = _resolve(api, "s")
+    bundle = _resolve(operator_api, "s")
     assert bundle["items"] == []
     assert [(error["source"], error["kind"]) for error in bundle["source_errors"]] == [("s", "refused")]
     assert "hunter2" not in json.dumps(bundle)
@@ -118,23 +118,23 @@ def feed() -> Iterator[int]:
     "host",
     ["127.0.0.1", "localhost", "0.0.0.0", "[::1]", "127.1", "2130706433", "0x7f000001", "[::ffff:7f00:1]"],
 )
-def test_an_http_source_on_loopback_is_refused_by_default(api, layout, feed, host):
+def test_an_http_source_on_loopback_is_refused_by_default(operator_api, layout, feed, host):
     events = Event.objects.count()
-    _refused(_source(api, "http_json", url=f"http://{host}:{feed}/items"), "url")
+    _refused(_source(operator_api, "http_json", url=f"http://{host}:{feed}/items"), "url")
     assert Event.objects.count() == events
 
 
 @pytest.mark.django_db
-def test_an_http_source_on_an_allowlisted_loopback_address_is_fetched(api, layout, feed, settings):
+def test_an_http_source_on_an_allowlisted_loopback_address_is_fetched(operator_api, layout, feed, settings):
     settings.NEXUM_SOURCE_HTTP_ALLOW = [f"127.0.0.1:{feed}"]
-    assert _source(api, "http_json", url=f"http://127.0.0.1:{feed}/items").status_code == 201
+    assert _source(operator_api, "http_json", url=f"http://127.0.0.1:{feed}/items").status_code == 201
     _refused(
-        api.post(
+        operator_api.post(
             "/api/v1/sources",
             {"name": "other-port", "kind": "http_json", "config": {"url": f"http://127.0.0.1:{feed + 1}/"}},
             format="json",
         ),
         "url",
     )
-    bundle = _resolve(api, "s")
+    bundle = _resolve(operator_api, "s")
     assert [item["text"] for item in bundle["items"]] == [SERVED_TEXT]

@@ -15,7 +15,7 @@ from django.urls import reverse
 from context_app.models import WorldItem
 from context_app.resolution.models import BundleItem, Escalation, Grant
 from nexum.eventstore.models import Event
-from tasks_app.models import Task
+from tasks_app.models import AgentToken, Task
 from tests.e2e.conftest import STAFF
 
 pytestmark = [pytest.mark.django_db]
@@ -65,7 +65,12 @@ def test_every_admin_page_and_the_escalation_ui_answer_without_error(
     from django.test import RequestFactory
 
     settings.DEBUG = True  # nexum_demo (what `make run` calls) runs only in development
-    call_command("nexum_demo", stdout=io.StringIO())
+    printed = io.StringIO()
+    call_command("nexum_demo", stdout=printed)
+    assert settings.NEXUM_DEMO_TOKEN in printed.getvalue()
+    assert settings.NEXUM_DEMO_OPERATOR_TOKEN in printed.getvalue()
+    roles = dict(AgentToken.objects.filter(project__slug="demo").values_list("name", "role"))
+    assert roles == {"demo-agent": "agent", "demo-operator": "operator"}
 
     request = RequestFactory().get("/admin/")
     request.user = staff_user
