@@ -27,7 +27,8 @@ from typing import Any
 from nexum.core.digests import digest_of, sha256_hex
 from nexum.core.durations import human_age, human_duration
 from nexum.core.errors import ValidationFailed
-from nexum.core.trust import TrustClass, effective_trust, looks_like_instruction
+from nexum.core.injection import looks_like_instruction
+from nexum.core.trust import TrustClass, effective_trust
 
 LABEL_SUSPECTED_INSTRUCTION = "suspected_instruction"
 LABEL_STALE = "stale"
