@@ -138,10 +138,16 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # --- Nexum --------------------------------------------------------------------------------------------------
 NEXUM_ARTIFACT_ROOT = Path(os.environ.get("NEXUM_ARTIFACT_ROOT", DATA_DIR / "artifacts"))
 NEXUM_ARTIFACT_MAX_BYTES = _env_int("NEXUM_ARTIFACT_MAX_BYTES", 10 * 1024 * 1024)
-# Extra tokenizer encodings an operator supplies as local .tiktoken files: "name=/path/file.tiktoken,…".
-NEXUM_TOKENIZER_ENCODINGS = dict(
-    item.split("=", 1) for item in os.environ.get("NEXUM_TOKENIZER_ENCODINGS", "").split(",") if "=" in item
-)
+# Extra tokenizer encodings an operator supplies as local files, "name=/path/file,…": a file ending in .json
+# is a Hugging Face tokenizer.json, any other a tiktoken BPE file (.tiktoken). Nothing is ever downloaded.
+NEXUM_TOKENIZER_ENCODINGS = {
+    name.strip(): path.strip()
+    for name, path in (
+        entry.split("=", 1)
+        for entry in os.environ.get("NEXUM_TOKENIZER_ENCODINGS", "").split(",")
+        if "=" in entry
+    )
+}
 # Encodings every world item's token count is stored in when it is recorded (W4): those of the model cards in
 # use. An item recorded before an encoding was added is counted when compiled, or once by
 # ``item_token_counts_ensure``.

@@ -57,7 +57,10 @@ class CardSerializer(serializers.Serializer):
     max_output_tokens = serializers.IntegerField(allow_null=True, required=False)
     capabilities = serializers.ListField(child=serializers.CharField(), required=False)
     latency_class = serializers.CharField(allow_null=True, required=False)
-    encoding = serializers.CharField(required=False, help_text="tokenizer encoding (default cl100k_base)")
+    encoding = serializers.CharField(
+        required=False,
+        help_text="tokenizer encoding: cl100k_base (default) or one in NEXUM_TOKENIZER_ENCODINGS",
+    )
     preferred_context_tokens = serializers.IntegerField(allow_null=True, required=False)
     max_tool_count = serializers.IntegerField(allow_null=True, required=False)
     overrides = BudgetOverridesSerializer(required=False)

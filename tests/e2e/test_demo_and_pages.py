@@ -6,6 +6,7 @@ session and a CSRF token."""
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 from django.contrib import admin
@@ -105,6 +106,13 @@ def test_every_admin_page_and_the_escalation_ui_answer_without_error(
         "Recent gate decisions",
     ):
         assert heading in index
+    # staleness in human time: the stale ticket on its escalation page, the source's TTL in the admin
+    stale = Escalation.objects.get(kind="stale_only")
+    page = staff_client.get(reverse("ui:escalation", args=[stale.id])).content.decode()
+    assert re.search(r"stale: observed \d+ (?:days?|years?) ago \(TTL 30 days\)", page)
+    assert not re.search(r"\d+s ago", page)
+    sources = staff_client.get(reverse("admin:resolution_source_changelist")).content.decode()
+    assert "30 days" in sources
 
 
 def test_the_escalation_ui_needs_a_staff_session_and_a_csrf_token(demo_world, staff_user):
