@@ -53,6 +53,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "nexum.logs.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -214,3 +215,18 @@ NEXUM_SOURCE_ROOTS = [
 NEXUM_SOURCE_HTTP_ALLOW = [
     entry.strip() for entry in os.environ.get("NEXUM_SOURCE_HTTP_ALLOW", "").split(",") if entry.strip()
 ]
+
+# --- Logs: JSON lines on stderr with the request id, debug on or off (see nexum/logs.py) --------------------
+NEXUM_LOG_LEVEL = os.environ.get("NEXUM_LOG_LEVEL", "INFO").upper()
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"request_id": {"()": "nexum.logs.RequestIdFilter"}},
+    "formatters": {"json": {"()": "nexum.logs.JsonFormatter"}},
+    "handlers": {
+        "stderr": {"class": "logging.StreamHandler", "filters": ["request_id"], "formatter": "json"},
+    },
+    "root": {"handlers": ["stderr"], "level": NEXUM_LOG_LEVEL},
+    # Django's own records (a 500's traceback on django.request) go to the same handler, debug on or off.
+    "loggers": {"django": {"handlers": ["stderr"], "level": "INFO", "propagate": False}},
+}
