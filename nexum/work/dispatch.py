@@ -7,12 +7,12 @@ broker that is down when a request is accepted costs nothing but time: the faile
 
 The dispatcher (``manage.py nexum_dispatcher``) passes every ``NEXUM_DISPATCH_INTERVAL_S`` over the pending
 requests of every kind (``NEXUM_WORK_KINDS``): a request pending for ``NEXUM_DISPATCH_AFTER_S`` that no live
-lease covers is sent again; each further send of the same request waits twice as long as the one before, up to
-``NEXUM_DISPATCH_BACKOFF_MAX_S``. A send that fails (broker down) does not count: the request is tried again
-next pass. So a request lost with a broker's queue, or held by a worker that died, is sent again within about
-the lease's lifetime plus the backoff cap after the broker or a worker is back. Extra sends are harmless: a
-delivery finds the request answered, or its lease live, and does nothing. Two dispatchers only send more
-often.
+lease covers is sent again; each further send of the same request waits twice as long as the one before, up
+to ``NEXUM_DISPATCH_BACKOFF_MAX_S``. A send that fails (broker down) does not count and ends the pass (the
+broker is down for the others too); the next pass tries again. So a request lost with a broker's queue, or
+held by a worker that died, is sent again within about the lease's lifetime plus the backoff cap after the
+broker or a worker is back. Extra sends are harmless: a delivery finds the request answered, or its lease
+live, and does nothing. Two dispatchers only send more often.
 
 Run in process (no broker, Celery eager), sending a request runs it here, now.
 """
@@ -85,10 +85,10 @@ def dispatch_due(*, now: datetime | None = None, limit: int = 500) -> DispatchPa
         work = request.work
         if lease_live(work, now) or (work is not None and work.next_send_at and work.next_send_at > now):
             continue
-        if requeue(request.kind, str(request.request_id), now=now):
-            outcome.sent.append(request.key)
-        else:
+        if not requeue(request.kind, str(request.request_id), now=now):
             outcome.failed.append(request.key)
+            break  # the broker is down for the others too: the next pass tries again
+        outcome.sent.append(request.key)
     outcome.cleaned = forget_answered(now=now)
     return outcome
 

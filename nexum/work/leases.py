@@ -189,6 +189,7 @@ class Lease:
                 previous.host,
             )
             return
+        running = process_start_ticks(previous.check_pid) == previous.check_started
         survivors = kill_leftover_group(previous.check_pid, previous.check_started)
         if survivors:
             self.close(answered=False, keep_check=True)
@@ -196,9 +197,14 @@ class Lease:
                 f"{self.key}: processes {survivors} of check {previous.check_name!r} survived SIGKILL",
                 settings.NEXUM_LEASE_HEARTBEAT_S,
             )
-        logger.warning(
-            "%s: killed check %r left running by %s", self.key, previous.check_name, previous.owner
-        )
+        if running:
+            logger.warning(
+                "%s: killed check %r (process group %s) left running by %s",
+                self.key,
+                previous.check_name,
+                previous.check_pid,
+                previous.owner,
+            )
 
     def before_check(self, name: str) -> None:
         """Renew the lease and name the check about to start; ``LeaseLost`` if it was taken over."""
@@ -234,7 +240,7 @@ class Lease:
                     logger.warning("%s: could not renew the lease: %s", self.key, error)
                     connection.close()
                     continue
-                if not renewed:
+                if not renewed and not self._stop.is_set():
                     logger.warning("%s: the lease was taken over; stopping this run's check", self.key)
                     self._kill_own_check()
                     return
