@@ -234,7 +234,8 @@ NEXUM_WORK_KINDS = [
     "verification_app.tasks.COMPLETION",
     "context_app.compilation.tasks.COMPILE",
 ]
-# A task that meets a database error retries with exponential backoff (full jitter) up to this many times.
+# A task that meets a database error retries up to this many times, waiting 1, 2, 4 … s, at most the max:
+# with the defaults the retries span about two minutes of outage, then the dispatcher takes over.
 NEXUM_TASK_MAX_RETRIES = _env_int("NEXUM_TASK_MAX_RETRIES", 8)
 NEXUM_TASK_RETRY_BACKOFF_MAX_S = _env_int("NEXUM_TASK_RETRY_BACKOFF_MAX_S", 30)
 # Redis redelivers a message not acknowledged within the visibility timeout. Tasks acknowledge late, so it

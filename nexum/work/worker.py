@@ -12,9 +12,12 @@ key) and must not be lost:
 - ``acks_on_failure_or_timeout = False``: a run that fails is not acknowledged as done; the message is
   rejected without requeue (on Redis that removes it; with AMQP it goes to a dead-letter exchange) and the
   request stays pending in the log, where the dispatcher finds it.
-- Database errors (``OperationalError``, ``InterfaceError``) are retried with exponential backoff and full
-  jitter (``autoretry_for``, ``retry_backoff``), after the broken connection is closed; they are never
-  acknowledged as done. A retry in the same process takes its own stale lease over at once.
+- Database errors (``OperationalError``, ``InterfaceError``) are retried with exponential backoff
+  (``autoretry_for``, ``retry_backoff``: 1, 2, 4 … s up to ``NEXUM_TASK_RETRY_BACKOFF_MAX_S``), after the
+  broken connection is closed; they are never acknowledged as done. Without jitter: Celery's full jitter draws
+  each wait between 0 and its bound, and was seen spending all eight retries within 3 s of a 5 s outage; the
+  plain schedule spans a known stretch of outage (about two minutes with the defaults), after which the
+  dispatcher keeps sending the request. A retry in the same process takes its own stale lease over at once.
 
 A delivery that finds the lease held by a live process retries when that lease would expire (counted with
 the other retries; after the last one the dispatcher still sends the request while it is pending). Run in
@@ -49,7 +52,7 @@ class WorkTask(Task):  # type: ignore[misc]
     autoretry_for = leases.DATABASE_ERRORS
     retry_backoff = True
     retry_backoff_max = settings.NEXUM_TASK_RETRY_BACKOFF_MAX_S
-    retry_jitter = True
+    retry_jitter = False
     max_retries = settings.NEXUM_TASK_MAX_RETRIES
 
 

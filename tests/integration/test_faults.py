@@ -55,7 +55,7 @@ FAST = {
     "NEXUM_DISPATCH_INTERVAL_S": "0.5",
     "NEXUM_DISPATCH_AFTER_S": "2",
     "NEXUM_DISPATCH_BACKOFF_MAX_S": "4",
-    "NEXUM_TASK_RETRY_BACKOFF_MAX_S": "2",
+    "NEXUM_TASK_RETRY_BACKOFF_MAX_S": "4",
 }
 DECIDED_WITHIN_S = 60
 
@@ -156,13 +156,9 @@ def redis(processes, tmp_path) -> PrivateRedis:
 
 
 @pytest.fixture
-def folders(tmp_path, settings) -> dict[str, str]:
+def folders(workspace, settings) -> dict[str, str]:
     """The workspace and artifact store shared by this process and the processes under test."""
-    workspace, artifacts = tmp_path / "workspace", tmp_path / "artifacts"
-    workspace.mkdir()
-    settings.NEXUM_WORKSPACE_ROOT, settings.NEXUM_ARTIFACT_ROOT = workspace, artifacts
-    settings.NEXUM_CHECK_EXECUTABLES = ["sh"]
-    return {"NEXUM_WORKSPACE_ROOT": str(workspace), "NEXUM_ARTIFACT_ROOT": str(artifacts)}
+    return {"NEXUM_WORKSPACE_ROOT": str(workspace), "NEXUM_ARTIFACT_ROOT": str(settings.NEXUM_ARTIFACT_ROOT)}
 
 
 @pytest.fixture
@@ -483,6 +479,7 @@ def test_a_database_outage_while_a_check_runs_still_ends_with_one_decision(
     )
     assert migrate.returncode == 0, migrate.stderr.decode()[-3000:]
     processes.start("worker", worker_argv(), env)
+    processes.start("dispatcher", manage("nexum_dispatcher"), env)
     check = GUARDED_CHECK.format(first=3, again=1)
     made = subprocess.run(
         manage("shell", "-c", SETUP_AND_REQUEST % check), cwd=ROOT, env=env, capture_output=True, timeout=120
@@ -511,5 +508,5 @@ def test_a_database_outage_while_a_check_runs_still_ends_with_one_decision(
         )
     )
     assert events == {"CompletionRequested": 1, "CheckRunRecorded": 1, "GateDecided": 1}
-    assert "OperationalError" in processes.log("worker")  # the outage was met, and retried
+    assert "retry: Retry in 1s: OperationalError" in processes.log("worker")  # met the outage, and retried
     assert not (Path(folders["NEXUM_WORKSPACE_ROOT"]) / "overlaps.log").exists()

@@ -63,16 +63,6 @@ def broker(monkeypatch):
     return stand_in
 
 
-@pytest.fixture
-def workspace(tmp_path, settings):
-    root = tmp_path / "workspace"
-    root.mkdir()
-    settings.NEXUM_WORKSPACE_ROOT = root
-    settings.NEXUM_ARTIFACT_ROOT = tmp_path / "artifacts"
-    settings.NEXUM_CHECK_EXECUTABLES = ["sh"]
-    return root
-
-
 def started_task(project, contract: dict) -> Task:
     goal = task_services.goal_create(
         project_id=str(project.id),
@@ -363,7 +353,8 @@ def test_a_database_error_during_a_check_stops_the_run_and_is_not_the_checks_fai
 def test_the_tasks_that_answer_requests_are_never_acknowledged_as_done_when_they_fail(settings):
     for task in (run_completion, compile_requested):
         assert task.acks_late and task.reject_on_worker_lost and task.acks_on_failure is False
-        assert set(task.autoretry_for) == {OperationalError, InterfaceError} and task.retry_backoff
+        assert set(task.autoretry_for) == {OperationalError, InterfaceError}
+        assert task.retry_backoff and not task.retry_jitter
         assert task.max_retries == settings.NEXUM_TASK_MAX_RETRIES
     visibility = app.conf.broker_transport_options["visibility_timeout"]
     assert visibility > settings.NEXUM_CHECK_MAX_TIMEOUT_S
