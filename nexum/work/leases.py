@@ -41,6 +41,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from nexum.sandbox import kill_leftover_group, process_start_ticks
@@ -171,7 +172,7 @@ class Lease:
         self._stop = threading.Event()
         self._heartbeat = threading.Thread(target=self._beat, name=f"lease {key}", daemon=True)
 
-    def _mine(self) -> Any:
+    def _mine(self) -> QuerySet[Work]:
         return Work.objects.filter(key=self.key, owner=self.owner)
 
     def _renewal(self) -> datetime:
