@@ -328,8 +328,41 @@ def _wait_group_gone(pgid: int, timeout_s: float) -> list[int]:
         time.sleep(0.01)
 
 
-def run_command(check: CommandCheck, policy: SandboxPolicy) -> CheckResult:
-    """Run ``check`` under ``policy`` (see the module docstring for every rule) and report what happened."""
+def process_start_ticks(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot, /proc/<pid>/stat), or None when there is no such
+    process (or no /proc): with the pid it names one process, even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            stat = stat_file.read().decode("ascii", errors="replace")
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()  # field 22 of the whole line is the 20th after "(comm) "
+    return int(fields[19]) if len(fields) > 19 else None
+
+
+def kill_leftover_group(pgid: int, start_ticks: int | None) -> list[int]:
+    """Kill a check left running by a worker process that died (its group ``pgid``, its leader started at
+    ``start_ticks``) and wait until none of it lives; returns the pids that survived.
+
+    The group is killed when its leader is still that process, or when the leader is gone but members
+    remain (a group id is not handed out again while the group has members). A leader with another start
+    time is a reused pid, not the check: nothing is killed.
+    """
+    leader_started = process_start_ticks(pgid)
+    if leader_started is not None and leader_started != start_ticks:
+        return []
+    _kill_group(pgid)
+    return _wait_group_gone(pgid, _GROUP_GONE_WAIT_S)
+
+
+def run_command(
+    check: CommandCheck, policy: SandboxPolicy, *, on_start: Callable[[int], None] | None = None
+) -> CheckResult:
+    """Run ``check`` under ``policy`` (see the module docstring for every rule) and report what happened.
+
+    ``on_start(pid)`` is called once the child runs (its pid is its process group id), so a caller can
+    record where the check runs; if it raises, the group is killed and the error propagates.
+    """
     started = time.monotonic()
 
     def refused(reason: str, message: str) -> CheckResult:
@@ -372,6 +405,8 @@ def run_command(check: CommandCheck, policy: SandboxPolicy) -> CheckResult:
         fd = stream.fileno()
         os.set_blocking(fd, False)
         try:
+            if on_start is not None:
+                on_start(pgid)
             timed_out = _pump_until_exit(process.pid, fd, output, deadline=started + timeout_s)
         finally:
             _kill_group(pgid)  # the timeout, stragglers after a normal exit, or an error in this process
@@ -480,6 +515,7 @@ class CheckRunner:
     ``callables`` maps a ``CallableCheck.dotted_path`` to the function to call: only functions the library
     user registered here can run (a contract cannot name arbitrary code). A registered function takes no
     arguments and returns True (pass) or False (``returned_false``); anything else, or raising, is ``raised``.
+    ``on_start`` is passed to ``run_command`` for every command check.
     """
 
     def __init__(
@@ -488,15 +524,17 @@ class CheckRunner:
         *,
         artifact_loader: ArtifactLoader | None = None,
         callables: Mapping[str, RegisteredCallable] | None = None,
+        on_start: Callable[[int], None] | None = None,
     ) -> None:
         self.policy = policy
         self.artifact_loader = artifact_loader
         self.callables = dict(callables or {})
+        self.on_start = on_start
 
     def __call__(self, check: CheckSpec) -> CheckResult:
         started = time.monotonic()
         if isinstance(check, CommandCheck):
-            return run_command(check, self.policy)
+            return run_command(check, self.policy, on_start=self.on_start)
         try:
             reason, message = self._evaluate(check)
         except _Refused as refusal:

@@ -49,10 +49,12 @@ INSTALLED_APPS = [
     "context_app.resolution",
     "context_app.compilation",
     "verification_app",
+    "nexum.work",
     "nexum.ui",
 ]
 
 MIDDLEWARE = [
+    "nexum.logs.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -132,7 +134,6 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_BACKEND = None
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": _env_int("NEXUM_CELERY_VISIBILITY_TIMEOUT", 3600)}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # --- Nexum --------------------------------------------------------------------------------------------------
@@ -223,3 +224,61 @@ NEXUM_SOURCE_ROOTS = [
 NEXUM_SOURCE_HTTP_ALLOW = [
     entry.strip() for entry in os.environ.get("NEXUM_SOURCE_HTTP_ALLOW", "").split(",") if entry.strip()
 ]
+
+# --- Work in flight: leases, the dispatcher, the workers' retries (see nexum/work) --------------------------
+# A lease not renewed for NEXUM_LEASE_TTL_S is dead and may be taken over; a worker renews it every
+# NEXUM_LEASE_HEARTBEAT_S while it runs the request.
+NEXUM_LEASE_TTL_S = float(os.environ.get("NEXUM_LEASE_TTL_S", "30"))
+NEXUM_LEASE_HEARTBEAT_S = float(os.environ.get("NEXUM_LEASE_HEARTBEAT_S", str(NEXUM_LEASE_TTL_S / 3)))
+if not 0 < NEXUM_LEASE_HEARTBEAT_S < NEXUM_LEASE_TTL_S:
+    raise RuntimeError("NEXUM_LEASE_HEARTBEAT_S must be positive and below NEXUM_LEASE_TTL_S")
+# The dispatcher (manage.py nexum_dispatcher) passes every NEXUM_DISPATCH_INTERVAL_S and sends again a request
+# pending for NEXUM_DISPATCH_AFTER_S that nobody holds a lease on; each further send of it waits twice as long
+# as the previous one, up to NEXUM_DISPATCH_BACKOFF_MAX_S.
+NEXUM_DISPATCH_INTERVAL_S = float(os.environ.get("NEXUM_DISPATCH_INTERVAL_S", "5"))
+NEXUM_DISPATCH_AFTER_S = float(os.environ.get("NEXUM_DISPATCH_AFTER_S", "15"))
+NEXUM_DISPATCH_BACKOFF_MAX_S = float(os.environ.get("NEXUM_DISPATCH_BACKOFF_MAX_S", "45"))
+# Kinds of requests that are dispatched and leased: the Celery task that runs one and where its requests live.
+NEXUM_WORK_KINDS = [
+    "verification_app.tasks.COMPLETION",
+    "context_app.compilation.tasks.COMPILE",
+]
+# A task that meets a database error retries up to this many times, waiting 1, 2, 4 … s, at most the max:
+# with the defaults the retries span about two minutes of outage, then the dispatcher takes over.
+NEXUM_TASK_MAX_RETRIES = _env_int("NEXUM_TASK_MAX_RETRIES", 8)
+NEXUM_TASK_RETRY_BACKOFF_MAX_S = _env_int("NEXUM_TASK_RETRY_BACKOFF_MAX_S", 30)
+# Redis redelivers a message not acknowledged within the visibility timeout. Tasks acknowledge late, so it
+# must outlast the longest check (NEXUM_CHECK_MAX_TIMEOUT_S) or a check still running would be delivered
+# again (the lease would hold the copy off; this only avoids the noise). A dead worker's message does not wait
+# for it: the dispatcher sends its request again once its lease has expired.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": _env_int("NEXUM_CELERY_VISIBILITY_TIMEOUT", int(NEXUM_CHECK_MAX_TIMEOUT_S) + 300),
+    "socket_connect_timeout": 3,
+}
+# A request thread or the dispatcher gives up on a broker that is down within about a second: the request is
+# committed already and the dispatcher sends it once the broker is back.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 2,
+    "interval_start": 0,
+    "interval_step": 0.3,
+    "interval_max": 0.5,
+}
+# A worker never gives up reconnecting to its broker, and a check running while the broker blips runs to its
+# end: its decision is in the database, the unacknowledged message finds it decided.
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
+
+# --- Logs: JSON lines on stderr with the request id, debug on or off (see nexum/logs.py) --------------------
+NEXUM_LOG_LEVEL = os.environ.get("NEXUM_LOG_LEVEL", "INFO").upper()
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"request_id": {"()": "nexum.logs.RequestIdFilter"}},
+    "formatters": {"json": {"()": "nexum.logs.JsonFormatter"}},
+    "handlers": {
+        "stderr": {"class": "logging.StreamHandler", "filters": ["request_id"], "formatter": "json"},
+    },
+    "root": {"handlers": ["stderr"], "level": NEXUM_LOG_LEVEL},
+    # Django's own records (a 500's traceback on django.request) go to the same handler, debug on or off.
+    "loggers": {"django": {"handlers": ["stderr"], "level": "INFO", "propagate": False}},
+}

@@ -16,6 +16,17 @@ def celery_eager_unless_worker_test(request: pytest.FixtureRequest):
 
 
 @pytest.fixture
+def workspace(tmp_path, settings):
+    """A workspace and an artifact store of the test's own, where command checks may run ``sh``."""
+    root = tmp_path / "workspace"
+    root.mkdir()
+    settings.NEXUM_WORKSPACE_ROOT = root
+    settings.NEXUM_ARTIFACT_ROOT = tmp_path / "artifacts"
+    settings.NEXUM_CHECK_EXECUTABLES = ["sh"]
+    return root
+
+
+@pytest.fixture
 def project(db):
     from tasks_app.services import project_create
 

@@ -95,9 +95,14 @@ def artifact_loader(project_id: str) -> Callable[[str], bytes | None]:
     return load
 
 
-def check_runner(project_id: str) -> CheckRunner:
+def check_runner(project_id: str, *, on_start: Callable[[int], None] | None = None) -> CheckRunner:
+    """The runner for one project's checks; ``on_start(pid)`` hears of every command check the sandbox
+    starts (the worker's lease records it)."""
     return CheckRunner(
-        sandbox_policy(), artifact_loader=artifact_loader(project_id), callables=registered_callables()
+        sandbox_policy(),
+        artifact_loader=artifact_loader(project_id),
+        callables=registered_callables(),
+        on_start=on_start,
     )
 
 

@@ -130,8 +130,9 @@ def context_compile_request(
     actor: str,
 ) -> ContextCompilation:
     """Queue a compile for a worker (C10): checks the request now (the model word, overrides, evidence),
-    records ``ContextCompileRequested`` and enqueues ``tasks.compile_requested`` when the transaction
-    commits. A repeated ``request_id`` returns the original request and writes nothing."""
+    records ``ContextCompileRequested`` and sends it to a worker when the transaction commits (a broker that
+    is down leaves it queued for the dispatcher, ``nexum.work.dispatch``). A repeated ``request_id`` returns
+    the original request and writes nothing."""
     task = task_selectors.task_get(project_id=project_id, task_id=task_id)
     word = _model_word(model_word)
     evidence = check_evidence(extra_evidence)
@@ -146,7 +147,8 @@ def context_compile_request(
     # The word and overrides are checked now, so a bad request is a 400 and not a failed job.
     choice = catalog_selectors.budget_for(project_id=project_id, word=word, overrides=overrides)
     del choice
-    from context_app.compilation.tasks import compile_requested
+    from context_app.compilation.tasks import COMPILE
+    from nexum.work.dispatch import send_on_commit
 
     with transaction.atomic():
         evidence_digest = _store_evidence(project_id, evidence)
@@ -170,7 +172,7 @@ def context_compile_request(
             metadata={"actor": actor},
             project_id=str(project_id),
         )
-        transaction.on_commit(lambda: compile_requested.delay(request_id))
+        send_on_commit(COMPILE, request_id)
     return ContextCompilation.objects.get(request_id=request_id)
 
 

@@ -23,6 +23,7 @@ from nexum.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum.core import resolution as core
 from nexum.core.resolver import ResolveBudget
 from nexum.core.trust import TRUST_CLASSES
+from nexum.work.dispatch import BrokerUnavailable, publish
 from tasks_app.api import StrictSerializer
 from tasks_app.selectors import goal_get, task_get
 
@@ -330,7 +331,8 @@ class TaskQuestionsView(APIView):
 
 class TaskResolveView(APIView):
     """Resolve the task's context (R2–R8): a Celery task carrying ids only, run in process by default and
-    answered with the bundle; ``async: true`` queues it (202) — read the result at ``/tasks/{id}/bundle``."""
+    answered with the bundle; ``async: true`` queues it (202) — read the result at ``/tasks/{id}/bundle``;
+    with the broker down that is 503 ``broker_unavailable`` and nothing is queued or written."""
 
     @extend_schema(
         request=ResolveRequestSerializer,
@@ -369,9 +371,11 @@ class TaskResolveView(APIView):
             "actor": request.user.actor,
         }
         if data["run_async"]:
-            from django.db import transaction
-
-            transaction.on_commit(lambda: resolve_context.apply_async(kwargs=ids))
+            # Nothing is recorded before the worker runs: a broker that is down is a 503, nothing written.
+            if not publish(resolve_context, kwargs=ids):
+                raise BrokerUnavailable(
+                    "the broker is unreachable: nothing was queued; send the request again later"
+                )
             return Response(
                 {"request_id": request_id, "task_id": str(task.id)}, status=status.HTTP_202_ACCEPTED
             )

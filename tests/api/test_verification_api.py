@@ -14,16 +14,6 @@ pytestmark = pytest.mark.django_db
 PYTHON = sys.executable
 
 
-@pytest.fixture
-def workspace(tmp_path, settings):
-    root = tmp_path / "workspace"
-    root.mkdir()
-    settings.NEXUM_WORKSPACE_ROOT = root
-    settings.NEXUM_ARTIFACT_ROOT = tmp_path / "artifacts"
-    settings.NEXUM_CHECK_EXECUTABLES = ["sh"]
-    return root
-
-
 def echo_check(name: str, script: str) -> dict:
     return {"kind": "command", "name": name, "argv": ["sh", "-c", script], "timeout_s": 30}
 
