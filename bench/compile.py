@@ -209,7 +209,7 @@ def build_world(size: int) -> tuple[str, Task, str]:
 
 def naive_compile(task: Task) -> None:
     """Every candidate's text loaded and re-tokenized with tiktoken (no stored counts, no cache)."""
-    encoding = default_registry().encoding("cl100k_base")
+    tokenizer = default_registry().tokenizer("cl100k_base")
     counter = counter_for("cl100k_base")
     choice = services.catalog_selectors.budget_for(project_id=str(task.project_id), word=WORD)
     task_input = selectors.compile_input_for(task=task, encoding="cl100k_base", counter=counter)
@@ -226,7 +226,7 @@ def naive_compile(task: Task) -> None:
                 ContextItem(
                     item.kind,
                     item.id,
-                    len(encoding.encode(text, disallowed_special=())),
+                    tokenizer.count(text),
                     world.line_count(text),
                     item.position,
                     item.verified,

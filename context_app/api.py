@@ -24,6 +24,7 @@ from rest_framework.views import APIView
 from context_app import selectors, services
 from context_app.artifacts import default_store
 from context_app.models import Tool, WorldItem
+from nexum.api.auth import CallerTrustField, OperatorOnly
 from nexum.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum.core import world
 from nexum.core.errors import TooLarge, ValidationFailed
@@ -82,36 +83,30 @@ def _text(required: bool = True, max_length: int = world.TEXT_MAX, **kwargs: Any
     return StrictText(required=required, max_length=max_length, **kwargs)
 
 
-def _trust() -> serializers.ChoiceField:
-    return serializers.ChoiceField(
-        choices=world.RECORDABLE_TRUST_CLASSES, default=world.DEFAULT_TRUST_CLASS, required=False
-    )
-
-
 class FactInput(StrictInput):
     text = _text()
     source = _text(required=False, max_length=world.SHORT_MAX)
     subject = _text(required=False, max_length=world.SHORT_MAX)
     observed_at = serializers.DateTimeField(required=False, default=None, allow_null=True)
-    trust_class = _trust()
+    trust_class = CallerTrustField()
     verified = serializers.BooleanField(required=False, default=False)
 
 
 class DecisionInput(StrictInput):
     text = _text()
     rationale = _text(required=False)
-    trust_class = _trust()
+    trust_class = CallerTrustField()
 
 
 class FailureInput(StrictInput):
     text = _text()
     attempt = serializers.IntegerField(required=False, min_value=1, max_value=1_000_000, default=None)
-    trust_class = _trust()
+    trust_class = CallerTrustField()
 
 
 class ProgressInput(StrictInput):
     text = _text()
-    trust_class = _trust()
+    trust_class = CallerTrustField()
 
 
 class ToolCallInput(StrictInput):
@@ -121,7 +116,7 @@ class ToolCallInput(StrictInput):
     )
     arguments_digest = StrictText(required=False, min_length=64, max_length=64)
     result_summary = _text()
-    trust_class = _trust()
+    trust_class = CallerTrustField()
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if "arguments" in attrs and "arguments_digest" in attrs:
@@ -138,7 +133,7 @@ class ArtifactInput(StrictInput):
     media_type = _text(required=False, max_length=200)
     content_base64 = StrictText(required=False, allow_blank=True, trim_whitespace=False)
     content_text = StrictText(required=False, allow_blank=True, trim_whitespace=False)
-    trust_class = _trust()
+    trust_class = CallerTrustField()
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if "content_base64" in attrs and "content_text" in attrs:
@@ -163,7 +158,7 @@ class FactSupersedeInput(StrictInput):
     source = StrictText(required=False, allow_blank=True, max_length=world.SHORT_MAX)
     subject = StrictText(required=False, allow_blank=True, max_length=world.SHORT_MAX)
     observed_at = serializers.DateTimeField(required=False, default=None, allow_null=True)
-    trust_class = serializers.ChoiceField(choices=world.RECORDABLE_TRUST_CLASSES, required=False)
+    trust_class = CallerTrustField()
     verified = serializers.BooleanField(required=False, default=False)
     reason = _text(required=False)
     expected_version = serializers.IntegerField(required=False, min_value=0, default=None)
@@ -328,7 +323,7 @@ class _RecordItem(APIView):
 
     def post(self, request: Request, scope_id: str) -> Response:
         self.check_request(request)
-        payload = self.input_serializer(data=request.data)
+        payload = self.input_serializer(data=request.data, context={"request": request})
         payload.is_valid(raise_exception=True)
         key = idempotency_key(request)
         scope = _scope(request, **{f"{self.scope_kind}_id": scope_id})
@@ -497,7 +492,7 @@ class FactSupersedeView(APIView):
         responses={201: ItemSerializer},
     )
     def post(self, request: Request, fact_id: str) -> Response:
-        payload = FactSupersedeInput(data=request.data)
+        payload = FactSupersedeInput(data=request.data, context={"request": request})
         payload.is_valid(raise_exception=True)
         fact = services.fact_supersede(
             project_id=request.user.project_id,
@@ -563,7 +558,9 @@ class ItemDetailView(APIView):
 
 class ArtifactContentView(APIView):
     @extend_schema(
-        summary="An artifact's stored content, as sent", responses={(200, "*/*"): OpenApiTypes.BINARY}
+        summary="An artifact's stored content, as sent (verified against its sha256: 409 artifact_integrity"
+        " when the stored bytes were changed; they are never served)",
+        responses={(200, "*/*"): OpenApiTypes.BINARY},
     )
     def get(self, request: Request, item_id: str) -> HttpResponse:
         artifact = selectors.item_get(project_id=request.user.project_id, item_id=item_id, kind="artifact")
@@ -578,7 +575,13 @@ class ArtifactContentView(APIView):
 # --- tools --------------------------------------------------------------------------------------------------
 
 
+TOOL_REGISTRY = "changing the project's tool registry"
+TOOL_SCOPE = "narrowing or pinning the tools of a goal or task"
+
+
 class ToolListView(APIView):
+    operator_only = {"POST": OperatorOnly(TOOL_REGISTRY)}
+
     @extend_schema(summary="The project's tool registry, by name", responses=ToolSerializer(many=True))
     def get(self, request: Request) -> Response:
         return Response(
@@ -605,6 +608,8 @@ class ToolListView(APIView):
 
 
 class ToolDetailView(APIView):
+    operator_only = {"PUT": OperatorOnly(TOOL_REGISTRY), "DELETE": OperatorOnly(TOOL_REGISTRY)}
+
     @extend_schema(summary="One tool", responses=ToolSerializer)
     def get(self, request: Request, name: str) -> Response:
         return Response(
@@ -652,6 +657,7 @@ class ToolDeleteQuery(serializers.Serializer):
 
 class _ScopeToolsView(APIView):
     scope_kind: ClassVar[str]
+    operator_only = {"PUT": OperatorOnly(TOOL_SCOPE)}
 
     def _response(self, scope: services.Scope) -> Response:
         scope_row = selectors.tool_scope_get(scope_id=scope.scope_id)

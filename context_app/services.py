@@ -30,7 +30,7 @@ from nexum.core.errors import ConcurrencyError, Conflict, NotFound, ValidationFa
 from nexum.core.events import Event
 from nexum.core.text import require_storable
 from nexum.eventstore import store
-from nexum.tokenization import TiktokenCounter, counter_for
+from nexum.tokenization import CachedCounter, counter_for
 
 _ID_NAMESPACE = uuid.UUID("6b3c1f0e-5d2a-4c8e-9a71-0f4e2b8d9c13")
 SCHEMA_MAX_CHARS = 100_000
@@ -55,7 +55,7 @@ def item_encodings() -> list[str]:
     return sorted(set(settings.NEXUM_ITEM_ENCODINGS))
 
 
-def _counters(encodings: Iterable[str] | None = None) -> list[TiktokenCounter]:
+def _counters(encodings: Iterable[str] | None = None) -> list[CachedCounter]:
     return [counter_for(name) for name in (item_encodings() if encodings is None else encodings)]
 
 

@@ -383,10 +383,8 @@ class _Namespace:
         self.process.wait()
         survivors = []
         if self.init_pidfd is not None:
-            with selectors.DefaultSelector() as selector:
-                selector.register(self.init_pidfd, selectors.EVENT_READ)
-                if not selector.select(timeout=_GROUP_GONE_WAIT_S) and self.init_pid is not None:
-                    survivors.append(self.init_pid)
+            if not _exits_within(self.init_pidfd, _GROUP_GONE_WAIT_S) and self.init_pid is not None:
+                survivors.append(self.init_pid)
             os.close(self.init_pidfd)
             self.init_pidfd = None
         if self.cgroup is not None:
@@ -569,7 +567,16 @@ def _live_group_members(pgid: int) -> list[int]:
         pass
     if not os.path.isdir("/proc/self"):
         return [pgid]
-    members = []
+    return [pid for pid, _, group in _live_processes() if group == pgid]
+
+
+def _live_children(parent: int) -> list[int]:
+    return [pid for pid, ppid, _ in _live_processes() if ppid == parent]
+
+
+def _live_processes() -> list[tuple[int, int, int]]:
+    """(pid, parent pid, process group) of every live (non-zombie) process, from /proc."""
+    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -579,9 +586,15 @@ def _live_group_members(pgid: int) -> list[int]:
         except OSError:
             continue
         fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp ...
-        if len(fields) >= 3 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            members.append(int(entry))
-    return members
+        if len(fields) >= 3 and fields[0] not in ("Z", "X"):
+            found.append((int(entry), int(fields[1]), int(fields[2])))
+    return found
+
+
+def _exits_within(pidfd: int, timeout_s: float) -> bool:
+    with selectors.DefaultSelector() as selector:
+        selector.register(pidfd, selectors.EVENT_READ)
+        return bool(selector.select(timeout=timeout_s))
 
 
 def _kill_group(pgid: int) -> None:
@@ -600,14 +613,56 @@ def _wait_group_gone(pgid: int, timeout_s: float) -> list[int]:
         time.sleep(0.01)
 
 
+def process_start_ticks(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot, /proc/<pid>/stat), or None when there is no such
+    process (or no /proc): with the pid it names one process, even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            stat = stat_file.read().decode("ascii", errors="replace")
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()  # field 22 of the whole line is the 20th after "(comm) "
+    return int(fields[19]) if len(fields) > 19 else None
+
+
+def kill_leftover_group(pgid: int, start_ticks: int | None) -> list[int]:
+    """Kill a check left running by a worker process that died (its group ``pgid``, its leader started at
+    ``start_ticks``) and wait until none of it lives; returns the pids that survived.
+
+    The group is killed when its leader is still that process, or when the leader is gone but members
+    remain (a group id is not handed out again while the group has members). A leader with another start
+    time is a reused pid, not the check: nothing is killed. Inside bubblewrap the leader is bwrap and the
+    sandbox's PID 1 is its child in a session of its own: it is killed too, and waited for, since the
+    kernel lets it go only once every process of its namespace is gone.
+    """
+    leader_started = process_start_ticks(pgid)
+    if leader_started is not None and leader_started != start_ticks:
+        return []
+    sandboxes = []  # opened while their parent lives, so each names its process even if the pid is reused
+    for pid in _live_children(pgid) if leader_started is not None else []:
+        with contextlib.suppress(OSError):
+            sandboxes.append((pid, os.pidfd_open(pid)))
+    _kill_group(pgid)
+    for _, pidfd in sandboxes:
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    survivors = _wait_group_gone(pgid, _GROUP_GONE_WAIT_S)
+    for pid, pidfd in sandboxes:
+        if not _exits_within(pidfd, _GROUP_GONE_WAIT_S):
+            survivors.append(pid)
+        os.close(pidfd)
+    return survivors
+
+
 def run_command(
     check: CommandCheck, policy: SandboxPolicy, *, on_start: Callable[[int], None] | None = None
 ) -> CheckResult:
     """Run ``check`` under ``policy`` (see the module docstring for every rule) and report what happened.
 
-    ``on_start(pid)``, if given, is called once the check started, with the pid of its outermost process
-    (bwrap): a supervisor may record it and SIGKILL it later to end the whole check (the sandbox dies with
-    it). It is not called when the check is refused before anything started.
+    ``on_start(pid)`` is called once the check runs, with the pid of its outermost process (bwrap, or the
+    program itself without a sandbox), which leads a process group of its own: a supervisor may record it
+    and later end the whole check with ``kill_leftover_group``. It is not called when the check is refused
+    before anything started; if it raises, the check is killed and the error propagates.
     """
     started = time.monotonic()
 
@@ -747,7 +802,7 @@ class CheckRunner:
     ``callables`` maps a ``CallableCheck.dotted_path`` to the function to call: only functions the library
     user registered here can run (a contract cannot name arbitrary code). A registered function takes no
     arguments and returns True (pass) or False (``returned_false``); anything else, or raising, is ``raised``.
-    ``on_start`` is handed to ``run_command`` for every command check.
+    ``on_start`` is passed to ``run_command`` for every command check.
     """
 
     def __init__(

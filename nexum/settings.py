@@ -49,10 +49,12 @@ INSTALLED_APPS = [
     "context_app.resolution",
     "context_app.compilation",
     "verification_app",
+    "nexum.work",
     "nexum.ui",
 ]
 
 MIDDLEWARE = [
+    "nexum.logs.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -109,9 +111,9 @@ LOGIN_URL = "/admin/login/"
 # --- REST API -----------------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["nexum.api.auth.AgentTokenAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["nexum.api.auth.IsProjectAgent"],
+    "DEFAULT_PERMISSION_CLASSES": ["nexum.api.auth.IsProjectAgent", "nexum.api.auth.OperatorOnlyOperations"],
     "EXCEPTION_HANDLER": "nexum.api.errors.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "nexum.api.schema.RoleAwareSchema",
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "UNAUTHENTICATED_USER": None,
 }
@@ -132,16 +134,21 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_BACKEND = None
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": _env_int("NEXUM_CELERY_VISIBILITY_TIMEOUT", 3600)}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # --- Nexum --------------------------------------------------------------------------------------------------
 NEXUM_ARTIFACT_ROOT = Path(os.environ.get("NEXUM_ARTIFACT_ROOT", DATA_DIR / "artifacts"))
 NEXUM_ARTIFACT_MAX_BYTES = _env_int("NEXUM_ARTIFACT_MAX_BYTES", 10 * 1024 * 1024)
-# Extra tokenizer encodings an operator supplies as local .tiktoken files: "name=/path/file.tiktoken,…".
-NEXUM_TOKENIZER_ENCODINGS = dict(
-    item.split("=", 1) for item in os.environ.get("NEXUM_TOKENIZER_ENCODINGS", "").split(",") if "=" in item
-)
+# Extra tokenizer encodings an operator supplies as local files, "name=/path/file,…": a file ending in .json
+# is a Hugging Face tokenizer.json, any other a tiktoken BPE file (.tiktoken). Nothing is ever downloaded.
+NEXUM_TOKENIZER_ENCODINGS = {
+    name.strip(): path.strip()
+    for name, path in (
+        entry.split("=", 1)
+        for entry in os.environ.get("NEXUM_TOKENIZER_ENCODINGS", "").split(",")
+        if "=" in entry
+    )
+}
 # Encodings every world item's token count is stored in when it is recorded (W4): those of the model cards in
 # use. An item recorded before an encoding was added is counted when compiled, or once by
 # ``item_token_counts_ensure``.
@@ -160,6 +167,9 @@ NEXUM_PROJECTIONS = [
 ]
 NEXUM_EVENT_FEED_MAX_LIMIT = 1000
 NEXUM_DEMO_TOKEN = os.environ.get("NEXUM_DEMO_TOKEN", "nx_demo_local_development_only")
+NEXUM_DEMO_OPERATOR_TOKEN = os.environ.get(
+    "NEXUM_DEMO_OPERATOR_TOKEN", "nx_demo_operator_local_development_only"
+)
 
 # --- Context resolver (SPEC R3, R7) -------------------------------------------------------------------------
 # Per-project HMAC-SHA256 keys for signed items, "project-slug=key,…" (a project id works as the name too).
@@ -214,3 +224,74 @@ NEXUM_CHECK_TMP_BYTES = _env_int("NEXUM_CHECK_TMP_BYTES", 256 * 1024**2) or None
 NEXUM_CHECK_CALLABLES = [
     entry.strip() for entry in os.environ.get("NEXUM_CHECK_CALLABLES", "").split(",") if entry.strip()
 ]
+
+# --- Context sources: where they may read (issue 12) ------------------------------------------------------
+# Folders that folder, docs and tickets_json sources may read inside, comma-separated. Default: the workspace
+# root (where each project reads only its own folder, <root>/<slug>) and the repository's examples/. Never
+# the data directory, the artifact store or the database file, whatever is listed.
+NEXUM_SOURCE_ROOTS = [
+    Path(entry.strip()) for entry in os.environ.get("NEXUM_SOURCE_ROOTS", "").split(",") if entry.strip()
+] or [NEXUM_WORKSPACE_ROOT, BASE_DIR / "examples"]
+# Hosts http_json sources may fetch from: "host" (every port) or "host:port", comma-separated; empty: none.
+# Loopback, private and link-local addresses are reached only when that address itself is listed.
+NEXUM_SOURCE_HTTP_ALLOW = [
+    entry.strip() for entry in os.environ.get("NEXUM_SOURCE_HTTP_ALLOW", "").split(",") if entry.strip()
+]
+
+# --- Work in flight: leases, the dispatcher, the workers' retries (see nexum/work) --------------------------
+# A lease not renewed for NEXUM_LEASE_TTL_S is dead and may be taken over; a worker renews it every
+# NEXUM_LEASE_HEARTBEAT_S while it runs the request.
+NEXUM_LEASE_TTL_S = float(os.environ.get("NEXUM_LEASE_TTL_S", "30"))
+NEXUM_LEASE_HEARTBEAT_S = float(os.environ.get("NEXUM_LEASE_HEARTBEAT_S", str(NEXUM_LEASE_TTL_S / 3)))
+if not 0 < NEXUM_LEASE_HEARTBEAT_S < NEXUM_LEASE_TTL_S:
+    raise RuntimeError("NEXUM_LEASE_HEARTBEAT_S must be positive and below NEXUM_LEASE_TTL_S")
+# The dispatcher (manage.py nexum_dispatcher) passes every NEXUM_DISPATCH_INTERVAL_S and sends again a request
+# pending for NEXUM_DISPATCH_AFTER_S that nobody holds a lease on; each further send of it waits twice as long
+# as the previous one, up to NEXUM_DISPATCH_BACKOFF_MAX_S.
+NEXUM_DISPATCH_INTERVAL_S = float(os.environ.get("NEXUM_DISPATCH_INTERVAL_S", "5"))
+NEXUM_DISPATCH_AFTER_S = float(os.environ.get("NEXUM_DISPATCH_AFTER_S", "15"))
+NEXUM_DISPATCH_BACKOFF_MAX_S = float(os.environ.get("NEXUM_DISPATCH_BACKOFF_MAX_S", "45"))
+# Kinds of requests that are dispatched and leased: the Celery task that runs one and where its requests live.
+NEXUM_WORK_KINDS = [
+    "verification_app.tasks.COMPLETION",
+    "context_app.compilation.tasks.COMPILE",
+]
+# A task that meets a database error retries up to this many times, waiting 1, 2, 4 … s, at most the max:
+# with the defaults the retries span about two minutes of outage, then the dispatcher takes over.
+NEXUM_TASK_MAX_RETRIES = _env_int("NEXUM_TASK_MAX_RETRIES", 8)
+NEXUM_TASK_RETRY_BACKOFF_MAX_S = _env_int("NEXUM_TASK_RETRY_BACKOFF_MAX_S", 30)
+# Redis redelivers a message not acknowledged within the visibility timeout. Tasks acknowledge late, so it
+# must outlast the longest check (NEXUM_CHECK_MAX_TIMEOUT_S) or a check still running would be delivered
+# again (the lease would hold the copy off; this only avoids the noise). A dead worker's message does not wait
+# for it: the dispatcher sends its request again once its lease has expired.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": _env_int("NEXUM_CELERY_VISIBILITY_TIMEOUT", int(NEXUM_CHECK_MAX_TIMEOUT_S) + 300),
+    "socket_connect_timeout": 3,
+}
+# A request thread or the dispatcher gives up on a broker that is down within about a second: the request is
+# committed already and the dispatcher sends it once the broker is back.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 2,
+    "interval_start": 0,
+    "interval_step": 0.3,
+    "interval_max": 0.5,
+}
+# A worker never gives up reconnecting to its broker, and a check running while the broker blips runs to its
+# end: its decision is in the database, the unacknowledged message finds it decided.
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
+
+# --- Logs: JSON lines on stderr with the request id, debug on or off (see nexum/logs.py) --------------------
+NEXUM_LOG_LEVEL = os.environ.get("NEXUM_LOG_LEVEL", "INFO").upper()
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"request_id": {"()": "nexum.logs.RequestIdFilter"}},
+    "formatters": {"json": {"()": "nexum.logs.JsonFormatter"}},
+    "handlers": {
+        "stderr": {"class": "logging.StreamHandler", "filters": ["request_id"], "formatter": "json"},
+    },
+    "root": {"handlers": ["stderr"], "level": NEXUM_LOG_LEVEL},
+    # Django's own records (a 500's traceback on django.request) go to the same handler, debug on or off.
+    "loggers": {"django": {"handlers": ["stderr"], "level": "INFO", "propagate": False}},
+}

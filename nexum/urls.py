@@ -64,6 +64,11 @@ api_v1 = [
     path("tasks/<str:task_id>/questions", resolution_api.TaskQuestionsView.as_view(), name="task-questions"),
     path("tasks/<str:task_id>/resolve", resolution_api.TaskResolveView.as_view(), name="task-resolve"),
     path("tasks/<str:task_id>/bundle", resolution_api.TaskBundleView.as_view(), name="task-bundle"),
+    path(
+        "tasks/<str:task_id>/plan-gate/override",
+        resolution_api.PlanGateOverrideView.as_view(),
+        name="task-plan-gate-override",
+    ),
     path("bundles/<str:digest>", resolution_api.BundleDetailView.as_view(), name="bundle"),
     path("escalations", resolution_api.EscalationListView.as_view(), name="escalations"),
     path("escalations/<str:escalation_id>", resolution_api.EscalationDetailView.as_view(), name="escalation"),

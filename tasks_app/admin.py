@@ -12,8 +12,8 @@ class ProjectAdmin(ReadOnlyAdmin):
 
 @admin.register(AgentToken)
 class AgentTokenAdmin(ReadOnlyAdmin):
-    list_display = ("name", "project", "key_prefix", "issued_at", "revoked_at")
-    list_filter = ("project",)
+    list_display = ("name", "role", "project", "key_prefix", "issued_at", "revoked_at")
+    list_filter = ("role", "project")
     exclude = ("key_sha256",)
 
 

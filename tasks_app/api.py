@@ -15,6 +15,7 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from nexum.api.auth import OperatorOnly
 from nexum.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum.core.tasks import (
     MAX_REASON_CHARS,
@@ -90,12 +91,13 @@ class GoalCreateSerializer(StrictSerializer):
     contracts = serializers.DictField(
         child=serializers.DictField(),
         required=False,
-        help_text="verification contracts by task key (see PUT /tasks/{id}/contract for the shape)",
+        help_text="verification contracts by task key (see PUT /tasks/{id}/contract for the shape);"
+        " an operator's: an agent token gets 403, and its goal's tasks wait for an operator's contracts",
     )
     contract_origin = serializers.DictField(
         required=False,
-        help_text="where the contracts come from: {trust_class, derived_from: [world item ids]};"
-        " below repository_authored is refused (422)",
+        help_text="lowers the contracts' origin (set by the server to repository_authored):"
+        " {trust_class?, derived_from?: [world item ids]}; below repository_authored is refused (422)",
     )
 
 
@@ -193,6 +195,9 @@ class GoalListCreateView(GenericAPIView):  # type: ignore[type-arg]
 
     pagination_class = Pagination
     serializer_class = GoalSerializer
+    operator_only = {
+        "POST": OperatorOnly("registering verification contracts", fields=("contracts", "contract_origin"))
+    }
 
     @extend_schema(parameters=[GoalListQuery], responses=GoalSerializer(many=True))
     def get(self, request: Request) -> Response:
@@ -283,7 +288,7 @@ class TaskTransitionView(GenericAPIView):  # type: ignore[type-arg]
         return Response(TaskDetailSerializer(task).data)
 
 
-def _transition_view(command: str, summary: str) -> type[TaskTransitionView]:
+def _transition_view(command: str, summary: str, operator_action: str = "") -> type[TaskTransitionView]:
     @extend_schema(
         request=TransitionRequestSerializer,
         parameters=[IDEMPOTENCY_HEADER],
@@ -293,10 +298,11 @@ def _transition_view(command: str, summary: str) -> type[TaskTransitionView]:
     def post(self: TaskTransitionView, request: Request, task_id: str) -> Response:
         return TaskTransitionView.post(self, request, task_id)
 
+    operator_only = {"POST": OperatorOnly(operator_action)} if operator_action else {}
     return type(
         f"Task{command.title()}View",
         (TaskTransitionView,),
-        {"command": command, "__doc__": summary, "post": post},
+        {"command": command, "__doc__": summary, "post": post, "operator_only": operator_only},
     )
 
 
@@ -305,8 +311,11 @@ TaskStartView = _transition_view(
 )
 TaskFailView = _transition_view("fail", "running → failed (retryable)")
 TaskBlockView = _transition_view("block", "running → blocked (needs a human or an operator)")
-TaskUnblockView = _transition_view("unblock", "blocked → running")
-TaskCancelView = _transition_view("cancel", "any non-final state → cancelled")
+# A blocked task needs a human or an operator (SPEC T5), and cancelling gives a task up: operators' calls.
+TaskUnblockView = _transition_view("unblock", "blocked → running", operator_action="unblocking a task")
+TaskCancelView = _transition_view(
+    "cancel", "any non-final state → cancelled", operator_action="cancelling a task"
+)
 
 
 # POST /tasks/{id}/complete lives in verification_app.api: only the verification gate completes a task.

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from nexum.core.roles import ROLES
+
 
 class Project(models.Model):
     """The tenant (SPEC T0): goals, sources, grants, tokens and model catalogs belong to one project."""
@@ -27,8 +29,12 @@ class Project(models.Model):
         return self.slug
 
 
+ROLE_CHOICES = [(role, role) for role in ROLES]
+
+
 class AgentToken(models.Model):
-    """An agent's API credential. Only the sha256 of the key is kept."""
+    """An API credential of an agent or an operator (``role``, ``nexum.core.roles``). Only the sha256 of the
+    key is kept."""
 
     id = models.UUIDField(primary_key=True)
     project = models.ForeignKey(
@@ -37,6 +43,7 @@ class AgentToken(models.Model):
     name = models.CharField(max_length=100)
     key_prefix = models.CharField(max_length=16)
     key_sha256 = models.CharField(max_length=64, unique=True)
+    role = models.CharField(max_length=8, choices=ROLE_CHOICES)
     issued_at = models.DateTimeField()
     revoked_at = models.DateTimeField(null=True, blank=True)
 

@@ -44,6 +44,7 @@ class ProjectProjection(Projection):
             name=event.name,
             key_prefix=event.key_prefix,
             key_sha256=event.key_sha256,
+            role=event.role,
             issued_at=stored.recorded_at,
             revoked_at=None,
         )

@@ -33,6 +33,7 @@ from nexum.core.projects import (
     check_slug,
     project_stream,
 )
+from nexum.core.roles import AGENT, check_role
 from nexum.core.tasks import (
     GoalCreated,
     TaskCreated,
@@ -84,9 +85,13 @@ def project_create(*, slug: str, name: str, description: str = "", actor: str) -
     return Project.objects.get(id=project_id)
 
 
-def agent_token_issue(*, project_id: str, name: str, actor: str, key: str | None = None) -> IssuedToken:
-    """Issue a token for an agent. ``key`` may be supplied (development demo token); it is never stored."""
+def agent_token_issue(
+    *, project_id: str, name: str, actor: str, role: str = AGENT, key: str | None = None
+) -> IssuedToken:
+    """Issue a token for an agent or, with ``role="operator"``, for an operator (``nexum.core.roles``).
+    ``key`` may be supplied (the development demo tokens); it is never stored."""
     project = selectors.project_get(project_id=project_id)
+    check_role(role)
     if not name.strip():
         raise ValidationFailed("a token needs a name", field="name")
     if AgentToken.objects.filter(project=project, name=name).exists():
@@ -97,7 +102,11 @@ def agent_token_issue(*, project_id: str, name: str, actor: str, key: str | None
     token_id = str(uuid.uuid4())
     store.append(
         stream_id=project_stream(str(project.id)),
-        events=[AgentTokenIssued(token_id=token_id, name=name, key_prefix=key[:8], key_sha256=hash_key(key))],
+        events=[
+            AgentTokenIssued(
+                token_id=token_id, name=name, key_prefix=key[:8], key_sha256=hash_key(key), role=role
+            )
+        ],
         expected_version=project.version,
         metadata={"actor": actor},
         project_id=str(project.id),

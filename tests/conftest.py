@@ -44,6 +44,17 @@ def celery_eager_unless_worker_test(request: pytest.FixtureRequest):
 
 
 @pytest.fixture
+def workspace(tmp_path, settings):
+    """A workspace and an artifact store of the test's own, where command checks may run ``sh``."""
+    root = tmp_path / "workspace"
+    root.mkdir()
+    settings.NEXUM_WORKSPACE_ROOT = root
+    settings.NEXUM_ARTIFACT_ROOT = tmp_path / "artifacts"
+    settings.NEXUM_CHECK_EXECUTABLES = ["sh"]
+    return root
+
+
+@pytest.fixture
 def project(db):
     from tasks_app.services import project_create
 
@@ -57,12 +68,12 @@ def other_project(db):
     return project_create(slug="globex", name="Globex", actor="test")
 
 
-def _client_for(project, name: str):
+def _client_for(project, name: str, role: str = "agent"):
     from rest_framework.test import APIClient
 
     from tasks_app.services import agent_token_issue
 
-    issued = agent_token_issue(project_id=str(project.id), name=name, actor="test")
+    issued = agent_token_issue(project_id=str(project.id), name=name, role=role, actor="test")
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.key}")
     return client
@@ -75,6 +86,20 @@ def api(project):
 
 
 @pytest.fixture
+def operator_api(project):
+    """An API client authenticated as an operator of ``project``: it may write policy (contracts, sources,
+    grants, catalog, overlays, tools, questions, escalation resolutions, plan-gate overrides, unblock,
+    cancel)."""
+    return _client_for(project, "operator-1", role="operator")
+
+
+@pytest.fixture
 def other_api(other_project):
     """An API client authenticated as an agent of another project."""
     return _client_for(other_project, "intruder")
+
+
+@pytest.fixture
+def other_operator_api(other_project):
+    """An API client authenticated as an operator of another project."""
+    return _client_for(other_project, "intruding-operator", role="operator")

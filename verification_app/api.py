@@ -21,9 +21,11 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from context_app.artifacts import stored_text
+from nexum.api.auth import OperatorOnly
 from nexum.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum.core.gate import CHECK_TYPES, MAX_CHECKS, ON_FAILURE_CHOICES
-from nexum.core.trust import TrustClass
+from nexum.core.trust import TRUST_CLASSES
 from nexum.core.verification import MAX_ANSWER_CHARS, MAX_DERIVED_FROM
 from tasks_app.api import StrictSerializer
 from verification_app import selectors, services
@@ -98,10 +100,10 @@ class CompleteRequestSerializer(StrictSerializer):
 class ContractRegisterSerializer(StrictSerializer):
     contract = ContractField()
     trust_class = serializers.ChoiceField(
-        choices=[c.name for c in TrustClass],
+        choices=TRUST_CLASSES,
         required=False,
-        default=services.DEFAULT_ORIGIN,
-        help_text="the origin of this contract; below repository_authored is refused (422)",
+        help_text="lowers the contract's origin, which the server sets to the operator's ceiling"
+        " (repository_authored); above it is 403, below repository_authored is refused (422)",
     )
     derived_from = serializers.ListField(
         child=serializers.CharField(),
@@ -139,7 +141,7 @@ class CheckRunSerializer(serializers.Serializer):
     recorded_at = serializers.DateTimeField()
 
     def get_output(self, run: CheckRun) -> str:
-        return selectors.stored_text(run.output_sha256)
+        return stored_text(run.output_sha256)
 
 
 class CompletionSerializer(serializers.Serializer):
@@ -165,7 +167,7 @@ class CompletionSerializer(serializers.Serializer):
         return request.outcome if request.decided else "pending"
 
     def get_answer(self, request: CompletionRequest) -> str:
-        return selectors.stored_text(request.answer_sha256)
+        return stored_text(request.answer_sha256)
 
     @extend_schema_field(CheckRunSerializer(many=True))
     def get_check_runs(self, request: CompletionRequest) -> list[dict[str, Any]]:
@@ -266,9 +268,11 @@ class TaskCompletionListView(GenericAPIView):  # type: ignore[type-arg]
 
 
 class TaskContractView(GenericAPIView):  # type: ignore[type-arg]
-    """A task's verification contract: read it, or register/replace it (never from untrusted content)."""
+    """A task's verification contract: read it, or register/replace it (an operator's write, never from
+    untrusted content)."""
 
     serializer_class = ContractSerializer
+    operator_only = {"PUT": OperatorOnly("registering or replacing a verification contract")}
 
     @extend_schema(responses={200: ContractSerializer})
     def get(self, request: Request, task_id: str) -> Response:

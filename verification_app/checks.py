@@ -20,7 +20,7 @@ def sandbox_ready(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             Error(
                 f"NEXUM_SANDBOX is {settings.NEXUM_SANDBOX!r}",
                 hint=f"set it to one of: {', '.join(ISOLATIONS)}",
-                id="nexum.E001",
+                id="nexum.E004",
             )
         ]
     if settings.NEXUM_SANDBOX == UNSANDBOXED:
@@ -40,7 +40,7 @@ def sandbox_ready(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             cgroup_parent=settings.NEXUM_SANDBOX_CGROUP,
         )
     except ValidationFailed as problem:
-        return [Error(str(problem), id="nexum.E002")]
+        return [Error(str(problem), id="nexum.E005")]
     problem = sandbox_unavailable(policy)
     if problem is None:
         return []

@@ -70,7 +70,13 @@ class CompletionRequest(models.Model):
 
     class Meta:
         ordering = ["-position"]
-        indexes = [models.Index(fields=["task", "position"], name="completion_task_position")]
+        indexes = [
+            models.Index(fields=["task", "position"], name="completion_task_position"),
+            # The dispatcher's and the dashboard's scan: a few pending rows among every request ever made.
+            models.Index(
+                fields=["requested_at"], condition=models.Q(decided=False), name="completion_pending"
+            ),
+        ]
         verbose_name = "gate decision"
 
     def __str__(self) -> str:

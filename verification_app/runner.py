@@ -32,6 +32,7 @@ from nexum.core.gate import (
     FileMatchesCheck,
 )
 from nexum.sandbox import CheckRunner, SandboxPolicy, resolve_executable, resolve_in_workspace
+from nexum.workspaces import project_workspace
 from tasks_app import selectors as task_selectors
 
 _callables: dict[str, Callable[[], bool]] = {}
@@ -72,18 +73,18 @@ def _lazy_import(path: str) -> Callable[[], bool]:
     return call
 
 
-def project_workspace(project_id: str) -> Path:
-    """The project's own folder, ``<NEXUM_WORKSPACE_ROOT>/<project slug>`` (created when missing): its checks
-    run there and see no other project's folder."""
+def workspace_folder(project_id: str) -> Path:
+    """The project's own workspace folder (``nexum.workspaces.project_workspace``), created when missing: its
+    checks run there and see no other project's folder."""
     project = task_selectors.project_get(project_id=project_id)
-    folder = Path(settings.NEXUM_WORKSPACE_ROOT).resolve() / project.slug
+    folder = project_workspace(project.slug).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
 
 def sandbox_policy(project_id: str) -> SandboxPolicy:
     return SandboxPolicy(
-        workspace_root=project_workspace(project_id),
+        workspace_root=workspace_folder(project_id),
         allowed_executables=frozenset(settings.NEXUM_CHECK_EXECUTABLES),
         env_allowlist=frozenset(settings.NEXUM_CHECK_ENV_ALLOWLIST),
         cpu_seconds=settings.NEXUM_CHECK_CPU_SECONDS,
@@ -129,7 +130,8 @@ def artifact_loader(project_id: str) -> Callable[[str], bytes | None]:
 
 
 def check_runner(project_id: str, *, on_start: Callable[[int], None] | None = None) -> CheckRunner:
-    """The project's runner; ``on_start(pid)`` learns the pid of each command check's sandbox as it starts."""
+    """The runner for one project's checks; ``on_start(pid)`` hears of every command check the sandbox
+    starts (the worker's lease records it)."""
     return CheckRunner(
         sandbox_policy(project_id),
         artifact_loader=artifact_loader(project_id),

@@ -7,21 +7,11 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from context_app.artifacts import default_store
-from nexum.core.errors import DomainError, NotFound
+from context_app.artifacts import stored_text
+from nexum.core.errors import NotFound
 from nexum.ids import uuid_or_none
 from tasks_app import selectors as task_selectors
 from verification_app.models import CheckRun, CompletionRequest, Contract
-
-
-def stored_text(sha256: str) -> str:
-    """Content kept in the artifact store (a check's output, a model's answer), as text."""
-    if not sha256:
-        return ""
-    try:
-        return default_store().read(sha256).decode("utf-8", errors="replace")
-    except DomainError:
-        return ""
 
 
 def contract_get(*, project_id: str | uuid.UUID, task_id: str | uuid.UUID) -> Contract | None:

@@ -8,7 +8,11 @@ Flow of a completion:
    ``completion_pending`` naming the request to poll.
 2. ``completion_run`` (a Celery task; in process right away when Celery is eager) runs the contract's checks
    in the sandbox. Each run is recorded (``CheckRunRecorded``, idempotency key ``check:<name>``); a
-   redelivered message re-uses every recorded run and runs only the checks that have none.
+   redelivered message re-uses every recorded run and runs only the checks that have none. The request is
+   sent to a worker once it is committed; if the broker is down it stays pending and the dispatcher sends it
+   (``nexum.work.dispatch``). On a worker the run holds the request's lease (``nexum.work.leases``): the
+   sandbox reports each check's process group to it, and every result is written only while the lease is
+   still this run's.
 3. The decision: ``GateDecided`` and the task's transition (``task_record_gate_decision`` at the version the
    request was recorded at) are appended in one transaction. If the task moved on meanwhile, the decision is
    ``skipped`` and the task is left alone. A redelivery after the decision changes nothing.
@@ -20,15 +24,14 @@ import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from context_app.artifacts import default_store
+from context_app.artifacts import default_store, stored_text
 from context_app.models import WorldItem
 from nexum.core.errors import (
     ConcurrencyError,
-    DomainError,
     IllegalTransition,
     NotFound,
     ValidationFailed,
@@ -57,9 +60,9 @@ from nexum.core.verification import (
     check_run_key,
     completion_request_id,
     completion_stream,
+    contract_origin_trust,
     contract_stream,
     decide_register_contract,
-    parse_trust,
 )
 from nexum.eventstore import store
 from nexum.eventstore.models import Event as EventRow
@@ -71,10 +74,12 @@ from verification_app import runner
 from verification_app.models import CheckRun, CompletionRequest
 from verification_app.models import Contract as ContractRow
 
+if TYPE_CHECKING:
+    from nexum.work.leases import Lease
+
 logger = logging.getLogger(__name__)
 
 GATE_ACTOR = "gate"
-DEFAULT_ORIGIN = TrustClass.repository_authored.name
 
 
 @dataclass(frozen=True)
@@ -97,7 +102,7 @@ def contract_register(
     task_id: str,
     contract: object,
     actor: str,
-    trust_class: str = DEFAULT_ORIGIN,
+    trust_class: str | None = None,
     derived_from: Sequence[str] = (),
     reason: str = "",
     expected_revision: int | None = None,
@@ -106,11 +111,14 @@ def contract_register(
 ) -> ContractRow:
     """Register or replace a task's contract (SPEC V1, V8).
 
-    ``trust_class`` is the origin the caller declares; ``derived_from`` lists world items of the project the
-    contract was derived from. The lowest of them decides: below ``repository_authored`` → 422
-    ``untrusted_content`` and nothing is written. Checks are vetted against the project's sandbox policy now
-    (working directory and files inside the project's workspace folder, executable on the allowlist → 422
-    otherwise) and again when they run. Errors inside the contract name ``<field>.checks[i].<member>``.
+    Registering a contract is an operator's act (the API refuses an agent token before this runs): its
+    origin is set here, at the operator's ceiling ``repository_authored``, never above (a declared
+    ``trust_class`` above it is 403 ``forbidden``). A declared lower ``trust_class`` and the classes of
+    ``derived_from`` (world items of the project the contract was derived from) lower it; the lowest decides,
+    and below ``repository_authored`` → 422 ``untrusted_content`` (an ``agent_reported`` item included) and
+    nothing is written. Checks are vetted against the project's sandbox policy now (working directory and
+    files inside the project's workspace folder, executable on the allowlist → 422 otherwise) and again
+    when they run. Errors inside the contract name ``<field>.checks[i].<member>``.
     """
     task = task_selectors.task_get(project_id=project_id, task_id=task_id)
     origin = _origin_trust(project_id, trust_class, derived_from)
@@ -170,7 +178,7 @@ def contracts_register_for_goal(
             task_id=task_ids[key],
             contract=contract,
             actor=actor,
-            trust_class=origin.get("trust_class", DEFAULT_ORIGIN),
+            trust_class=origin.get("trust_class"),
             derived_from=origin.get("derived_from", ()),
             idempotency_key=idempotency_key,
             field=f"contracts.{key}",
@@ -196,7 +204,7 @@ def _origin_trust(project_id: str, trust_class: object, derived_from: object) ->
         if item is None:
             raise NotFound(f"no world item {item_id}", field=f"derived_from[{index}]")
         classes.append(TrustClass.parse(item.trust_class))
-    return parse_trust(trust_class, classes)
+    return contract_origin_trust(trust_class, classes)
 
 
 def _replayed(stream_id: str, idempotency_key: str, contract: Contract) -> bool:
@@ -292,14 +300,16 @@ def completion_request(
 
 def _dispatch(request_id: str) -> None:
     """Eager (embedded default, tests): run now in this process — the same connection sees the request, and
-    a caller's outer transaction is respected. With a broker: enqueue once the request is committed."""
+    a caller's outer transaction is respected. With a broker: send once the request is committed; a broker
+    that is down leaves it pending for the dispatcher (the caller gets 202 either way)."""
     from nexum.celery import app
-    from verification_app.tasks import run_completion
+    from nexum.work.dispatch import send_on_commit
+    from verification_app.tasks import COMPLETION
 
     if app.conf.task_always_eager:
         completion_run(request_id=request_id)
     else:
-        transaction.on_commit(lambda: run_completion.delay(request_id))
+        send_on_commit(COMPLETION, request_id)
 
 
 def _request_replay(
@@ -347,8 +357,11 @@ def _never_run(check: CheckSpec) -> CheckResult:
 # --- running the checks and deciding (the worker's side) ------------------------------------------------
 
 
-def completion_run(*, request_id: str) -> CompletionRequest:
-    """Run the request's checks and record the gate's decision. Idempotent: safe to redeliver."""
+def completion_run(*, request_id: str, lease: Lease | None = None) -> CompletionRequest:
+    """Run the request's checks and record the gate's decision. Idempotent: safe to redeliver.
+
+    ``lease`` is the worker's lease on the request (None in process): it is told about every check and
+    fences every write, so a run whose lease was taken over writes nothing (``LeaseLost``)."""
     request = CompletionRequest.objects.filter(id=request_id).first()
     if request is None:
         raise NotFound(f"no completion request {request_id}", field="request_id")
@@ -356,7 +369,7 @@ def completion_run(*, request_id: str) -> CompletionRequest:
         return request
     task = task_selectors.task_get_unscoped(task_id=request.task_id)
     contract = _contract_at(str(request.task_id), request.contract_revision)
-    answer = _read_text(request.answer_sha256)
+    answer = stored_text(request.answer_sha256)
     if task.version != request.task_version:
         decision = GateDecision(
             outcome="skipped",
@@ -368,11 +381,11 @@ def completion_run(*, request_id: str) -> CompletionRequest:
         decision = gate_task_completion(task.state, contract, answer, _never_run)
     else:
         results = {
-            check.name: _run_or_reuse(request, check, ordinal)
+            check.name: _run_or_reuse(request, check, ordinal, lease)
             for ordinal, check in enumerate(contract.checks, start=1)
         }
         decision = gate_task_completion("running", contract, answer, lambda check: results[check.name])
-    return _decide(request, decision)
+    return _decide(request, decision, lease)
 
 
 def _contract_at(task_id: str, revision: int) -> Contract:
@@ -384,12 +397,21 @@ def _contract_at(task_id: str, revision: int) -> Contract:
     raise NotFound(f"contract revision {revision} of task {task_id} is not in the log", field="revision")
 
 
-def _run_or_reuse(request: CompletionRequest, check: CheckSpec, ordinal: int) -> CheckResult:
+def _run_or_reuse(
+    request: CompletionRequest, check: CheckSpec, ordinal: int, lease: Lease | None
+) -> CheckResult:
+    from nexum.work.leases import INTERRUPTIONS
+
     recorded = CheckRun.objects.filter(request_id=request.id, name=check.name).first()
     if recorded is not None:
         return _result_of_row(recorded)
+    if lease is not None:
+        lease.before_check(check.name)
+    on_start = lease.on_check_start if lease is not None else None
     try:
-        result = runner.check_runner(str(request.project_id))(check)
+        result = runner.check_runner(str(request.project_id), on_start=on_start)(check)
+    except INTERRUPTIONS:  # a lost lease or a database outage is not the check's failure: the run stops
+        raise
     except Exception as error:  # V4: a check that raises is a failed check, and it is recorded as such
         result = CheckResult(
             name=check.name, passed=False, reason=RAISED, output=f"{type(error).__name__}: {error}"
@@ -412,14 +434,17 @@ def _run_or_reuse(request: CompletionRequest, check: CheckSpec, ordinal: int) ->
         cwd=check.cwd if isinstance(check, CommandCheck) else "",
     )
     try:
-        store.append(
-            stream_id=completion_stream(str(request.id)),
-            events=[event],
-            expected_version=None,
-            idempotency_key=check_run_key(check.name),
-            metadata={"actor": GATE_ACTOR},
-            project_id=str(request.project_id),
-        )
+        with transaction.atomic():
+            if lease is not None:
+                lease.fence()
+            store.append(
+                stream_id=completion_stream(str(request.id)),
+                events=[event],
+                expected_version=None,
+                idempotency_key=check_run_key(check.name),
+                metadata={"actor": GATE_ACTOR},
+                project_id=str(request.project_id),
+            )
     except store.IdempotencyKeyReused:
         # A redelivered message ran the same check concurrently and recorded first: its run counts.
         return _result_of_row(CheckRun.objects.get(request_id=request.id, name=check.name))
@@ -432,24 +457,19 @@ def _result_of_row(row: CheckRun) -> CheckResult:
         passed=row.passed,
         reason=row.reason,
         exit_code=row.exit_code,
-        output=_read_text(row.output_sha256),
+        output=stored_text(row.output_sha256),
         truncated=row.truncated,
         duration_ms=row.duration_ms,
     )
 
 
-def _read_text(sha256: str) -> str:
-    try:
-        return default_store().read(sha256).decode("utf-8", errors="replace")
-    except DomainError:
-        return ""
-
-
-def _decide(request: CompletionRequest, decision: GateDecision) -> CompletionRequest:
+def _decide(request: CompletionRequest, decision: GateDecision, lease: Lease | None) -> CompletionRequest:
     """Append ``GateDecided`` and move the task, in one transaction; if the task moved on, ``skipped``."""
     request_id = str(request.id)
     try:
         with transaction.atomic():
+            if lease is not None:
+                lease.fence()
             _append_decision(request, decision.outcome, decision.reason, decision.failing_checks)
             if decision.outcome != "skipped":
                 task_services.task_record_gate_decision(
@@ -470,7 +490,9 @@ def _decide(request: CompletionRequest, decision: GateDecision) -> CompletionReq
             f"the task moved on before the decision ({decision.outcome}) was recorded: version"
             f" {request.task_version} → {task.version}, now {task.state}"
         )
-        with contextlib.suppress(store.IdempotencyKeyReused):  # a concurrent delivery decided first
+        with contextlib.suppress(store.IdempotencyKeyReused), transaction.atomic():
+            if lease is not None:  # a concurrent delivery decided first, or this run lost its lease
+                lease.fence()
             _append_decision(request, "skipped", reason, decision.failing_checks)
     request.refresh_from_db()
     return request

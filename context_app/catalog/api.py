@@ -13,6 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from context_app.catalog import selectors, services
+from nexum.api.auth import OperatorOnly
 from nexum.core.overlays import ContextWindowOverlay
 
 
@@ -56,7 +57,10 @@ class CardSerializer(serializers.Serializer):
     max_output_tokens = serializers.IntegerField(allow_null=True, required=False)
     capabilities = serializers.ListField(child=serializers.CharField(), required=False)
     latency_class = serializers.CharField(allow_null=True, required=False)
-    encoding = serializers.CharField(required=False, help_text="tokenizer encoding (default cl100k_base)")
+    encoding = serializers.CharField(
+        required=False,
+        help_text="tokenizer encoding: cl100k_base (default) or one in NEXUM_TOKENIZER_ENCODINGS",
+    )
     preferred_context_tokens = serializers.IntegerField(allow_null=True, required=False)
     max_tool_count = serializers.IntegerField(allow_null=True, required=False)
     overrides = BudgetOverridesSerializer(required=False)
@@ -123,6 +127,8 @@ class ModelsView(APIView):
 class ModelCatalogView(APIView):
     """The catalog document (cards, aliases, tier words); ``PUT`` replaces it as a whole."""
 
+    operator_only = {"PUT": OperatorOnly("replacing the model catalog")}
+
     @extend_schema(responses=CatalogSerializer)
     def get(self, request: Request) -> Response:
         project_id = request.user.project_id
@@ -145,6 +151,11 @@ class ModelCatalogView(APIView):
 
 class ModelOverlayView(APIView):
     """One word's overlay (SPEC O1-O7): ``PUT`` declares it (body: its members), ``DELETE`` clears it."""
+
+    operator_only = {
+        "PUT": OperatorOnly("setting a model overlay"),
+        "DELETE": OperatorOnly("clearing a model overlay"),
+    }
 
     @extend_schema(request=OverlaySerializer, responses=OverlayChangeSerializer)
     def put(self, request: Request, word: str) -> Response:

@@ -22,6 +22,7 @@ from rest_framework.views import APIView
 from context_app.api import StrictInput, StrictText
 from context_app.compilation import selectors, services
 from context_app.compilation.models import CompiledContext, ContextCompilation
+from nexum.api.auth import CallerTrustField
 from nexum.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum.core import compilation, world
 from nexum.core.compiler import Truncation
@@ -39,9 +40,7 @@ class EvidenceInput(StrictInput):
     id = StrictText(required=False, max_length=services.EVIDENCE_ID_MAX)
     text = StrictText(max_length=world.TEXT_MAX, trim_whitespace=False)
     origin = StrictText(required=False, allow_blank=True, max_length=world.SHORT_MAX)
-    trust_class = serializers.ChoiceField(
-        choices=world.RECORDABLE_TRUST_CLASSES, default=world.DEFAULT_TRUST_CLASS
-    )
+    trust_class = CallerTrustField()
 
 
 class CompileInput(StrictInput):
@@ -225,7 +224,7 @@ class TaskCompileView(APIView):
         responses={200: COMPILE_ANSWER, 202: COMPILE_REQUEST},
     )
     def post(self, request: Request, task_id: str) -> HttpResponse:
-        payload = CompileInput(data=request.data)
+        payload = CompileInput(data=request.data, context={"request": request})
         payload.is_valid(raise_exception=True)
         values = payload.validated_data
         key = idempotency_key(request)

@@ -126,7 +126,13 @@ class ContextCompilation(models.Model):
     class Meta:
         ordering = ["-requested_at"]
         verbose_name = "compile"
-        indexes = [models.Index(fields=["task_id", "compiled_position"], name="compilation_task")]
+        indexes = [
+            models.Index(fields=["task_id", "compiled_position"], name="compilation_task"),
+            # The dispatcher's and the dashboard's scan: a few queued rows among every compile ever made.
+            models.Index(
+                fields=["requested_at"], condition=models.Q(status="queued"), name="compilation_queued"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.request_id} ({self.status})"

@@ -504,7 +504,8 @@ def _check_run_evidence(task_id: str, counter: TokenCounter) -> list[ContextItem
 
 
 def _bundle_items(task_id: str, counter: TokenCounter) -> tuple[str | None, list[ContextItem]]:
-    """The resolver's latest bundle: its facts and code, each with its trust class and origin, minus the
+    """The resolver's latest bundle: its facts and code, each with its trust class and origin (a stale item's
+    origin says so, as the resolver recorded it: "stale: observed 3 years ago (TTL 30 days)"), minus the
     items a human rejected when settling a conflict. Returns the bundle's digest too (recorded on the
     compiled context)."""
     bundle = resolution_selectors.latest_bundle(task_id=task_id)
@@ -517,7 +518,7 @@ def _bundle_items(task_id: str, counter: TokenCounter) -> tuple[str | None, list
             entry.text,
             counter=counter,
             trust_class=entry.trust_class,
-            origin=entry.origin,
+            origin=f"{entry.origin}; stale: {entry.stale_reason}" if entry.stale_reason else entry.origin,
         )
         for entry in bundle.usable_items
         if entry.text.strip()

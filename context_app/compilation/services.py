@@ -37,12 +37,12 @@ from context_app.models import WorldItem
 from context_app.services import Scope, progress_record
 from nexum.core import compilation, world
 from nexum.core.budgets import ModelBudget
-from nexum.core.compiler import TRUST_CLASSES
 from nexum.core.compiler import CompiledContext as CompiledResult
 from nexum.core.compiler import compile_context as run_compiler
 from nexum.core.digests import digest_of
 from nexum.core.errors import ConcurrencyError, DomainError, NotFound, ValidationFailed
 from nexum.core.text import require_storable
+from nexum.core.trust import TrustClass
 from nexum.eventstore import projections, store
 from nexum.tokenization import counter_for
 from tasks_app import selectors as task_selectors
@@ -130,8 +130,9 @@ def context_compile_request(
     actor: str,
 ) -> ContextCompilation:
     """Queue a compile for a worker (C10): checks the request now (the model word, overrides, evidence),
-    records ``ContextCompileRequested`` and enqueues ``tasks.compile_requested`` when the transaction
-    commits. A repeated ``request_id`` returns the original request and writes nothing."""
+    records ``ContextCompileRequested`` and sends it to a worker when the transaction commits (a broker that
+    is down leaves it queued for the dispatcher, ``nexum.work.dispatch``). A repeated ``request_id`` returns
+    the original request and writes nothing."""
     task = task_selectors.task_get(project_id=project_id, task_id=task_id)
     word = _model_word(model_word)
     evidence = check_evidence(extra_evidence)
@@ -146,7 +147,8 @@ def context_compile_request(
     # The word and overrides are checked now, so a bad request is a 400 and not a failed job.
     choice = catalog_selectors.budget_for(project_id=project_id, word=word, overrides=overrides)
     del choice
-    from context_app.compilation.tasks import compile_requested
+    from context_app.compilation.tasks import COMPILE
+    from nexum.work.dispatch import send_on_commit
 
     with transaction.atomic():
         evidence_digest = _store_evidence(project_id, evidence)
@@ -170,7 +172,7 @@ def context_compile_request(
             metadata={"actor": actor},
             project_id=str(project_id),
         )
-        transaction.on_commit(lambda: compile_requested.delay(request_id))
+        send_on_commit(COMPILE, request_id)
     return ContextCompilation.objects.get(request_id=request_id)
 
 
@@ -424,9 +426,9 @@ def task_compact(*, task: Task, threshold: int, encoding: str, actor: str) -> Wo
     summary = str(summarize(entries, max_tokens=max_tokens, counter=counter))[: world.TEXT_MAX].strip()
     if not summary:
         summary = f"Summary of {len(folded)} earlier entries."
-    ranks = {name: rank for rank, name in enumerate(TRUST_CLASSES)}
-    lowest = min((trust[c.id] for c in folded), key=lambda name: ranks.get(name, -1))
-    trust_class = lowest if lowest in world.RECORDABLE_TRUST_CLASSES else world.DEFAULT_TRUST_CLASS
+    # The summary is as trusted as the least trusted entry it folds (an agent's notes stay agent_reported).
+    lowest = min(TrustClass.parse(trust[c.id]) for c in folded)
+    trust_class = min(lowest, TrustClass.repository_authored).name
     fold_id = str(uuid.uuid4())
     with transaction.atomic():
         item = progress_record(

@@ -1,15 +1,35 @@
-"""Celery tasks of the compile service (C10). They take ids only and are idempotent under redelivery."""
+"""Celery tasks of the compile service (C10). They take ids only and are idempotent under redelivery.
+
+``compile_requested`` answers one queued compile under its lease (``nexum.work``). Its result needs no fence:
+the compile and its ``ContextCompiled`` are one transaction appended at the request stream's queued version,
+so of two runs exactly one is recorded.
+"""
 
 from __future__ import annotations
 
 from celery import shared_task
+from django.db.models import Q
+
+from context_app.compilation.models import ContextCompilation
+from nexum.core.compilation import REQUEST_QUEUED
+from nexum.work.kinds import WorkKind
+from nexum.work.worker import WorkTask, run_leased
 
 
-@shared_task(name="nexum.compile_context")
-def compile_requested(request_id: str) -> str | None:
+@shared_task(bind=True, base=WorkTask, name="nexum.compile_context")
+def compile_requested(self: WorkTask, request_id: str) -> str | None:
     """Answer the queued compile ``request_id``. A redelivered message (the request already answered)
     stores nothing and appends nothing. Returns the digest, or ``None`` when the compile was refused."""
     from context_app.compilation.services import context_compile_run
 
-    compiled = context_compile_run(request_id=request_id)
+    compiled = run_leased(self, COMPILE, request_id, lambda lease: context_compile_run(request_id=request_id))
     return compiled.digest or None if compiled is not None else None
+
+
+COMPILE = WorkKind(
+    name="compile",
+    task=compile_requested,
+    model=ContextCompilation,
+    id_field="request_id",
+    pending=Q(status=REQUEST_QUEUED),
+)

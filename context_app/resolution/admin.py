@@ -13,11 +13,13 @@ from django.utils.html import format_html, format_html_join
 
 from context_app.resolution import selectors, services
 from context_app.resolution.models import Escalation, Grant, Resolve, Retrieval, Source, TaskContext
+from nexum.core.durations import human_duration
 from nexum.core.errors import DomainError
 from nexum.eventstore.admin import ReadOnlyAdmin
 
 TRUST_COLOURS = {
     "untrusted_retrieved": "#b00020",
+    "agent_reported": "#b26a00",
     "repository_authored": "#555",
     "signed_skill": "#1565c0",
     "signed_policy": "#2e7d32",
@@ -35,9 +37,13 @@ def _badge(trust: str) -> str:
 
 @admin.register(Source)
 class SourceAdmin(ReadOnlyAdmin):
-    list_display = ("name", "kind", "project", "highest_trust", "declared_scopes", "registered_at")
+    list_display = ("name", "kind", "project", "highest_trust", "declared_scopes", "ttl", "registered_at")
     list_filter = ("project", "kind")
     search_fields = ("name",)
+
+    @admin.display(description="TTL", ordering="ttl_seconds")
+    def ttl(self, source: Source) -> str:
+        return human_duration(source.ttl_seconds) if source.ttl_seconds else "none"
 
 
 @admin.register(Grant)

@@ -16,15 +16,16 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from context_app.resolution import selectors, services
-from context_app.resolution.models import Escalation, Grant, Resolve, Source, TaskQuestions
+from context_app.resolution.models import Escalation, Grant, Resolve, Source, TaskContext, TaskQuestions
 from context_app.resolution.tasks import resolve_context
+from nexum.api.auth import OperatorOnly
 from nexum.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum.core import resolution as core
 from nexum.core.resolver import ResolveBudget
+from nexum.core.trust import TRUST_CLASSES
+from nexum.work.dispatch import BrokerUnavailable, publish
 from tasks_app.api import StrictSerializer
 from tasks_app.selectors import goal_get, task_get
-
-TRUST_CHOICES = ("untrusted_retrieved", "repository_authored", "signed_skill", "signed_policy", "kernel")
 
 
 class ProvenanceMixin(serializers.Serializer):
@@ -32,7 +33,7 @@ class ProvenanceMixin(serializers.Serializer):
     content below ``repository_authored``."""
 
     content_trust = serializers.ChoiceField(
-        choices=TRUST_CHOICES,
+        choices=TRUST_CLASSES,
         required=False,
         help_text="trust class of the content this request derives from",
     )
@@ -115,6 +116,10 @@ class EscalationResolveSerializer(ProvenanceMixin, StrictSerializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
 
 
+class PlanGateOverrideSerializer(ProvenanceMixin, StrictSerializer):
+    reason = serializers.CharField(max_length=2000, help_text="why the task may start despite its gaps")
+
+
 class EscalationListQuery(serializers.Serializer):
     state = serializers.ChoiceField(choices=(core.ESCALATION_OPEN, core.ESCALATION_RESOLVED), required=False)
     task = serializers.UUIDField(required=False)
@@ -154,6 +159,17 @@ class EscalationSerializer(serializers.ModelSerializer):  # type: ignore[type-ar
             "id", "task_id", "goal_id", "resolve_id", "bundle_digest", "kind", "missing", "why", "subjects",
             "sources", "conflict_group", "evidence", "state", "resolution", "resolution_detail",
             "resolution_reason", "resolved_by", "opened_at", "resolved_at",
+        )  # fmt: skip
+
+
+class PlanGateSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    overridden = serializers.BooleanField(help_text="the latest bundle's gaps were overridden by an operator")
+
+    class Meta:
+        model = TaskContext
+        fields = (
+            "task_id", "latest_resolve_id", "latest_bundle_digest", "complete", "stop_reason", "overridden",
+            "override_reason", "override_actor", "overridden_at",
         )  # fmt: skip
 
 
@@ -210,6 +226,8 @@ def _resolve_body(resolve: Resolve, bundle: dict[str, Any]) -> dict[str, Any]:
 class SourceListCreateView(APIView):
     """The project's sources (R1); register one."""
 
+    operator_only = {"POST": OperatorOnly("registering a source")}
+
     @extend_schema(responses=SourceSerializer(many=True))
     def get(self, request: Request) -> Response:
         return Response(
@@ -228,6 +246,7 @@ class SourceListCreateView(APIView):
 
 class _GrantView(APIView):
     scope = "task"
+    operator_only = {"POST": OperatorOnly("issuing a grant")}
 
     def _scope(self, request: Request, scope_id: str) -> dict[str, str]:
         if self.scope == "goal":
@@ -284,7 +303,10 @@ class TaskGrantView(_GrantView):
 
 
 class TaskQuestionsView(APIView):
-    """The required questions of a task's step (R7): each with the subjects whose items answer it."""
+    """The required questions of a task's step (R7): each with the subjects whose items answer it. Setting
+    them is an operator's: the plan gate rests on them."""
+
+    operator_only = {"PUT": OperatorOnly("setting a task's required questions")}
 
     @extend_schema(responses=QuestionsSerializer)
     def get(self, request: Request, task_id: str) -> Response:
@@ -309,7 +331,8 @@ class TaskQuestionsView(APIView):
 
 class TaskResolveView(APIView):
     """Resolve the task's context (R2–R8): a Celery task carrying ids only, run in process by default and
-    answered with the bundle; ``async: true`` queues it (202) — read the result at ``/tasks/{id}/bundle``."""
+    answered with the bundle; ``async: true`` queues it (202) — read the result at ``/tasks/{id}/bundle``;
+    with the broker down that is 503 ``broker_unavailable`` and nothing is queued or written."""
 
     @extend_schema(
         request=ResolveRequestSerializer,
@@ -348,15 +371,36 @@ class TaskResolveView(APIView):
             "actor": request.user.actor,
         }
         if data["run_async"]:
-            from django.db import transaction
-
-            transaction.on_commit(lambda: resolve_context.apply_async(kwargs=ids))
+            # Nothing is recorded before the worker runs: a broker that is down is a 503, nothing written.
+            if not publish(resolve_context, kwargs=ids):
+                raise BrokerUnavailable(
+                    "the broker is unreachable: nothing was queued; send the request again later"
+                )
             return Response(
                 {"request_id": request_id, "task_id": str(task.id)}, status=status.HTTP_202_ACCEPTED
             )
         digest = resolve_context.apply(kwargs=ids, throw=True).get()
         resolve = Resolve.objects.get(id=services.resolve_id_for(task_id=str(task.id), request_id=request_id))
         return Response(_resolve_body(resolve, selectors.bundle_content(digest=digest)))
+
+
+class PlanGateOverrideView(APIView):
+    """Let a task start despite the open gaps of its latest bundle (R9): recorded as ``PlanGateOverridden``;
+    a later resolve that still shows gaps closes the gate again."""
+
+    operator_only = {"POST": OperatorOnly("overriding the plan gate")}
+
+    @extend_schema(request=PlanGateOverrideSerializer, responses=PlanGateSerializer)
+    def post(self, request: Request, task_id: str) -> Response:
+        body = PlanGateOverrideSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        head = services.plan_gate_override(
+            project_id=request.user.project_id,
+            task_id=task_id,
+            actor=request.user.actor,
+            **body.validated_data,
+        )
+        return Response(PlanGateSerializer(head).data)
 
 
 class TaskBundleView(APIView):
@@ -405,6 +449,8 @@ class EscalationDetailView(APIView):
 
 class EscalationResolveView(APIView):
     """Close a gap: supply the missing fact, pick a side of a conflict, grant a source, or cancel the task."""
+
+    operator_only = {"POST": OperatorOnly("resolving an escalation")}
 
     @extend_schema(request=EscalationResolveSerializer, responses=EscalationSerializer)
     def post(self, request: Request, escalation_id: str) -> Response:

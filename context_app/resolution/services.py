@@ -17,7 +17,7 @@ transaction.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -27,6 +27,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from context_app.resolution import selectors
+from context_app.resolution.confinement import source_policy
 from context_app.resolution.models import (
     BundleContent,
     BundleItem,
@@ -39,7 +40,7 @@ from context_app.resolution.models import (
 )
 from nexum.core import resolution as core
 from nexum.core.digests import canonical_json
-from nexum.core.errors import ConcurrencyError, Conflict, NotFound, ValidationFailed
+from nexum.core.errors import ConcurrencyError, Conflict, DomainError, NotFound, ValidationFailed
 from nexum.core.events import Event
 from nexum.core.resolver import (
     Bundle,
@@ -52,7 +53,8 @@ from nexum.core.resolver import (
 )
 from nexum.core.trust import TrustClass, require_authority
 from nexum.eventstore import store
-from nexum.sources import build_source, fetch
+from nexum.source_policy import SourceNotAllowed
+from nexum.sources import SourceRefused, build_source, fetch
 from nexum.tokenization import DEFAULT_ENCODING, counter_for
 from tasks_app import selectors as task_selectors
 from tasks_app.models import Project, Task
@@ -122,8 +124,9 @@ def source_register(
     content_trust: TrustClass | str | None = None,
     derived_from: Sequence[str] = (),
 ) -> Source:
-    """Register a source: its configuration is checked by building it (``build_source``). A configuration is
-    stored in the log, so it must never hold a secret."""
+    """Register a source: its configuration is checked by building it (``build_source``) under the project's
+    source policy (a path or host outside it is 422 ``source_not_allowed``); an error names the option as
+    ``config.<option>``. A configuration is stored in the log, so it must never hold a secret."""
     project = task_selectors.project_get(project_id=project_id)
     check_authority(
         project_id=str(project.id),
@@ -140,7 +143,12 @@ def source_register(
         canonical_json(dict(config))
     except (TypeError, ValueError) as error:
         raise ValidationFailed(f"config must be JSON: {error}", field="config") from None
-    spec = build_source(kind, name, dict(config)).spec
+    try:
+        spec = build_source(kind, name, dict(config), policy=source_policy(project_slug=project.slug)).spec
+    except DomainError as error:
+        if error.field not in (None, "kind", "config"):
+            error.field = f"config.{error.field}"
+        raise
     source_id = str(uuid.uuid5(_IDS, f"source:{project.id}:{name}"))
     if Source.objects.filter(project_id=project.id, name=name).exists():
         raise Conflict(f"a source named {name!r} already exists", field="name", code="source_exists")
@@ -317,11 +325,15 @@ class ResolveOutcome:
     """The bundle's stored content plus its digest."""
 
 
-SourceFactory = Callable[[Source, datetime], Any]
-
-
-def _default_factory(source: Source, now: datetime) -> Any:
-    return build_source(source.kind, source.name, source.config, clock=lambda: now)
+def _built(source: Source, project: Project, now: datetime) -> Any:
+    """The source as configured, confined by the project's source policy as it is now."""
+    return build_source(
+        source.kind,
+        source.name,
+        source.config,
+        policy=source_policy(project_slug=project.slug),
+        clock=lambda: now,
+    )
 
 
 def default_budget() -> ResolveBudget:
@@ -351,9 +363,11 @@ def bundle_resolve(
 
     Only the sources and scopes the task's grants allow (its own and its goal's, in force at ``now``) are
     called; every call and every denial is an event. A source that fails makes the bundle incomplete, never
-    the resolve. Gaps that matter open escalations; gaps a later resolve no longer shows are closed.
+    the resolve. Gaps that matter open escalations; gaps a later resolve no longer shows are closed, but only
+    by the task's own resolve: one narrowed by ``budget``, ``requested`` sources or ``query`` closes none.
     ``request_id`` makes the call idempotent (a redelivered Celery message writes nothing twice).
     """
+    narrowed = any(option is not None for option in (budget, requested, query))
     task = _task(project_id, task_id)
     if task.is_goal:
         raise ValidationFailed("resolve the context of a task, not of a goal", field="task_id")
@@ -393,7 +407,7 @@ def bundle_resolve(
     plan = plan_retrievals(grant, specs, now=now, requested=requested)
     by_name = {source.name: source for source in sources}
     limit = min(max(budget.max_items * 2, 1), MAX_SOURCE_LIMIT)
-    results = [_call(by_name[call.source], call.scopes, query, limit, now) for call in plan.calls]
+    results = [_call(by_name[call.source], project, call.scopes, query, limit, now) for call in plan.calls]
     bundle = resolve_bundle(
         grant=grant,
         sources=specs,
@@ -411,7 +425,7 @@ def bundle_resolve(
     with transaction.atomic():
         head = TaskContext.objects.filter(task_id=task.id).first()
         version = head.version if head is not None else 0
-        events = _resolve_events(task, resolve_id, query, plan.calls, results, bundle)
+        events = _resolve_events(task, resolve_id, query, plan.calls, results, bundle, narrowed=narrowed)
         content = bundle.content()
         BundleContent.objects.get_or_create(
             digest=bundle.digest,
@@ -434,11 +448,16 @@ def resolve_id_for(*, task_id: str, request_id: str) -> str:
     return str(uuid.uuid5(_IDS, f"resolve:{task_id}:{request_id}"))
 
 
-def _call(source: Source, scopes: Sequence[str], query: str, limit: int, now: datetime) -> SourceResult:
-    """One authorized call. A source that cannot be built or answer is a failed result, never an error."""
+def _call(
+    source: Source, project: Project, scopes: Sequence[str], query: str, limit: int, now: datetime
+) -> SourceResult:
+    """One authorized call. A source that cannot be built (its configuration no longer passes the source
+    policy, say) or answer is a failed result, never an error."""
     try:
-        built = _default_factory(source, now)
+        built = _built(source, project, now)
         return fetch(built, query, scopes, limit)
+    except SourceNotAllowed as refusal:
+        return SourceResult.failed(source.name, refusal.message, kind=SourceRefused.kind)
     except Exception as error:  # a broken configuration or plugin must not fail the resolve (R11)
         message = getattr(error, "message", None) or f"{type(error).__name__}: {error}"
         return SourceResult.failed(source.name, str(message), kind="error")
@@ -451,6 +470,8 @@ def _resolve_events(
     calls: Sequence[Any],
     results: Sequence[SourceResult],
     bundle: Bundle,
+    *,
+    narrowed: bool,
 ) -> list[Event]:
     task_id, goal_id = str(task.id), str(task.goal_id)
     events: list[Event] = []
@@ -488,7 +509,9 @@ def _resolve_events(
     existing = Escalation.objects.filter(task_id=task.id)
     open_by_key = {e.key: str(e.id) for e in existing if e.state == core.ESCALATION_OPEN}
     resolved_keys = {e.key for e in existing if e.state == core.ESCALATION_RESOLVED}
-    plan = core.plan_escalations(gaps, open_by_key=open_by_key, resolved_keys=resolved_keys)
+    plan = core.plan_escalations(
+        gaps, open_by_key=open_by_key, resolved_keys=resolved_keys, narrowed=narrowed
+    )
     opened = [(str(uuid.uuid5(_IDS, f"escalation:{resolve_id}:{gap.key}")), gap) for gap in plan.to_open]
     events.append(
         core.BundleResolved(

@@ -1,7 +1,9 @@
-"""One error format for the whole API (SPEC I3): ``{"error": {"code", "message", "field", "details"}}``.
+"""One error format for the whole API (SPEC I3):
+``{"error": {"code", "message", "field", "details", "request_id"}}``.
 
 Every error a caller can cause maps here to a stable code and an HTTP status; nothing a caller sends yields
-a 500. Domain errors carry their own code; DRF and Django errors are given the codes below.
+a 500. Domain errors carry their own code; DRF and Django errors are given the codes below. ``request_id`` is
+the id of the request (``nexum.logs``), the one the logs carry.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from rest_framework.response import Response
 
 from nexum.core.errors import DomainError
 from nexum.eventstore.models import AppendOnlyError
+from nexum.logs import current_request_id
 
 STATUS_BY_KIND = {
     "invalid": status.HTTP_400_BAD_REQUEST,
@@ -24,6 +27,7 @@ STATUS_BY_KIND = {
     "conflict": status.HTTP_409_CONFLICT,
     "too_large": status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
     "refused": status.HTTP_422_UNPROCESSABLE_ENTITY,
+    "unavailable": status.HTTP_503_SERVICE_UNAVAILABLE,
 }
 
 # The codes of DRF's own exceptions, by class: stable names, documented in the README.
@@ -41,7 +45,15 @@ DRF_CODES = {
 
 
 def error_body(code: str, message: str, field: str | None = None, details: Any = None) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "field": field, "details": details or {}}}
+    return {
+        "error": {
+            "code": code,
+            "message": message,
+            "field": field,
+            "details": details or {},
+            "request_id": current_request_id(),
+        }
+    }
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
@@ -92,6 +104,9 @@ def json_not_found(request: HttpRequest, exception: Exception | None = None) -> 
 
 
 def json_server_error(request: HttpRequest) -> JsonResponse:
+    """Django's 500 (debug off): the error shape without the traceback, which Django logged under the same
+    request id (``django.request``, see ``nexum.logs``)."""
     return JsonResponse(
-        error_body("server_error", "internal error; the operator has the details"), status=500
+        error_body("server_error", "internal error; the operator has the details under this request_id"),
+        status=500,
     )

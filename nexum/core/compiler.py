@@ -21,8 +21,10 @@ texts, the tool schemas, a few fixed labels and the final prompt block. The fina
 estimates were too low the lowest-priority items are dropped (and recorded) until it does.
 
 Everything in the output is derived from sorted, stable keys (ties by id), so the same input in any order
-gives the same prompt block and digest (C7). Content below ``repository_authored`` trust is rendered as
-quoted data with its origin, every line prefixed, so it cannot pose as an instruction or a section (C9).
+gives the same prompt block and digest (C7). Retrieved content (``untrusted_retrieved``, or a class the
+compiler does not know) is rendered as quoted data with its origin, every line prefixed, so it cannot pose as
+an instruction or a section (C9). The agent's own records (``agent_reported``) are not retrieved content: they
+render as recorded; their class still keeps them from ever being authority (``nexum.core.trust``).
 """
 
 from __future__ import annotations
@@ -49,13 +51,13 @@ from nexum.core.errors import ValidationFailed
 from nexum.core.memo import remembered
 from nexum.core.relevance import bm25_scores, terms_of
 from nexum.core.tokens import TokenCounter
+from nexum.core.trust import TRUST_CLASSES, TrustClass
 
 COMPILER_VERSION = 1
 
 
-TRUST_CLASSES = ("untrusted_retrieved", "repository_authored", "signed_skill", "signed_policy", "kernel")
 _TRUST_RANK = {name: rank for rank, name in enumerate(TRUST_CLASSES)}
-_QUOTE_BELOW = _TRUST_RANK["repository_authored"]
+_QUOTE_BELOW = _TRUST_RANK[TrustClass.agent_reported.name]
 
 EVIDENCE_KINDS = ("diagnostic", "code")
 STATE_KINDS = ("failure", "decision", "fact", "artifact", "progress")

@@ -13,7 +13,7 @@ class DomainError(Exception):
     """Base of every error a caller can cause. Subclasses set ``code`` and ``kind``."""
 
     code = "domain_error"
-    kind = "invalid"  # invalid | not_found | conflict | too_large | refused | forbidden
+    kind = "invalid"  # invalid | not_found | conflict | too_large | refused | forbidden | unavailable
 
     def __init__(
         self,
@@ -88,3 +88,10 @@ class PolicyRefused(DomainError):
 class Forbidden(DomainError):
     code = "forbidden"
     kind = "forbidden"
+
+
+class Unavailable(DomainError):
+    """A service the request needs is down; nothing was written, the same request can be sent again later."""
+
+    code = "unavailable"
+    kind = "unavailable"

@@ -1,4 +1,4 @@
-"""Projects (the tenant, SPEC T0) and the agent tokens that act within one."""
+"""Projects (the tenant, SPEC T0) and the tokens (agents' and operators') that act within one."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 from nexum.core.errors import ValidationFailed
 from nexum.core.events import Event, event_type, upcaster
+from nexum.core.roles import AGENT
 
 SLUG_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
@@ -40,15 +41,23 @@ def _project_created_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "description": ""}
 
 
-@event_type("AgentTokenIssued")
+@event_type("AgentTokenIssued", version=2)
 @dataclass(frozen=True)
 class AgentTokenIssued(Event):
-    """A credential for one agent in one project. Only the key's sha256 is recorded, never the key."""
+    """A credential for one caller in one project, with its role (``nexum.core.roles``: ``agent`` or
+    ``operator``). Only the key's sha256 is recorded, never the key."""
 
     token_id: str
     name: str
     key_prefix: str
     key_sha256: str
+    role: str
+
+
+@upcaster("AgentTokenIssued", from_version=1)
+def _agent_token_issued_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 had no roles: every token was an agent's."""
+    return {**data, "role": AGENT}
 
 
 @event_type("AgentTokenRevoked")

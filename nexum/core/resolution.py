@@ -416,15 +416,23 @@ class EscalationPlan:
 
 
 def plan_escalations(
-    gaps: Sequence[Escalation], *, open_by_key: Mapping[str, str], resolved_keys: Iterable[str]
+    gaps: Sequence[Escalation],
+    *,
+    open_by_key: Mapping[str, str],
+    resolved_keys: Iterable[str],
+    narrowed: bool = False,
 ) -> EscalationPlan:
     """A gap already open stays open (no duplicate); a gap a human already resolved stays resolved (a picked
-    side or a supplied fact is not asked again); a new gap opens; an open gap that is gone is closed."""
+    side or a supplied fact is not asked again); a new gap opens; an open gap that is gone is closed — unless
+    the resolve was ``narrowed`` by its request (its own sources, query or budget): it saw only part of the
+    context, so it may open gaps but closes none (else a caller could resolve around a conflict and open the
+    plan gate without an operator)."""
     resolved = set(resolved_keys)
     keys = {gap.key for gap in gaps}
     to_open = tuple(gap for gap in gaps if gap.key not in open_by_key and gap.key not in resolved)
-    still_open = tuple(sorted(open_by_key[k] for k in keys if k in open_by_key))
-    to_close = tuple(sorted(ident for key, ident in open_by_key.items() if key not in keys))
+    kept = set(open_by_key) if narrowed else keys
+    still_open = tuple(sorted(open_by_key[k] for k in kept if k in open_by_key))
+    to_close = tuple(sorted(ident for key, ident in open_by_key.items() if key not in kept))
     return EscalationPlan(to_open=to_open, still_open=still_open, to_close=to_close)
 
 

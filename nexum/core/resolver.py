@@ -25,8 +25,10 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from nexum.core.digests import digest_of, sha256_hex
+from nexum.core.durations import human_age, human_duration
 from nexum.core.errors import ValidationFailed
-from nexum.core.trust import TrustClass, effective_trust, looks_like_instruction
+from nexum.core.injection import looks_like_instruction
+from nexum.core.trust import TrustClass, effective_trust
 
 LABEL_SUSPECTED_INSTRUCTION = "suspected_instruction"
 LABEL_STALE = "stale"
@@ -539,16 +541,16 @@ def staleness_of(
     item: RetrievedItem, source_freshness: Freshness, current_revision: str | None, now: datetime
 ) -> tuple[bool, str | None]:
     """Whether ``item`` is stale, and why: older than the source's TTL, or the source's revision has moved
-    since the item was read (an unknown current revision never makes an item stale)."""
+    since the item was read (an unknown current revision never makes an item stale). The age is measured
+    against ``now``, the resolve's own time, never the clock (the bundle stores the reason, so a compile that
+    renders it reads no clock either), and said in human units ("observed 3 years ago (TTL 30 days)")."""
     _require_aware(now, "now")
     reasons = []
     if source_freshness.ttl_seconds is not None:
         age = now - item.observed_at
         if age > timedelta(seconds=source_freshness.ttl_seconds):
-            reasons.append(
-                f"observed {int(age.total_seconds())}s ago, past the source's TTL of "
-                f"{source_freshness.ttl_seconds}s"
-            )
+            ttl = human_duration(source_freshness.ttl_seconds)
+            reasons.append(f"observed {human_age(age.total_seconds())} (TTL {ttl})")
     if (
         source_freshness.track_revision
         and current_revision is not None

@@ -28,6 +28,7 @@ from typing import Any, Final
 from nexum.core.errors import Conflict, IllegalTransition, ValidationFailed
 from nexum.core.events import Event, event_type
 from nexum.core.gate import Contract, contract_from_dict, contract_to_dict
+from nexum.core.roles import OPERATOR, caller_trust
 from nexum.core.trust import TrustClass, require_authority
 
 MAX_ANSWER_CHARS: Final = 64 * 1024
@@ -146,11 +147,13 @@ class GateDecided(Event):
 # --- decisions ---
 
 
-def parse_trust(trust_class: object, derived: Iterable[TrustClass] = ()) -> TrustClass:
-    """The lowest of the declared origin class and the classes of the items the contract derives from."""
-    if not isinstance(trust_class, str | TrustClass):
+def contract_origin_trust(declared: object, derived: Iterable[TrustClass] = ()) -> TrustClass:
+    """The origin a contract is recorded with. Registering a contract is an operator's act, so it starts at
+    the operator's ceiling (``repository_authored``, ``nexum.core.roles``); a declared class may lower it
+    (above the ceiling is 403), and so do the classes of the items the contract derives from."""
+    if declared is not None and not isinstance(declared, str | TrustClass):
         raise ValidationFailed("trust_class must be a trust class name", field="trust_class")
-    return min([TrustClass.parse(trust_class), *derived])
+    return min([caller_trust(declared, role=OPERATOR), *derived])
 
 
 def decide_register_contract(

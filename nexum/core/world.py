@@ -28,6 +28,7 @@ from nexum.core.errors import IllegalTransition, ValidationFailed
 from nexum.core.events import Event, event_type
 from nexum.core.relevance import terms_of
 from nexum.core.tokens import TokenCounter
+from nexum.core.trust import TrustClass
 
 ITEM_KINDS = ("fact", "decision", "failure", "artifact", "progress", "tool_call")
 STREAM_PREFIX = {
@@ -43,9 +44,11 @@ FACT_SUPERSEDED = "superseded"
 FACT_RETRACTED = "retracted"
 FACT_STATUSES = (FACT_CURRENT, FACT_SUPERSEDED, FACT_RETRACTED)
 
-# Items recorded through the API may claim only the unsigned classes; signed classes need a signature (R3).
-RECORDABLE_TRUST_CLASSES = ("untrusted_retrieved", "repository_authored")
-DEFAULT_TRUST_CLASS = "repository_authored"
+# Items are recorded with an unsigned class only; signed classes need a signature (R3). Through the API a
+# caller records at most its role's ceiling (``nexum.core.roles``); this default is for the system's own
+# writes (an operator's, the escalation UI's).
+RECORDABLE_TRUST_CLASSES = tuple(c.name for c in TrustClass if c <= TrustClass.repository_authored)
+DEFAULT_TRUST_CLASS = TrustClass.repository_authored.name
 
 MAX_TERMS = 32
 TEXT_MAX = 20_000

@@ -206,7 +206,10 @@ def _stored(values: tuple[Any, ...]) -> StoredEvent:
     )
 
 
-LOCK_LOG = "LOCK TABLE nexum_event IN EXCLUSIVE MODE"
+# ``LOCK TABLE nexum_event IN EXCLUSIVE MODE``, through the owner's SECURITY DEFINER function: the runtime
+# role holds no UPDATE, DELETE or TRUNCATE on the log, which PostgreSQL requires for that lock mode (see
+# migration 0003).
+LOCK_LOG = "SELECT nexum_event_lock()"
 
 _INSERT_COLUMNS = (
     "INSERT INTO nexum_event (version, stream_id, event_type, schema_version, data, metadata,"

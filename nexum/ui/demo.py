@@ -3,6 +3,11 @@ state, sources (one untrusted, with an injected instruction), grants, a real com
 example repository, compiled contexts and open escalations — everything through the services, so each piece
 is an event like any other.
 
+The writes are made as the demo's two token holders would make them through the API: the operator
+(``operator:demo-operator``) sets the policy — catalog, overlays, tools and their narrowing, the plan's
+contracts, sources, grants and required questions — and the agent (``agent:demo-agent``) records what it saw
+and did, at most ``agent_reported``, starts tasks, asks the gate, resolves and compiles.
+
 Idempotent: every phase checks what is already there first, so a second run writes nothing.
 """
 
@@ -26,14 +31,20 @@ from context_app.compilation.services import context_compile
 from context_app.models import Tool, ToolScope, WorldItem
 from context_app.resolution import services as resolution
 from context_app.resolution.models import Grant, Source, TaskContext, TaskQuestions
+from nexum.core import roles
+from nexum.core.roles import actor_of, caller_trust
 from tasks_app.models import Project, Task
 from tasks_app.services import goal_create, project_create, task_start
 from verification_app.models import CompletionRequest
-from verification_app.runner import project_workspace
+from verification_app.runner import workspace_folder
 from verification_app.services import completion_request, completion_run
 
 ACTOR = "demo:loader"
-AGENT = "agent:demo-agent"
+AGENT_NAME = "demo-agent"
+OPERATOR_NAME = "demo-operator"
+AGENT = actor_of(roles.AGENT, AGENT_NAME)
+OPERATOR = actor_of(roles.OPERATOR, OPERATOR_NAME)
+AGENT_TRUST = caller_trust(None, role=roles.AGENT).name
 PROJECT_SLUG = "demo"
 GOAL_OBJECTIVE = "Fix the failing authentication spec"
 EXAMPLES_DIR = Path(settings.BASE_DIR) / "examples"
@@ -99,7 +110,7 @@ def load_demo_world(*, log: Callable[[str], None] = lambda line: None) -> DemoWo
 def _catalog(project_id: str, log: Callable[[str], None]) -> None:
     if not CatalogCard.objects.filter(project_id=project_id).exists():
         model_catalog_replace(
-            project_id=project_id, catalog=json.loads(DEFAULT_CATALOG.read_text()), actor=ACTOR
+            project_id=project_id, catalog=json.loads(DEFAULT_CATALOG.read_text()), actor=OPERATOR
         )
         log("model catalog: quick, local, local-70b, frontier (tier words best, cheap)")
     if not ModelOverlay.objects.filter(project_id=project_id, word="local").exists():
@@ -107,12 +118,12 @@ def _catalog(project_id: str, log: Callable[[str], None]) -> None:
             project_id=project_id,
             word="local",
             overlay={"context_tokens": 65536, "auto_compact_tokens": 24000, "enabled": True},
-            actor="admin:ops",
+            actor=OPERATOR,
         )
         log("overlay: local lowered to a 64K window, compaction at 24K")
     if not ModelOverlay.objects.filter(project_id=project_id, word="cheap").exists():
         model_overlay_set(
-            project_id=project_id, word="cheap", overlay={"auto_compact_tokens": 64}, actor="admin:ops"
+            project_id=project_id, word="cheap", overlay={"auto_compact_tokens": 64}, actor=OPERATOR
         )
         log("overlay: cheap (the quick model) compacts a task's progress past 64 tokens")
 
@@ -131,7 +142,7 @@ def _tools(project_id: str, log: Callable[[str], None]) -> None:
                 "required": sorted(properties)[:1],
             },
             pinned=pinned,
-            actor=ACTOR,
+            actor=OPERATOR,
         )
         log(f"tool: {name}")
 
@@ -139,7 +150,7 @@ def _tools(project_id: str, log: Callable[[str], None]) -> None:
 def _workspace(project_id: str, log: Callable[[str], None]) -> None:
     """A copy of the example repository inside the demo project's workspace folder, where the command check
     runs. An existing copy is left alone: fix the bug there and ask the gate again."""
-    target = project_workspace(project_id) / WORKSPACE_FOLDER
+    target = workspace_folder(project_id) / WORKSPACE_FOLDER
     if target.exists():
         return
     shutil.copytree(
@@ -205,7 +216,7 @@ def _goal(project_id: str, log: Callable[[str], None]) -> Task:
             "s3": {"checks": [pytest_check()], "on_failure": "failed"},
             "s4": {"checks": [pytest_check()], "on_failure": "blocked"},
         },
-        actor="agent:planner",
+        actor=OPERATOR,
         idempotency_key="demo-goal",
     )
     log(f"goal: {GOAL_OBJECTIVE} (s1..s4)")
@@ -222,7 +233,7 @@ def _world_items(project_id: str, goal: Task, tasks: dict[str, Task], log: Calla
         text="Tokens are signed with HMAC-SHA256 over subject and expiry",
         source="examples/auth-service/docs/auth.md",
         subject="token signing",
-        trust_class="repository_authored",
+        trust_class=AGENT_TRUST,
         actor=AGENT,
     )
     world.fact_verify(project_id=project_id, fact_id=str(signing.id), note="read the code", actor=AGENT)
@@ -231,12 +242,14 @@ def _world_items(project_id: str, goal: Task, tasks: dict[str, Task], log: Calla
         text="Sessions live in Redis; the auth service never writes to the database schema",
         source="examples/auth-service/docs/auth.md",
         subject="session store",
+        trust_class=AGENT_TRUST,
         actor=AGENT,
     )
     world.decision_record(
         scope=goal_scope,
         text="Keep tokens signed with HMAC; fix only the expiry check",
         rationale="the mobile app verifies signatures and must keep working",
+        trust_class=AGENT_TRUST,
         actor=AGENT,
     )
     world.artifact_record(
@@ -246,6 +259,7 @@ def _world_items(project_id: str, goal: Task, tasks: dict[str, Task], log: Calla
         excerpt="verify_token(token, secret=SECRET, now=2_000) must raise InvalidToken",
         media_type="text/x-python",
         content=(EXAMPLES_DIR / WORKSPACE_FOLDER / "tests" / "test_tokens.py").read_bytes(),
+        trust_class=AGENT_TRUST,
         actor=AGENT,
     )
     for note in (
@@ -253,12 +267,13 @@ def _world_items(project_id: str, goal: Task, tasks: dict[str, Task], log: Calla
         "Ran the suite: 2 passed, 1 failed (test_an_expired_token_is_rejected)",
         "Tried comparing the expiry as a string; the spec still fails",
     ):
-        world.progress_record(scope=s3_scope, text=note, actor=AGENT)
+        world.progress_record(scope=s3_scope, text=note, trust_class=AGENT_TRUST, actor=AGENT)
     world.tool_call_record(
         scope=s3_scope,
         tool="run_tests",
         arguments={"path": "tests/test_tokens.py"},
         result_summary="1 failed, 2 passed: test_an_expired_token_is_rejected did not raise InvalidToken",
+        trust_class=AGENT_TRUST,
         actor=AGENT,
     )
     log("world state: facts, a decision, an artifact, progress notes and a tool call")
@@ -279,12 +294,18 @@ def _sources_and_grants(
             },
         ),
         # Registered but never granted: every resolve records the denial.
-        "incident-feed": ("http_json", {"url": "http://127.0.0.1:9/incidents", "timeout": 1}),
+        "incident-feed": (
+            "tickets_json",
+            {
+                "path": str(EXAMPLES_DIR / "tickets" / "incidents.json"),
+                "highest_trust": "untrusted_retrieved",
+            },
+        ),
     }
     for name, (kind, config) in sources.items():
         if not Source.objects.filter(project_id=project_id, name=name).exists():
             resolution.source_register(
-                project_id=project_id, name=name, kind=kind, config=config, actor="admin:ops"
+                project_id=project_id, name=name, kind=kind, config=config, actor=OPERATOR
             )
             log(f"source: {name} ({kind})")
     if not Grant.objects.filter(project_id=project_id, goal_id=goal.id).exists():
@@ -293,7 +314,7 @@ def _sources_and_grants(
             goal_id=str(goal.id),
             sources={"auth-repo": ["*"], "auth-docs": ["*"], "tickets": ["*"]},
             reason="the auth fix may read the repository, its docs and the ticket export",
-            actor="admin:ops",
+            actor=OPERATOR,
         )
         log("grant: auth-repo, auth-docs and tickets for the goal (incident-feed is not granted)")
     questions = {
@@ -303,7 +324,7 @@ def _sources_and_grants(
     for key, asked in questions.items():
         if not TaskQuestions.objects.filter(task_id=tasks[key].id).exists():
             resolution.questions_set(
-                project_id=project_id, task_id=str(tasks[key].id), questions=asked, actor=AGENT
+                project_id=project_id, task_id=str(tasks[key].id), questions=asked, actor=OPERATOR
             )
 
 
@@ -315,7 +336,7 @@ def _tool_scope(project_id: str, tasks: dict[str, Task], log: Callable[[str], No
         scope=world.scope_resolve(project_id=project_id, task_id=str(tasks["s2"].id)),
         allowed=["read_file", "search_code"],
         pinned=["search_code"],
-        actor="agent:planner",
+        actor=OPERATOR,
     )
     log("tool scope: s2 may only read_file and search_code")
 
@@ -340,6 +361,7 @@ def _run_gate(project_id: str, tasks: dict[str, Task], log: Callable[[str], None
             world.failure_record(
                 scope=world.scope_resolve(project_id=project_id, task_id=str(task.id)),
                 text=f"The gate refused the completion: {decided.reason}; the expired token still verifies",
+                trust_class=AGENT_TRUST,
                 actor=AGENT,
             )
 

@@ -11,6 +11,7 @@ from context_app.compilation.models import CompiledContext, ContextCompilation
 from context_app.resolution import selectors as resolution_selectors
 from context_app.resolution.models import Escalation, Source
 from nexum.core.errors import DomainError
+from nexum.work.selectors import stuck_requests
 from tasks_app.models import Task
 from verification_app.models import CompletionRequest
 
@@ -132,7 +133,10 @@ def dashboard(limit: int = 8) -> dict[str, Any]:
         )
     }
     compile_tasks = tasks_by_id([c.task_id for c in compiles])
+    stuck = stuck_requests(limit=limit)
+    stuck_tasks = tasks_by_id([r.task_id for r in stuck])
     return {
+        "stuck": [(r, stuck_tasks.get(str(r.task_id))) for r in stuck],
         "open_escalation_count": Escalation.objects.filter(state="open").count(),
         "open_escalations": [
             (e, tasks.get(str(e.task_id)), KIND_LABELS.get(e.kind, e.kind)) for e in open_escalations

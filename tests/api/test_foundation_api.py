@@ -20,6 +20,7 @@ def assert_error(response, status: int, code: str, field: str | None = None) -> 
     assert isinstance(error["message"], str) and error["message"]
     if field is not None:
         assert error["field"] == field
+    assert error["request_id"] == response["X-Request-ID"]  # every error names its request
     return error
 
 
@@ -150,6 +151,7 @@ def test_domain_errors_map_to_their_statuses():
         errors.IllegalTransition: 409,
         errors.TooLarge: 413,
         errors.PolicyRefused: 422,
+        errors.Unavailable: 503,
     }
     for error_class, status in expected.items():
         response = exception_handler(error_class("boom", field="f"), {})
@@ -159,5 +161,6 @@ def test_domain_errors_map_to_their_statuses():
             "message": "boom",
             "field": "f",
             "details": {},
+            "request_id": None,  # outside an HTTP request
         }
-    assert set(STATUS_BY_KIND.values()) == {400, 403, 404, 409, 413, 422}
+    assert set(STATUS_BY_KIND.values()) == {400, 403, 404, 409, 413, 422, 503}

@@ -72,30 +72,30 @@ def test_an_empty_catalog_lists_nothing(api):
     }
 
 
-def test_put_then_delete_an_overlay(api, catalog):
-    response = put_overlay(api, "best", {"context_tokens": 64_000, "enabled": False})
+def test_put_then_delete_an_overlay(operator_api, catalog):
+    response = put_overlay(operator_api, "best", {"context_tokens": 64_000, "enabled": False})
     assert response.status_code == 200, response.content
     body = response.json()
     assert (body["changed"], body["version"], body["previous"]) == (True, 2, None)
     assert body["model"]["overlay"] == {"context_tokens": 64_000, "enabled": False}
     assert body["model"]["budget"]["window"] == 64_000
-    words = {entry["word"]: entry for entry in api.get("/api/v1/models").json()["words"]}
+    words = {entry["word"]: entry for entry in operator_api.get("/api/v1/models").json()["words"]}
     assert words["frontier"]["overlay"] is None
     assert words["frontier"]["overlay_in_force"] == {"context_tokens": 64_000, "enabled": False}
     assert words["frontier"]["compaction_enabled"] is False
     assert words["quick"]["overlay_in_force"] is None
-    again = put_overlay(api, "best", {"context_tokens": 64_000, "enabled": False}).json()
+    again = put_overlay(operator_api, "best", {"context_tokens": 64_000, "enabled": False}).json()
     assert (again["changed"], again["version"]) == (False, 2)
-    deleted = api.delete("/api/v1/models/best/overlay")
+    deleted = operator_api.delete("/api/v1/models/best/overlay")
     assert deleted.status_code == 200
     assert deleted.json()["previous"] == {"context_tokens": 64_000, "enabled": False}
     assert deleted.json()["model"]["budget"]["window"] == 200_000
-    assert api.delete("/api/v1/models/best/overlay").json()["changed"] is False
+    assert operator_api.delete("/api/v1/models/best/overlay").json()["changed"] is False
 
 
-def test_budget_for_sees_an_overlay_put_between_two_lookups(api, catalog):
+def test_budget_for_sees_an_overlay_put_between_two_lookups(operator_api, catalog):
     first = selectors.budget_for(project_id=str(catalog.id), word="local")
-    assert put_overlay(api, "local", {"context_tokens": 16_000}).status_code == 200
+    assert put_overlay(operator_api, "local", {"context_tokens": 16_000}).status_code == 200
     second = selectors.budget_for(project_id=str(catalog.id), word="local")
     assert first.budget != second.budget
     assert (first.budget.window, second.budget.window) == (131_072, 16_000)
@@ -121,47 +121,49 @@ def test_budget_for_sees_an_overlay_put_between_two_lookups(api, catalog):
         (7, "overlay"),
     ],
 )
-def test_a_malformed_overlay_is_400_naming_the_field_and_writes_nothing(api, catalog, body, field):
+def test_a_malformed_overlay_is_400_naming_the_field_and_writes_nothing(operator_api, catalog, body, field):
     before = EventRow.objects.count()
-    response = put_overlay(api, "quick", body)
+    response = put_overlay(operator_api, "quick", body)
     error = assert_error(response, 400, "empty_overlay" if body == {} else "invalid", field)
     assert "PUT /api/v1/models/quick/overlay" in error["message"]
     assert EventRow.objects.count() == before
 
 
-def test_an_empty_overlay_has_its_own_code(api, catalog):
-    assert_error(put_overlay(api, "quick", {}), 400, "empty_overlay", "overlay")
-    assert_error(put_overlay(api, "quick", {"enabled": None}), 400, "empty_overlay", "overlay")
+def test_an_empty_overlay_has_its_own_code(operator_api, catalog):
+    assert_error(put_overlay(operator_api, "quick", {}), 400, "empty_overlay", "overlay")
+    assert_error(put_overlay(operator_api, "quick", {"enabled": None}), 400, "empty_overlay", "overlay")
 
 
 @pytest.mark.parametrize(
     "body", ['{"\\ud800": 1}', '{"context_tokens": 5, "x\\u0000": 1}', '{"enabled": "\\udfff"}']
 )
-def test_unstorable_text_in_a_body_is_400_not_500(api, catalog, body):
+def test_unstorable_text_in_a_body_is_400_not_500(operator_api, catalog, body):
     before = EventRow.objects.count()
     for path in ("/api/v1/models/quick/overlay", "/api/v1/models/catalog"):
-        response = api.put(path, body, content_type="application/json")
+        response = operator_api.put(path, body, content_type="application/json")
         assert response.status_code == 400, response.content
     assert EventRow.objects.count() == before
 
 
-def test_a_malformed_json_body_is_400(api, catalog):
+def test_a_malformed_json_body_is_400(operator_api, catalog):
     before = EventRow.objects.count()
-    response = api.put("/api/v1/models/quick/overlay", "{nope", content_type="application/json")
+    response = operator_api.put("/api/v1/models/quick/overlay", "{nope", content_type="application/json")
     assert_error(response, 400, "malformed_request")
     assert EventRow.objects.count() == before
 
 
 @pytest.mark.parametrize("word", ["nope", "QUICK", "constructor", "__proto__", "__class__", "x" * 300])
-def test_an_unknown_word_is_400_and_writes_nothing(api, catalog, word):
+def test_an_unknown_word_is_400_and_writes_nothing(operator_api, catalog, word):
     before = EventRow.objects.count()
-    assert_error(put_overlay(api, word, {"context_tokens": 1_000}), 400, "unknown_model_word", "word")
-    assert_error(api.delete(f"/api/v1/models/{word}/overlay"), 400, "unknown_model_word", "word")
+    assert_error(
+        put_overlay(operator_api, word, {"context_tokens": 1_000}), 400, "unknown_model_word", "word"
+    )
+    assert_error(operator_api.delete(f"/api/v1/models/{word}/overlay"), 400, "unknown_model_word", "word")
     assert EventRow.objects.count() == before
 
 
 @pytest.mark.parametrize("word", ["constructor", "__proto__", "__class__"])
-def test_prototype_names_are_ordinary_words_through_the_api(api, catalog, word):
+def test_prototype_names_are_ordinary_words_through_the_api(operator_api, catalog, word):
     document = default_document()
     document["cards"].append(
         {
@@ -172,34 +174,34 @@ def test_prototype_names_are_ordinary_words_through_the_api(api, catalog, word):
             "latency_class": "fast",
         }
     )
-    assert api.put("/api/v1/models/catalog", document, format="json").status_code == 200
-    body = put_overlay(api, word, {"context_tokens": 12_000}).json()
+    assert operator_api.put("/api/v1/models/catalog", document, format="json").status_code == 200
+    body = put_overlay(operator_api, word, {"context_tokens": 12_000}).json()
     assert body["model"]["word"] == word and body["model"]["budget"]["window"] == 12_000
-    words = {entry["word"]: entry for entry in api.get("/api/v1/models").json()["words"]}
+    words = {entry["word"]: entry for entry in operator_api.get("/api/v1/models").json()["words"]}
     assert words[word]["overlay"] == {"context_tokens": 12_000}
     assert all(words[other]["overlay_in_force"] is None for other in words if other != word)
-    assert api.delete(f"/api/v1/models/{word}/overlay").json()["changed"] is True
+    assert operator_api.delete(f"/api/v1/models/{word}/overlay").json()["changed"] is True
 
 
-def test_the_catalog_document_round_trips(api, catalog):
-    document = api.get("/api/v1/models/catalog").json()
+def test_the_catalog_document_round_trips(operator_api, catalog):
+    document = operator_api.get("/api/v1/models/catalog").json()
     assert document["version"] == 1
     del document["version"]
-    response = api.put("/api/v1/models/catalog", document, format="json")
+    response = operator_api.put("/api/v1/models/catalog", document, format="json")
     assert response.status_code == 200 and response.json()["changed"] is False
     document["cards"][0]["context_window"] = 150_000
-    changed = api.put("/api/v1/models/catalog", document, format="json").json()
+    changed = operator_api.put("/api/v1/models/catalog", document, format="json").json()
     assert (changed["changed"], changed["version"]) == (True, 2)
-    words = {entry["word"]: entry for entry in api.get("/api/v1/models").json()["words"]}
+    words = {entry["word"]: entry for entry in operator_api.get("/api/v1/models").json()["words"]}
     assert words["best"]["window"] == 150_000
 
 
-def test_a_catalog_with_an_unknown_encoding_is_400_and_writes_nothing(api, catalog):
+def test_a_catalog_with_an_unknown_encoding_is_400_and_writes_nothing(operator_api, catalog):
     document = default_document()
     document["cards"][1]["encoding"] = "p50k_from_nowhere"
     before = EventRow.objects.count()
     assert_error(
-        api.put("/api/v1/models/catalog", document, format="json"),
+        operator_api.put("/api/v1/models/catalog", document, format="json"),
         400,
         "unknown_encoding",
         "cards[1].encoding",
@@ -225,36 +227,45 @@ def test_a_catalog_with_an_unknown_encoding_is_400_and_writes_nothing(api, catal
         (lambda d: d.update(cards={}), "invalid", "cards"),
     ],
 )
-def test_a_malformed_catalog_is_400_and_writes_nothing(api, catalog, mutate, code, field):
+def test_a_malformed_catalog_is_400_and_writes_nothing(operator_api, catalog, mutate, code, field):
     document = default_document()
     mutate(document)
     before = EventRow.objects.count()
     body = json.dumps(document)  # ASCII-escaped, so lone surrogates reach the server as sent
-    assert_error(api.put("/api/v1/models/catalog", body, content_type="application/json"), 400, code, field)
+    assert_error(
+        operator_api.put("/api/v1/models/catalog", body, content_type="application/json"),
+        400,
+        code,
+        field,
+    )
     assert EventRow.objects.count() == before
 
 
-def test_a_catalog_orphaning_an_overlay_word_is_409_and_writes_nothing(api, catalog):
-    put_overlay(api, "local-70b", {"context_tokens": 30_000})
+def test_a_catalog_orphaning_an_overlay_word_is_409_and_writes_nothing(operator_api, catalog):
+    put_overlay(operator_api, "local-70b", {"context_tokens": 30_000})
     document = default_document()
     document["aliases"] = {}
     before = EventRow.objects.count()
     error = assert_error(
-        api.put("/api/v1/models/catalog", document, format="json"), 409, "overlay_word_orphaned"
+        operator_api.put("/api/v1/models/catalog", document, format="json"),
+        409,
+        "overlay_word_orphaned",
     )
     assert error["details"]["words"] == ["local-70b"]
     assert EventRow.objects.count() == before
-    api.delete("/api/v1/models/local-70b/overlay")
-    assert api.put("/api/v1/models/catalog", document, format="json").status_code == 200
+    operator_api.delete("/api/v1/models/local-70b/overlay")
+    assert operator_api.put("/api/v1/models/catalog", document, format="json").status_code == 200
 
 
-def test_another_projects_catalog_is_invisible(api, catalog, other_api, other_project):
+def test_another_projects_catalog_is_invisible(operator_api, catalog, other_operator_api, other_project):
     model_overlay_set(
         project_id=str(catalog.id), word="quick", overlay={"context_tokens": 9_000}, actor="test"
     )
-    assert other_api.get("/api/v1/models").json()["words"] == []
-    assert_error(put_overlay(other_api, "quick", {"context_tokens": 1_000}), 400, "unknown_model_word")
-    assert_error(other_api.delete("/api/v1/models/quick/overlay"), 400, "unknown_model_word")
+    assert other_operator_api.get("/api/v1/models").json()["words"] == []
+    assert_error(
+        put_overlay(other_operator_api, "quick", {"context_tokens": 1_000}), 400, "unknown_model_word"
+    )
+    assert_error(other_operator_api.delete("/api/v1/models/quick/overlay"), 400, "unknown_model_word")
     assert selectors.overlays_for(str(catalog.id))["quick"].context_tokens == 9_000
 
 

@@ -10,6 +10,12 @@ import pytest
 from context_app.resolution import tasks as resolution_tasks
 
 
+@pytest.fixture(autouse=True)
+def source_roots(settings, tmp_path) -> None:
+    """File sources in these tests read from tmp_path."""
+    settings.NEXUM_SOURCE_ROOTS = [tmp_path]
+
+
 def _goal(api, **task: Any) -> dict[str, Any]:
     body = {"objective": "Ship", "tasks": [{"key": "s1", "objective": "Configure the deploy", **task}]}
     response = api.post("/api/v1/goals", body, format="json")
@@ -24,12 +30,14 @@ def _tickets(tmp_path, name: str, records: list[dict[str, Any]]) -> str:
 
 
 @pytest.mark.django_db
-def test_the_resolve_path_through_the_api(api, other_api, tmp_path, monkeypatch):
+def test_the_resolve_path_through_the_api(
+    api, operator_api, other_api, other_operator_api, tmp_path, monkeypatch
+):
     for name, port in (("ops", 8080), ("wiki", 9090)):
         path = _tickets(
             tmp_path, name, [{"id": "1", "subject": "deploy port", "text": f"The port is {port}."}]
         )
-        response = api.post(
+        response = operator_api.post(
             "/api/v1/sources", {"name": name, "kind": "tickets_json", "config": {"path": path}}, format="json"
         )
         assert response.status_code == 201, response.json()
@@ -38,16 +46,18 @@ def test_the_resolve_path_through_the_api(api, other_api, tmp_path, monkeypatch)
 
     goal = _goal(api, inputs=["deploy port"])
     task_id = goal["tasks"][0]["id"]
-    response = api.post(
+    response = operator_api.post(
         f"/api/v1/goals/{goal['id']}/grants", {"sources": {"ops": ["*"], "wiki": []}}, format="json"
     )
     assert response.status_code == 201, response.json()
     assert len(api.get(f"/api/v1/goals/{goal['id']}/grants").json()) == 1
     assert (
-        other_api.post(f"/api/v1/tasks/{task_id}/grants", {"sources": {"ops": []}}, format="json").status_code
+        other_operator_api.post(
+            f"/api/v1/tasks/{task_id}/grants", {"sources": {"ops": []}}, format="json"
+        ).status_code
         == 404
     )
-    response = api.put(
+    response = operator_api.put(
         f"/api/v1/tasks/{task_id}/questions",
         {"questions": [{"question": "Which port?", "subjects": ["deploy port"]}]},
         format="json",
@@ -84,31 +94,33 @@ def test_the_resolve_path_through_the_api(api, other_api, tmp_path, monkeypatch)
     escalation = escalations[0]
     evidence = escalation["evidence"]
     assert {e["source"] for e in evidence} == {"ops", "wiki"}
-    bad = api.post(
+    bad = operator_api.post(
         f"/api/v1/escalations/{escalation['id']}/resolve",
         {"action": "pick_side", "chosen": ["x"]},
         format="json",
     )
     assert bad.status_code == 400
-    untrusted = api.post(
+    untrusted = operator_api.post(
         f"/api/v1/escalations/{escalation['id']}/resolve",
         {"action": "pick_side", "chosen": [evidence[0]["digest"]], "content_trust": "untrusted_retrieved"},
         format="json",
     )
     assert untrusted.status_code == 422 and untrusted.json()["error"]["code"] == "untrusted_content"
     assert (
-        other_api.post(
+        other_operator_api.post(
             f"/api/v1/escalations/{escalation['id']}/resolve", {"action": "cancel"}, format="json"
         ).status_code
         == 404
     )
-    done = api.post(
+    done = operator_api.post(
         f"/api/v1/escalations/{escalation['id']}/resolve",
         {"action": "pick_side", "chosen": [evidence[0]["digest"]]},
         format="json",
     )
     assert done.status_code == 200 and done.json()["state"] == "resolved"
-    again = api.post(f"/api/v1/escalations/{escalation['id']}/resolve", {"action": "cancel"}, format="json")
+    again = operator_api.post(
+        f"/api/v1/escalations/{escalation['id']}/resolve", {"action": "cancel"}, format="json"
+    )
     assert again.status_code == 409
     assert api.post(f"/api/v1/tasks/{task_id}/start", {}, format="json").status_code == 200
 
@@ -125,28 +137,35 @@ def test_the_resolve_path_through_the_api(api, other_api, tmp_path, monkeypatch)
         ("/api/v1/sources", {"name": "x", "kind": "folder", "config": {}, "extra": 1}),
     ],
 )
-def test_bad_source_input_is_a_400_and_writes_nothing(api, path, body):
-    response = api.post(path, body, format="json")
+def test_bad_source_input_is_a_400_and_writes_nothing(api, operator_api, path, body):
+    response = operator_api.post(path, body, format="json")
     assert response.status_code == 400, response.json()
     assert api.get("/api/v1/sources").json() == []
 
 
 @pytest.mark.django_db
-def test_bad_resolve_and_grant_input_is_refused_cleanly(api, tmp_path):
+def test_bad_resolve_and_grant_input_is_refused_cleanly(api, operator_api, tmp_path):
     goal = _goal(api)
     task_id = goal["tasks"][0]["id"]
     assert (
-        api.post(f"/api/v1/tasks/{task_id}/grants", {"sources": {"ghost": []}}, format="json").status_code
+        operator_api.post(
+            f"/api/v1/tasks/{task_id}/grants", {"sources": {"ghost": []}}, format="json"
+        ).status_code
         == 404
     )
-    assert api.post(f"/api/v1/tasks/{task_id}/grants", {"sources": {}}, format="json").status_code == 400
-    assert api.post(
+    assert (
+        operator_api.post(f"/api/v1/tasks/{task_id}/grants", {"sources": {}}, format="json").status_code
+        == 400
+    )
+    assert operator_api.post(
         f"/api/v1/tasks/{task_id}/grants",
         {"sources": {"x": []}, "expires_at": "2001-01-01T00:00:00Z"},
         format="json",
     ).status_code in (400, 404)
     assert (
-        api.put(f"/api/v1/tasks/{task_id}/questions", {"questions": [{"q": 1}]}, format="json").status_code
+        operator_api.put(
+            f"/api/v1/tasks/{task_id}/questions", {"questions": [{"q": 1}]}, format="json"
+        ).status_code
         == 400
     )
     assert api.post(f"/api/v1/tasks/{task_id}/resolve", {"max_items": -1}, format="json").status_code == 400

@@ -80,7 +80,7 @@ def test_goals_and_tasks_are_paginated_and_filtered(api):
     assert_error(api.get("/api/v1/goals?limit=0"), 400, "invalid", "limit")
 
 
-def test_the_lifecycle_through_the_api(api):
+def test_the_lifecycle_through_the_api(api, operator_api):
     goal = create_goal(api)
     s1 = task_id(goal, "s1")
     response = post(api, s1, "start", {"reason": "go", "expected_version": 1})
@@ -91,8 +91,9 @@ def test_the_lifecycle_through_the_api(api):
     assert post(api, s1, "start", {"reason": "retry"}).json()["attempt"] == 2
     assert post(api, s1, "block", {"reason": "need a human"}).json()["state"] == "blocked"
     assert api.get(f"/api/v1/goals/{goal['id']}").json()["state"] == "blocked"
-    assert post(api, s1, "unblock").json()["state"] == "running"
-    assert post(api, s1, "cancel", {"reason": "not needed"}).json()["state"] == "cancelled"
+    # A blocked task needs a human or an operator (T5); so does giving a task up.
+    assert post(operator_api, s1, "unblock").json()["state"] == "running"
+    assert post(operator_api, s1, "cancel", {"reason": "not needed"}).json()["state"] == "cancelled"
     detail = api.get(f"/api/v1/tasks/{s1}").json()
     assert detail["version"] == 7
     assert [(t["from_state"], t["to_state"]) for t in detail["transitions"]] == [
@@ -104,7 +105,9 @@ def test_the_lifecycle_through_the_api(api):
         ("blocked", "running"),
         ("running", "cancelled"),
     ]
-    assert {t["actor"] for t in detail["transitions"][1:]} == {"agent:agent-1"}
+    assert [t["actor"] for t in detail["transitions"][1:]] == ["agent:agent-1"] * 4 + [
+        "operator:operator-1"
+    ] * 2
     assert detail["transitions"][-1]["reason"] == "not needed"
 
 
@@ -180,12 +183,12 @@ def test_start_before_dependencies_complete_is_409(api):
     assert EventRow.objects.count() == before
 
 
-def test_illegal_transitions_and_stale_versions_are_409_and_write_nothing(api):
+def test_illegal_transitions_and_stale_versions_are_409_and_write_nothing(api, operator_api):
     goal = create_goal(api)
     s1 = task_id(goal, "s1")
     before = EventRow.objects.count()
     assert_error(post(api, s1, "fail"), 409, "illegal_transition", "state")
-    assert_error(post(api, s1, "unblock"), 409, "illegal_transition")
+    assert_error(post(operator_api, s1, "unblock"), 409, "illegal_transition")
     assert_error(post(api, goal["id"], "start"), 409, "illegal_transition")
     assert_error(
         post(api, s1, "start", {"expected_version": 3}), 409, "concurrency_conflict", "expected_version"
@@ -194,10 +197,12 @@ def test_illegal_transitions_and_stale_versions_are_409_and_write_nothing(api):
     assert_error(post(api, s1, "start", {"reason": "x" * 2001}), 400, "invalid", "reason")
     assert_error(post(api, s1, "start", {"force": True}), 400, "unknown_field", "force")
     assert EventRow.objects.count() == before
-    post(api, s1, "cancel")
+    post(operator_api, s1, "cancel")
     before = EventRow.objects.count()
-    for command in ("start", "fail", "block", "unblock", "cancel"):
+    for command in ("start", "fail", "block"):
         assert_error(post(api, s1, command), 409, "illegal_transition")
+    for command in ("start", "fail", "block", "unblock", "cancel"):
+        assert_error(post(operator_api, s1, command), 409, "illegal_transition")
     assert EventRow.objects.count() == before
 
 
@@ -214,7 +219,7 @@ def test_complete_goes_to_the_verification_gate_and_a_claim_alone_never_complete
     assert api.get(f"/api/v1/tasks/{s1}").json()["state"] == "failed"
 
 
-def test_another_projects_goals_and_tasks_are_404_and_nothing_is_written(api, other_api):
+def test_another_projects_goals_and_tasks_are_404_and_nothing_is_written(api, other_api, other_operator_api):
     goal = create_goal(api)
     s1 = task_id(goal, "s1")
     before = EventRow.objects.count()
@@ -222,8 +227,10 @@ def test_another_projects_goals_and_tasks_are_404_and_nothing_is_written(api, ot
     assert_error(other_api.get(f"/api/v1/goals/{s1}"), 404, "not_found")
     assert_error(other_api.get(f"/api/v1/tasks/{s1}"), 404, "not_found")
     assert_error(other_api.get(f"/api/v1/tasks?goal={goal['id']}"), 404, "not_found")
-    for command in ("start", "fail", "block", "unblock", "cancel", "complete"):
+    for command in ("start", "fail", "block", "complete"):
         assert_error(post(other_api, s1, command), 404, "not_found")
+    for command in ("start", "fail", "block", "unblock", "cancel", "complete"):
+        assert_error(post(other_operator_api, s1, command), 404, "not_found")
     assert other_api.get("/api/v1/goals").json()["count"] == 0
     assert other_api.get("/api/v1/tasks").json()["count"] == 0
     assert_error(api.get("/api/v1/tasks/not-a-uuid"), 404, "not_found")
@@ -255,22 +262,22 @@ def test_an_idempotency_key_makes_retried_posts_write_nothing(api):
 
 
 @pytest.mark.parametrize("key", ["", "   ", "k" * 201], ids=["empty", "blank", "over-200"])
-def test_every_api_reads_the_idempotency_key_header_one_way(api, key):
+def test_every_api_reads_the_idempotency_key_header_one_way(api, operator_api, key):
     """Tasks, world state, compile, resolver and verification: a blank or over-long key is a 400 naming the
     header, and nothing is written."""
     goal = create_goal(api)
     s1 = task_id(goal, "s1")
     before = EventRow.objects.count()
     requests = [
-        ("/api/v1/goals", PLAN),
-        (f"/api/v1/tasks/{s1}/start", {}),
-        (f"/api/v1/tasks/{s1}/progress", {"text": "step"}),
-        (f"/api/v1/tasks/{s1}/compile", {"model": "local"}),
-        (f"/api/v1/tasks/{s1}/grants", {"sources": {"repo": ["code"]}}),
-        (f"/api/v1/tasks/{s1}/complete", {"answer": "done"}),
+        (api, "/api/v1/goals", PLAN),
+        (api, f"/api/v1/tasks/{s1}/start", {}),
+        (api, f"/api/v1/tasks/{s1}/progress", {"text": "step"}),
+        (api, f"/api/v1/tasks/{s1}/compile", {"model": "local"}),
+        (operator_api, f"/api/v1/tasks/{s1}/grants", {"sources": {"repo": ["code"]}}),
+        (api, f"/api/v1/tasks/{s1}/complete", {"answer": "done"}),
     ]
-    for url, body in requests:
-        response = api.post(url, body, format="json", HTTP_IDEMPOTENCY_KEY=key)
+    for client, url, body in requests:
+        response = client.post(url, body, format="json", HTTP_IDEMPOTENCY_KEY=key)
         assert assert_error(response, 400, "invalid", "Idempotency-Key"), url
     assert EventRow.objects.count() == before
 

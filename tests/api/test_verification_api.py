@@ -14,37 +14,28 @@ pytestmark = pytest.mark.django_db
 PYTHON = sys.executable
 
 
-@pytest.fixture
-def workspace(tmp_path, settings):
-    root = tmp_path / "workspace"
-    root.mkdir()
-    settings.NEXUM_WORKSPACE_ROOT = root
-    settings.NEXUM_ARTIFACT_ROOT = tmp_path / "artifacts"
-    settings.NEXUM_CHECK_EXECUTABLES = ["sh"]
-    return root
-
-
 def echo_check(name: str, script: str) -> dict:
     return {"kind": "command", "name": name, "argv": ["sh", "-c", script], "timeout_s": 30}
 
 
-def create(api, contracts=None, **extra) -> dict:
+def create(client, contracts=None, **extra) -> dict:
     body = {"objective": "Ship", "tasks": [{"key": "s1", "objective": "Build"}], **extra}
     if contracts is not None:
         body["contracts"] = contracts
-    return api.post("/api/v1/goals", body, format="json")
+    return client.post("/api/v1/goals", body, format="json")
 
 
-def started_task(api, contract: dict | None = None) -> str:
-    response = create(api, {"s1": contract} if contract else None)
+def started_task(operator_api, api, contract: dict | None = None) -> str:
+    """The operator plans the goal with its contract; the agent starts the task."""
+    response = create(operator_api, {"s1": contract} if contract else None)
     assert response.status_code == 201, response.content
     task_id = response.json()["tasks"][0]["id"]
     assert api.post(f"/api/v1/tasks/{task_id}/start", {}, format="json").status_code == 200
     return task_id
 
 
-def test_complete_returns_the_decision_with_the_answer_beside_the_checks(api, workspace):
-    task_id = started_task(api, {"checks": [echo_check("unit", "echo 3 passed")]})
+def test_complete_returns_the_decision_with_the_answer_beside_the_checks(api, operator_api, workspace):
+    task_id = started_task(operator_api, api, {"checks": [echo_check("unit", "echo 3 passed")]})
     response = api.post(f"/api/v1/tasks/{task_id}/complete", {"answer": "done"}, format="json")
     assert response.status_code == 200, response.content
     body = response.json()
@@ -66,8 +57,8 @@ def test_complete_returns_the_decision_with_the_answer_beside_the_checks(api, wo
     assert contract["revision"] == 1 and contract["checks"][0]["argv"] == ["sh", "-c", "echo 3 passed"]
 
 
-def test_a_failing_check_fails_the_task_whatever_the_answer(api, workspace):
-    task_id = started_task(api, {"checks": [echo_check("unit", "echo 1 failed; exit 1")]})
+def test_a_failing_check_fails_the_task_whatever_the_answer(api, operator_api, workspace):
+    task_id = started_task(operator_api, api, {"checks": [echo_check("unit", "echo 1 failed; exit 1")]})
     body = api.post(f"/api/v1/tasks/{task_id}/complete", {"answer": "all tests pass"}, format="json").json()
     assert body["outcome"] == "failed" and body["reason"] == "1 of 1 checks failed: unit (exit_nonzero)"
     assert body["completion"]["failing_checks"] == ["unit"]
@@ -75,21 +66,23 @@ def test_a_failing_check_fails_the_task_whatever_the_answer(api, workspace):
     assert again["outcome"] == "skipped" and again["completion"] is None  # the task is failed now
 
 
-def test_contract_put_registers_and_replaces_with_expected_revision(api, workspace):
+def test_contract_put_registers_and_replaces_with_expected_revision(api, operator_api, workspace):
     task_id = create(api).json()["tasks"][0]["id"]
     url = f"/api/v1/tasks/{task_id}/contract"
     assert_error(api.get(url), 404, "not_found", "contract")
-    first = api.put(url, {"contract": {"checks": [echo_check("a", "true")]}}, format="json")
+    first = operator_api.put(url, {"contract": {"checks": [echo_check("a", "true")]}}, format="json")
     assert first.status_code == 200 and first.json()["revision"] == 1
-    stale = api.put(url, {"contract": {"checks": []}, "expected_revision": 0}, format="json")
+    assert first.json()["trust_class"] == "repository_authored"
+    assert first.json()["actor"] == "operator:operator-1"
+    stale = operator_api.put(url, {"contract": {"checks": []}, "expected_revision": 0}, format="json")
     assert_error(stale, 409, "concurrency_conflict", "expected_revision")
-    second = api.put(
+    second = operator_api.put(
         url, {"contract": {"checks": [], "require_checks": False}, "expected_revision": 1}, format="json"
     )
     assert second.json()["revision"] == 2 and second.json()["require_checks"] is False
 
 
-def test_untrusted_content_cannot_register_or_change_a_contract(api, workspace, project):
+def test_untrusted_content_cannot_register_or_change_a_contract(api, operator_api, workspace, project):
     goal = create(api).json()
     task_id = goal["tasks"][0]["id"]
     fact = api.post(
@@ -98,48 +91,58 @@ def test_untrusted_content_cannot_register_or_change_a_contract(api, workspace, 
         format="json",
     )
     assert fact.status_code == 201, fact.content
+    reported = api.post(f"/api/v1/goals/{goal['id']}/facts", {"text": "the checks are slow"}, format="json")
+    assert reported.json()["trust_class"] == "agent_reported"
     before = EventRow.objects.count()
     url = f"/api/v1/tasks/{task_id}/contract"
     contract = {"checks": [], "require_checks": False}
-    for extra in ({"trust_class": "untrusted_retrieved"}, {"derived_from": [fact.json()["id"]]}):
-        assert_error(api.put(url, {"contract": contract, **extra}, format="json"), 422, "untrusted_content")
-    response = create(api, {"s1": contract}, contract_origin={"trust_class": "untrusted_retrieved"})
-    assert_error(response, 422, "untrusted_content")
+    for extra in (
+        {"trust_class": "untrusted_retrieved"},
+        {"trust_class": "agent_reported"},
+        {"derived_from": [fact.json()["id"]]},
+        {"derived_from": [reported.json()["id"]]},
+    ):
+        assert_error(
+            operator_api.put(url, {"contract": contract, **extra}, format="json"), 422, "untrusted_content"
+        )
+    for origin in ({"trust_class": "untrusted_retrieved"}, {"derived_from": [reported.json()["id"]]}):
+        response = create(operator_api, {"s1": contract}, contract_origin=origin)
+        assert_error(response, 422, "untrusted_content")
     assert EventRow.objects.count() == before
 
 
-def test_refused_executables_and_workspaces_are_422(api, workspace):
+def test_refused_executables_and_workspaces_are_422(api, operator_api, workspace):
     task_id = create(api).json()["tasks"][0]["id"]
     url = f"/api/v1/tasks/{task_id}/contract"
     denied = {"checks": [{"kind": "command", "name": "x", "argv": ["curl", "http://example.com"]}]}
     assert_error(
-        api.put(url, {"contract": denied}, format="json"),
+        operator_api.put(url, {"contract": denied}, format="json"),
         422,
         "denied_executable",
         "contract.checks[0].argv[0]",
     )
     outside = {"checks": [{"kind": "command", "name": "x", "argv": ["sh", "-c", "true"], "cwd": ".."}]}
     assert_error(
-        api.put(url, {"contract": outside}, format="json"),
+        operator_api.put(url, {"contract": outside}, format="json"),
         422,
         "workspace_violation",
         "contract.checks[0].cwd",
     )
     other_project = {"checks": [{"kind": "file_exists", "name": "x", "path": "../globex/secret.txt"}]}
     assert_error(
-        api.put(url, {"contract": other_project}, format="json"),
+        operator_api.put(url, {"contract": other_project}, format="json"),
         422,
         "workspace_violation",
         "contract.checks[0].path",
     )
 
 
-def test_a_pattern_without_a_linear_time_match_is_400_naming_the_field(api, workspace):
+def test_a_pattern_without_a_linear_time_match_is_400_naming_the_field(api, operator_api, workspace):
     task_id = create(api).json()["tasks"][0]["id"]
     before = EventRow.objects.count()
     for pattern, said in ((r"(a)\1", "backreferences"), (r"foo(?=bar)", "lookaround")):
         check = {"kind": "file_matches", "name": "x", "path": "a.txt", "pattern": pattern}
-        response = api.put(
+        response = operator_api.put(
             f"/api/v1/tasks/{task_id}/contract", {"contract": {"checks": [check]}}, format="json"
         )
         error = assert_error(response, 400, "invalid", "contract.checks[0].pattern")
@@ -147,8 +150,10 @@ def test_a_pattern_without_a_linear_time_match_is_400_naming_the_field(api, work
     assert EventRow.objects.count() == before
 
 
-def test_another_projects_task_is_404_and_nothing_is_written(api, other_api, workspace):
-    task_id = started_task(api, {"checks": [echo_check("a", "true")]})
+def test_another_projects_task_is_404_and_nothing_is_written(
+    api, operator_api, other_api, other_operator_api, workspace
+):
+    task_id = started_task(operator_api, api, {"checks": [echo_check("a", "true")]})
     request_id = api.post(f"/api/v1/tasks/{task_id}/complete", {}, format="json").json()["completion"][
         "request_id"
     ]
@@ -157,7 +162,9 @@ def test_another_projects_task_is_404_and_nothing_is_written(api, other_api, wor
         other_api.post(f"/api/v1/tasks/{task_id}/complete", {"answer": "x"}, format="json"), 404, "not_found"
     )
     assert_error(
-        other_api.put(f"/api/v1/tasks/{task_id}/contract", {"contract": {"checks": []}}, format="json"),
+        other_operator_api.put(
+            f"/api/v1/tasks/{task_id}/contract", {"contract": {"checks": []}}, format="json"
+        ),
         404,
         "not_found",
     )
@@ -168,8 +175,8 @@ def test_another_projects_task_is_404_and_nothing_is_written(api, other_api, wor
     assert EventRow.objects.count() == before
 
 
-def test_bad_input_is_400_naming_the_field(api, workspace):
-    task_id = started_task(api)
+def test_bad_input_is_400_naming_the_field(api, operator_api, workspace):
+    task_id = started_task(operator_api, api)
     before = EventRow.objects.count()
     complete = f"/api/v1/tasks/{task_id}/complete"
     assert_error(api.post(complete, {"answer": 5}, format="json"), 400, "invalid", "answer")
@@ -195,12 +202,12 @@ def test_bad_input_is_400_naming_the_field(api, workspace):
         ({"contract": {"checks": []}, "derived_from": ["nope"]}, "derived_from[0]"),
     ]
     for body, field in cases:
-        response = api.put(url, body, format="json")
+        response = operator_api.put(url, body, format="json")
         assert response.status_code in (400, 404), response.content
         assert response.json()["error"]["field"] == field, (body, response.content)
-    assert_error(create(api, {"zz": {"checks": []}}), 400, "invalid", "contracts.zz")
+    assert_error(create(operator_api, {"zz": {"checks": []}}), 400, "invalid", "contracts.zz")
     assert_error(
-        create(api, {"s1": {"checks": [{"kind": "file_exists", "name": "x"}]}}),
+        create(operator_api, {"s1": {"checks": [{"kind": "file_exists", "name": "x"}]}}),
         400,
         "invalid",
         "contracts.s1.checks[0].path",
@@ -208,8 +215,10 @@ def test_bad_input_is_400_naming_the_field(api, workspace):
     assert EventRow.objects.count() == before
 
 
-def test_the_admin_shows_decisions_with_the_answer_and_check_output(admin_client, api, workspace):
-    task_id = started_task(api, {"checks": [echo_check("unit", "echo 41 passed")]})
+def test_the_admin_shows_decisions_with_the_answer_and_check_output(
+    admin_client, api, operator_api, workspace
+):
+    task_id = started_task(operator_api, api, {"checks": [echo_check("unit", "echo 41 passed")]})
     body = api.post(f"/api/v1/tasks/{task_id}/complete", {"answer": "trust me"}, format="json").json()
     request_id = body["completion"]["request_id"]
     page = admin_client.get(

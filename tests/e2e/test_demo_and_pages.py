@@ -6,6 +6,7 @@ session and a CSRF token."""
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 from django.contrib import admin
@@ -15,7 +16,7 @@ from django.urls import reverse
 from context_app.models import WorldItem
 from context_app.resolution.models import BundleItem, Escalation, Grant
 from nexum.eventstore.models import Event
-from tasks_app.models import Task
+from tasks_app.models import AgentToken, Task
 from tests.e2e.conftest import STAFF
 
 pytestmark = [pytest.mark.django_db]
@@ -65,7 +66,12 @@ def test_every_admin_page_and_the_escalation_ui_answer_without_error(
     from django.test import RequestFactory
 
     settings.DEBUG = True  # nexum_demo (what `make run` calls) runs only in development
-    call_command("nexum_demo", stdout=io.StringIO())
+    printed = io.StringIO()
+    call_command("nexum_demo", stdout=printed)
+    assert settings.NEXUM_DEMO_TOKEN in printed.getvalue()
+    assert settings.NEXUM_DEMO_OPERATOR_TOKEN in printed.getvalue()
+    roles = dict(AgentToken.objects.filter(project__slug="demo").values_list("name", "role"))
+    assert roles == {"demo-agent": "agent", "demo-operator": "operator"}
 
     request = RequestFactory().get("/admin/")
     request.user = staff_user
@@ -100,6 +106,13 @@ def test_every_admin_page_and_the_escalation_ui_answer_without_error(
         "Recent gate decisions",
     ):
         assert heading in index
+    # staleness in human time: the stale ticket on its escalation page, the source's TTL in the admin
+    stale = Escalation.objects.get(kind="stale_only")
+    page = staff_client.get(reverse("ui:escalation", args=[stale.id])).content.decode()
+    assert re.search(r"stale: observed \d+ (?:days?|years?) ago \(TTL 30 days\)", page)
+    assert not re.search(r"\d+s ago", page)
+    sources = staff_client.get(reverse("admin:resolution_source_changelist")).content.decode()
+    assert "30 days" in sources
 
 
 def test_the_escalation_ui_needs_a_staff_session_and_a_csrf_token(demo_world, staff_user):

@@ -196,6 +196,31 @@ def test_compaction_folds_the_oldest_progress_and_tool_calls(auth):
     assert services.context_replay(project_id=auth.project_id, digest=outcome.context.digest).matches
 
 
+def test_a_summary_is_as_trusted_as_the_least_trusted_entry_it_folds(project):
+    """An agent's notes folded into a summary stay agent_reported: compaction never launders trust."""
+    from tests.integration.compile_world import load_catalog
+
+    load_catalog(str(project.id))
+    goal = goal_create(
+        project_id=str(project.id), objective="Fix it", tasks=[{"key": "s1", "objective": "x"}], actor="t"
+    )
+    task = Task.objects.get(goal=goal, key="s1")
+    scope = world.scope_resolve(project_id=str(project.id), task_id=str(task.id))
+    for n in range(6):
+        trust = "untrusted_retrieved" if n == 5 else "agent_reported"
+        world.progress_record(
+            scope=scope, text=f"note {n}: " + "tried again " * 30, trust_class=trust, actor="a"
+        )
+    model_overlay_set(
+        project_id=str(project.id), word="local", overlay={"auto_compact_tokens": 200}, actor="op"
+    )
+    services.context_compile(project_id=str(project.id), task_id=str(task.id), model_word="local", actor="a")
+    fold = CompactionFold.objects.get(task_id=task.id)
+    folded = set(WorldItem.objects.filter(id__in=fold.folded_ids).values_list("trust_class", flat=True))
+    assert folded == {"agent_reported"}
+    assert WorldItem.objects.get(id=fold.summary_id).trust_class == "agent_reported"
+
+
 def test_compaction_off_for_the_request_folds_nothing(auth):
     model_overlay_set(
         project_id=auth.project_id, word="local", overlay={"auto_compact_tokens": 1500}, actor="op"

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 
 import pytest
@@ -22,6 +21,7 @@ from nexum.core.errors import ConcurrencyError, Conflict, DomainError, Validatio
 from nexum.eventstore import projections, store
 from nexum.eventstore.models import Event as EventRow
 from nexum.tokenization import UnknownEncoding, counter_for, default_registry
+from tests.tokenizer_files import write_tiktoken
 
 pytestmark = pytest.mark.django_db
 
@@ -108,11 +108,6 @@ def test_an_unknown_encoding_is_refused_at_catalog_load_with_nothing_written(pro
     assert raised.value.code == "unknown_encoding"
     assert raised.value.field == "cards[2].encoding"
     assert events_in(project) == 0
-
-
-def write_tiktoken(path, merges):
-    tokens = [bytes([value]) for value in range(256)] + merges
-    path.write_bytes(b"".join(base64.b64encode(token) + b" %d\n" % rank for rank, token in enumerate(tokens)))
 
 
 def test_an_operator_encoding_from_a_local_file_serves_a_card(project, tmp_path, settings):

@@ -8,11 +8,13 @@ from django.db import transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from nexum.core.roles import ROLES
 from nexum.eventstore import projections, store
 from tasks_app.models import AgentToken, Project
 from tasks_app.services import agent_token_issue, agent_token_revoke, project_create
 
-# A random world: create projects, issue tokens in any project so far, revoke any token so far.
+# A random world: create projects, issue agents' and operators' tokens in any project so far, revoke any
+# token so far.
 commands = st.lists(
     st.one_of(
         st.tuples(st.just("project"), st.integers(0, 10_000)),
@@ -32,7 +34,12 @@ def run(script) -> None:
             if not Project.objects.filter(slug=f"p{n}").exists():
                 project_create(slug=f"p{n}", name=f"Project {n}", actor="test")
         elif kind == "token":
-            agent_token_issue(project_id=str(projects[n % len(projects)].id), name=f"agent-{step}", actor="t")
+            agent_token_issue(
+                project_id=str(projects[n % len(projects)].id),
+                name=f"caller-{step}",
+                role=ROLES[n % len(ROLES)],
+                actor="t",
+            )
         elif tokens:
             agent_token_revoke(token_id=str(tokens[n % len(tokens)].id), reason="test", actor="test")
 
@@ -104,3 +111,35 @@ def test_an_old_schema_version_in_the_log_is_upcast_on_read_and_rebuild():
     assert stored.event.description == ""
     projections.rebuild()
     assert Project.objects.get(slug="legacy").description == ""
+
+
+@pytest.mark.django_db
+def test_a_token_issued_before_roles_rebuilds_as_an_agents_token():
+    """An AgentTokenIssued stored at schema version 1 (no role) is an agent's token, live and rebuilt."""
+    from django.utils import timezone
+
+    from nexum.eventstore.models import Event as EventRow
+
+    project = project_create(slug="legacy", name="Legacy", actor="test")
+    EventRow.objects.create(
+        stream_id=f"project-{project.id}",
+        version=2,
+        event_type="AgentTokenIssued",
+        schema_version=1,
+        data={
+            "token_id": "5b0b1c1e-0000-4000-8000-000000000002",
+            "name": "old-agent",
+            "key_prefix": "nx_old",
+            "key_sha256": "a" * 64,
+        },
+        metadata={"actor": "v1"},
+        project_id=str(project.id),
+        recorded_at=timezone.now(),
+    )
+    projections.rebuild()
+    assert AgentToken.objects.get(name="old-agent").role == "agent"
+    issued = agent_token_issue(project_id=str(project.id), name="planner", role="operator", actor="test")
+    assert issued.token.role == "operator"
+    live = projections.snapshot()
+    projections.rebuild()
+    assert projections.snapshot() == live

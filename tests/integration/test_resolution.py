@@ -4,6 +4,7 @@ unreachable sources, the plan gate, determinism and what orchestration carries."
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import Counter
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 from django.db import transaction
 
+from context_app.compilation import services as compilation
 from context_app.resolution import selectors, services
 from context_app.resolution.models import BundleItem, Escalation, Retrieval
 from nexum.core.budgets import ModelBudget
@@ -27,6 +29,7 @@ from nexum.eventstore import projections
 from nexum.eventstore.models import Event as EventRow
 from nexum.tokenization import counter_for
 from tasks_app import services as task_services
+from tests.integration.compile_world import load_catalog
 from tests.unit.test_trust import INJECTIONS
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -60,13 +63,21 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
+@pytest.fixture(autouse=True)
+def source_roots(settings, tmp_path) -> None:
+    """File sources in these tests read from tmp_path."""
+    settings.NEXUM_SOURCE_ROOTS = [tmp_path]
+
+
 @pytest.fixture
-def http() -> Iterator[str]:
+def http(settings) -> Iterator[str]:
+    """A local JSON server, on the operator's allowlist."""
     _Routes.documents, _Routes.hits, _Routes.delay = {}, Counter(), {}
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    settings.NEXUM_SOURCE_HTTP_ALLOW = [f"127.0.0.1:{server.server_address[1]}"]
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
@@ -528,10 +539,19 @@ def test_a_stale_answer_for_a_low_risk_step_is_included_and_marked(project, http
     bundle = resolve(project, task).bundle
 
     item = bundle["items"][0]
-    assert item["stale"] is True and "TTL" in item["stale_reason"] and "stale" in item["labels"]
+    assert item["stale"] is True and "stale" in item["labels"]
+    assert re.fullmatch(r"observed \d+ (?:days?|years?) ago \(TTL 1 hour\)", item["stale_reason"])
     assert bundle["complete"] is True and bundle["stop_reason"] == "answered"
     assert not Escalation.objects.exists()
     assert start(project, task).state == "running"
+
+    # the prompt says it in human time too, read from the bundle (never the clock): replay matches
+    load_catalog(str(project.id))
+    context = compilation.context_compile(
+        project_id=str(project.id), task_id=str(task.id), model_word="frontier", actor="agent:a"
+    ).context
+    assert f"calendar:{item['locator']}; stale: {item['stale_reason']}" in context.prompt_block
+    assert compilation.context_replay(project_id=str(project.id), digest=context.digest).matches
 
 
 # --- unreachable sources (R11) ------------------------------------------------------------------------------

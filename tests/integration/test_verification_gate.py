@@ -36,7 +36,7 @@ def workspace(tmp_path, settings, project) -> Path:
     settings.NEXUM_WORKSPACE_ROOT = root
     settings.NEXUM_ARTIFACT_ROOT = tmp_path / "artifacts"
     settings.NEXUM_CHECK_EXECUTABLES = [PYTHON, "sh", "true", "false"]
-    return runner.project_workspace(str(project.id))
+    return runner.workspace_folder(str(project.id))
 
 
 @pytest.fixture
@@ -314,7 +314,7 @@ def test_a_working_directory_outside_the_workspace_is_refused(project, workspace
 @NEEDS_BWRAP
 @pytest.mark.django_db
 def test_project_a_cannot_see_or_write_project_b_workspace(project, other_project, workspace):
-    theirs = runner.project_workspace(str(other_project.id))
+    theirs = runner.workspace_folder(str(other_project.id))
     (theirs / "secret.txt").write_text("globex only\n")
     probe = (
         f"cat {theirs}/secret.txt /workspace/../{other_project.slug}/secret.txt peek/secret.txt;"
@@ -375,7 +375,7 @@ def test_manage_py_check_says_when_checks_cannot_be_sandboxed(settings, monkeypa
     settings.NEXUM_SANDBOX = "none"
     assert [message.id for message in sandbox_ready()] == ["nexum.W002"]
     settings.NEXUM_SANDBOX = "off"
-    assert [message.id for message in sandbox_ready()] == ["nexum.E001"]
+    assert [message.id for message in sandbox_ready()] == ["nexum.E004"]
 
 
 @pytest.mark.django_db

@@ -1,9 +1,9 @@
-"""The core stays framework-free: no module under nexum/core imports Django, DRF, Celery or tiktoken."""
+"""The core stays framework-free: no module under nexum/core imports Django, DRF, Celery or a tokenizer."""
 
 import ast
 from pathlib import Path
 
-FORBIDDEN = {"django", "rest_framework", "celery", "tiktoken", "kombu", "psycopg"}
+FORBIDDEN = {"django", "rest_framework", "celery", "tiktoken", "tokenizers", "kombu", "psycopg"}
 CORE = Path(__file__).resolve().parents[2] / "nexum" / "core"
 
 

@@ -12,7 +12,7 @@ from nexum.core.events import (
     upcast,
     validate_event,
 )
-from nexum.core.projects import ProjectCreated
+from nexum.core.projects import AgentTokenIssued, ProjectCreated
 
 
 @event_type("TestShaped")
@@ -84,6 +84,13 @@ def test_project_created_v1_is_upcast_to_v2():
     assert upcast("ProjectCreated", 1, stored_v1) == {**stored_v1, "description": ""}
     event = event_from_data("ProjectCreated", stored_v1, schema_version=1)
     assert event == ProjectCreated(project_id="p", slug="acme", name="Acme", description="")
+
+
+def test_agent_token_issued_v1_is_upcast_to_an_agents_token():
+    assert AgentTokenIssued.schema_version == 2
+    stored_v1 = {"token_id": "t", "name": "bot", "key_prefix": "nx_abc", "key_sha256": "0" * 64}
+    event = event_from_data("AgentTokenIssued", stored_v1, schema_version=1)
+    assert event == AgentTokenIssued(**stored_v1, role="agent")
 
 
 def test_a_schema_newer_than_the_code_is_refused():

@@ -39,6 +39,13 @@ def test_gaps_escalate_once_and_resolved_gaps_stay_resolved():
     assert [gap.key for gap in fresh.to_open] == [a.key, b.key]
 
 
+def test_a_narrowed_resolve_opens_gaps_but_closes_none():
+    a = Escalation(kind="conflict", missing="which port", reason="r", conflict_group="g1")
+    b = Escalation(kind="unanswered", missing="an answer to: who", reason="r")
+    plan = core.plan_escalations([b], open_by_key={a.key: "e1"}, resolved_keys=(), narrowed=True)
+    assert plan.to_close == () and plan.still_open == ("e1",) and plan.to_open == (b,)
+
+
 def test_the_plan_gate_is_closed_only_by_open_escalations_without_override():
     core.decide_plan_gate(
         has_bundle=False, complete=False, open_escalations=[{"kind": "x"}], overridden=False

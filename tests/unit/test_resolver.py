@@ -252,7 +252,12 @@ def test_untrusted_items_are_labelled_and_signed_claims_checked():
 def test_staleness_by_ttl_and_by_revision():
     old = item("repo", "a", "x", observed_at=NOW - timedelta(hours=2), revision="r1")
     assert staleness_of(old, Freshness(ttl_seconds=3600), None, NOW)[0]
-    assert "TTL" in staleness_of(old, Freshness(ttl_seconds=3600), None, NOW)[1]
+    assert staleness_of(old, Freshness(ttl_seconds=3600), None, NOW)[1] == "observed 2 hours ago (TTL 1 hour)"
+    ancient = item("tickets", "AUTH-117", "x", observed_at=NOW - timedelta(seconds=91204813))
+    assert staleness_of(ancient, Freshness(ttl_seconds=30 * 86400), None, NOW) == (
+        True,
+        "observed 3 years ago (TTL 30 days)",
+    )
     assert staleness_of(old, Freshness(ttl_seconds=3 * 3600), None, NOW) == (False, None)
     stale, reason = staleness_of(old, Freshness(track_revision=True), "r2", NOW)
     assert stale and "r1" in reason and "r2" in reason

@@ -208,30 +208,35 @@ def test_when_the_worker_is_killed_the_check_dies_with_it(tmp_path: Path) -> Non
             worker.wait()
 
 
-def test_on_start_gives_a_pid_whose_kill_ends_the_whole_check(tmp_path: Path) -> None:
+def test_on_start_names_the_check_so_kill_leftover_group_ends_all_of_it(tmp_path: Path) -> None:
+    """What a lease does when its holder lost it (issue 13): record the pid on_start gives, later kill the
+    check by it. kill_leftover_group returns only once nothing of the sandbox lives."""
     marker = new_marker()
-    started: list[int] = []
-    programs: list[bytes] = []
+    started: list[tuple[int, int | None, bytes]] = []
+    remaining: list[list[int]] = []
 
-    def kill_when_running(pid: int) -> None:
-        started.append(pid)
-        programs.append(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0])
+    def record_then_kill(pid: int) -> None:
+        program = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+        started.append((pid, sandbox.process_start_ticks(pid), program))
 
-        def killer() -> None:
+        def supervisor() -> None:
             wait_until(lambda: len(live_sleepers(marker)) == 2, timeout_s=20)
-            os.kill(pid, signal.SIGKILL)
+            assert sandbox.kill_leftover_group(pid, started[0][1]) == []
+            remaining.append(live_sleepers(marker))
 
-        threading.Thread(target=killer, daemon=True).start()
+        threading.Thread(target=supervisor, daemon=True).start()
 
     script = f"setsid sleep {marker} & sleep {marker}"
     began = time.monotonic()
     result = run_command(
-        check("sh", "-c", script, timeout_s=60), policy_for(tmp_path, "sh"), on_start=kill_when_running
+        check("sh", "-c", script, timeout_s=60), policy_for(tmp_path, "sh"), on_start=record_then_kill
     )
     assert time.monotonic() - began < 20
     assert (result.reason, result.exit_code) == ("crashed", -signal.SIGKILL)
-    assert len(started) == 1 and programs[0].endswith(b"bwrap")  # the sandbox's outermost process
-    assert live_sleepers(marker) == []
+    [(pid, _, program)] = started
+    assert program.endswith(b"bwrap")  # the sandbox's outermost process, leader of its own group
+    assert wait_until(lambda: remaining != [], timeout_s=5) and remaining == [[]]
+    assert sandbox.kill_leftover_group(pid, 12345) == []  # a pid with another start time is left alone
 
 
 def test_the_cpu_limit_ends_a_busy_loop_as_a_timeout(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from nexum.core.resolver import (
     resolve_bundle,
 )
 from nexum.core.trust import TrustClass
+from nexum.source_policy import SourcePolicy
 from nexum.sources import (
     DocsSource,
     FolderSource,
@@ -41,6 +42,12 @@ from nexum.sources import (
 )
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def policy(tmp_path) -> SourcePolicy:
+    """Sources may read inside tmp_path and fetch from 127.0.0.1 on any port (the test servers)."""
+    return SourcePolicy.build(roots=[tmp_path], http_allow=["127.0.0.1"])
 
 
 def clock() -> datetime:
@@ -77,7 +84,7 @@ class EchoSource(Source):
     kind = "echo_test"
 
     @classmethod
-    def from_config(cls, name, config, *, clock=clock):
+    def from_config(cls, name, config, *, policy, clock=clock):
         return cls(
             name, clock=clock, **cls.common_options(config, default_freshness=Freshness(ttl_seconds=60))
         )
@@ -88,33 +95,36 @@ class EchoSource(Source):
         ]
 
 
-def test_builtin_kinds_are_registered_and_a_new_kind_plugs_in():
+def test_builtin_kinds_are_registered_and_a_new_kind_plugs_in(policy):
     assert {"folder", "docs", "tickets_json", "http_json"} <= set(source_kinds())
     register_source_kind("echo_test", EchoSource)
     register_source_kind("echo_test", EchoSource)  # idempotent
-    source = build_source("echo_test", "echo", {"scopes": ["*"]}, clock=clock)
+    source = build_source("echo_test", "echo", {"scopes": ["*"]}, policy=policy, clock=clock)
     assert source.spec.kind == "echo_test" and source.spec.freshness.ttl_seconds == 60
     assert fetch(source, "hello", ["*"], 5).items[0].text == "hello"
     with pytest.raises(ValidationFailed):
         register_source_kind("echo_test", FolderSource)
     with pytest.raises(ValidationFailed):
-        build_source("nope", "x", {})
+        build_source("nope", "x", {}, policy=policy)
 
 
-def test_build_source_refuses_unknown_options_and_too_much_trust(tmp_path):
+def test_build_source_refuses_unknown_options_and_too_much_trust(tmp_path, policy):
     with pytest.raises(ValidationFailed) as error:
-        build_source("folder", "repo", {"path": str(tmp_path), "colour": "red"})
+        build_source("folder", "repo", {"path": str(tmp_path), "colour": "red"}, policy=policy)
     assert error.value.field == "colour"
     with pytest.raises(ValidationFailed):
-        build_source("folder", "repo", {"path": str(tmp_path), "highest_trust": "kernel"})
+        build_source("folder", "repo", {"path": str(tmp_path), "highest_trust": "kernel"}, policy=policy)
     with pytest.raises(ValidationFailed):
         build_source(
-            "http_json", "web", {"url": "http://127.0.0.1:1/", "highest_trust": "repository_authored"}
+            "http_json",
+            "web",
+            {"url": "http://127.0.0.1:1/", "highest_trust": "repository_authored"},
+            policy=policy,
         )
     with pytest.raises(ValidationFailed):
-        build_source("http_json", "web", {"url": "file:///etc/passwd"})
+        build_source("http_json", "web", {"url": "file:///etc/passwd"}, policy=policy)
     with pytest.raises(ValidationFailed):
-        build_source("folder", "repo", {"path": str(tmp_path / "missing")})
+        build_source("folder", "repo", {"path": str(tmp_path / "missing")}, policy=policy)
 
 
 # --- folder -----------------------------------------------------------------------------------------------
@@ -137,8 +147,8 @@ def project(tmp_path):
     return root
 
 
-def test_folder_retrieves_matching_chunks_within_a_path_scope(project):
-    source = FolderSource("repo", project, clock=clock, chunk_lines=3)
+def test_folder_retrieves_matching_chunks_within_a_path_scope(project, policy):
+    source = FolderSource("repo", project, policy=policy, clock=clock, chunk_lines=3)
     items = source.retrieve("which port does the server use", ["src/"], 10)
     assert items
     assert all(i.locator.startswith("src/") for i in items)
@@ -154,20 +164,20 @@ def test_folder_retrieves_matching_chunks_within_a_path_scope(project):
 
 
 @pytest.mark.parametrize("scope", ["../outside", "../", "src/../../outside", "/etc", "..\\outside"])
-def test_folder_refuses_scopes_that_climb_out(project, scope):
-    source = FolderSource("repo", project, clock=clock)
+def test_folder_refuses_scopes_that_climb_out(project, scope, policy):
+    source = FolderSource("repo", project, policy=policy, clock=clock)
     with pytest.raises(ValidationFailed):
         source.retrieve("port", [scope], 10)
     with pytest.raises(ValidationFailed):
         source.read(scope if scope != "../" else "../outside/secret.txt")
 
 
-def test_folder_never_follows_symlinks_out_of_the_folder(project):
+def test_folder_never_follows_symlinks_out_of_the_folder(project, policy):
     outside = project.parent / "outside"
     (project / "src" / "leak.txt").symlink_to(outside / "secret.txt")
     (project / "linked_dir").symlink_to(outside, target_is_directory=True)
     (project / "src" / "inside_link.py").symlink_to(project / "src" / "util.py")
-    source = FolderSource("repo", project, clock=clock)
+    source = FolderSource("repo", project, policy=policy, clock=clock)
     texts = [i.text for i in source.retrieve("port secret hunter2 slugify", ["*"], 100)]
     assert not any("hunter2" in text for text in texts)
     assert any("slugify" in text for text in texts)  # a link that stays inside is fine
@@ -178,8 +188,8 @@ def test_folder_never_follows_symlinks_out_of_the_folder(project):
     assert "slugify" in source.read("src/inside_link.py")
 
 
-def test_folder_revision_is_a_content_hash_that_moves_when_files_change(project):
-    source = FolderSource("repo", project, clock=clock)
+def test_folder_revision_is_a_content_hash_that_moves_when_files_change(project, policy):
+    source = FolderSource("repo", project, policy=policy, clock=clock)
     before = source.current_revision()
     assert before == source.current_revision()
     (project / "src" / "util.py").write_text("def slugify(text):\n    return text.upper()\n")
@@ -201,12 +211,12 @@ def _git(root, *args):
     )
 
 
-def test_folder_revision_is_the_head_commit_in_a_git_repository(project):
+def test_folder_revision_is_the_head_commit_in_a_git_repository(project, policy):
     _git(project, "init", "-q")
     _git(project, "add", "-A")
     _git(project, "commit", "-q", "-m", "first")
     head = _git(project, "rev-parse", "HEAD").stdout.strip()
-    source = FolderSource("repo", project, clock=clock)
+    source = FolderSource("repo", project, policy=policy, clock=clock)
     assert source.current_revision() == f"git:{head}"
     assert source.retrieve("port", ["*"], 1)[0].revision == f"git:{head}"
     assert not any(i.locator.startswith(".git/") for i in source.retrieve("", ["*"], 1000))
@@ -263,10 +273,10 @@ def test_split_markdown_by_heading_ignoring_code_and_front_matter():
     assert "title: Operations" in sections[()]
 
 
-def test_docs_source_gives_one_item_per_section_with_the_heading_path(tmp_path):
+def test_docs_source_gives_one_item_per_section_with_the_heading_path(tmp_path, policy):
     (tmp_path / "ops.md").write_text(GUIDE)
     (tmp_path / "notes.txt").write_text("port port port")
-    source = DocsSource("docs", tmp_path, clock=clock)
+    source = DocsSource("docs", tmp_path, policy=policy, clock=clock)
     items = source.retrieve("port", ["*"], 10)
     assert items[0].subject == "Operations > Deploy > Port"
     assert items[0].locator == "ops.md#port"
@@ -281,7 +291,7 @@ def test_docs_source_gives_one_item_per_section_with_the_heading_path(tmp_path):
 # --- tickets_json -----------------------------------------------------------------------------------------
 
 
-def test_tickets_json_filters_by_scope_and_matches_terms(tmp_path):
+def test_tickets_json_filters_by_scope_and_matches_terms(tmp_path, policy):
     path = tmp_path / "tickets.json"
     path.write_text(
         json.dumps(
@@ -314,7 +324,7 @@ def test_tickets_json_filters_by_scope_and_matches_terms(tmp_path):
             }
         )
     )
-    source = build_source("tickets_json", "tickets", {"path": str(path)}, clock=clock)
+    source = build_source("tickets_json", "tickets", {"path": str(path)}, policy=policy, clock=clock)
     items = source.retrieve("port", ["*"], 10)
     assert [i.subject for i in items] == ["ticket:OPS-1", "ticket:OPS-2"]
     assert items[0].observed_at == datetime(2025, 5, 1, tzinfo=UTC)
@@ -325,13 +335,13 @@ def test_tickets_json_filters_by_scope_and_matches_terms(tmp_path):
     assert source.current_revision().startswith("sha256:")
 
 
-def test_tickets_json_that_is_missing_or_malformed_is_a_source_failure(tmp_path):
-    missing = TicketsJsonSource("tickets", tmp_path / "absent.json", clock=clock)
+def test_tickets_json_that_is_missing_or_malformed_is_a_source_failure(tmp_path, policy):
+    missing = TicketsJsonSource("tickets", tmp_path / "absent.json", policy=policy, clock=clock)
     assert fetch(missing, "x", ["*"], 5).error_kind == "unreachable"
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(SourceResponseRejected):
-        TicketsJsonSource("tickets", bad, clock=clock).retrieve("x", ["*"], 5)
+        TicketsJsonSource("tickets", bad, policy=policy, clock=clock).retrieve("x", ["*"], 5)
 
 
 # --- http_json --------------------------------------------------------------------------------------------
@@ -395,9 +405,11 @@ def http_base() -> Iterator[tuple[str, ThreadingHTTPServer]]:
         thread.join(timeout=5)
 
 
-def test_http_json_items_are_untrusted_and_injections_labelled(http_base):
+def test_http_json_items_are_untrusted_and_injections_labelled(http_base, policy):
     base, server = http_base
-    source = build_source("http_json", "web", {"url": f"{base}/items", "timeout": 2}, clock=clock)
+    source = build_source(
+        "http_json", "web", {"url": f"{base}/items", "timeout": 2}, policy=policy, clock=clock
+    )
     assert source.highest_trust is TrustClass.untrusted_retrieved
     items = source.retrieve("rate limit", ["public"], 10)
     assert [i.locator for i in items] == ["https://x/1", "2"]
@@ -407,9 +419,9 @@ def test_http_json_items_are_untrusted_and_injections_labelled(http_base):
     assert server.queries[-1] == {"q": ["rate limit"], "limit": ["10"], "scope": ["public"]}
 
 
-def test_http_json_timeout_raises_source_unavailable(http_base):
+def test_http_json_timeout_raises_source_unavailable(http_base, policy):
     base, _server = http_base
-    source = HttpJsonSource("web", f"{base}/slow", timeout=0.3, clock=clock)
+    source = HttpJsonSource("web", f"{base}/slow", policy=policy, timeout=0.3, clock=clock)
     started = time.monotonic()
     with pytest.raises(SourceUnavailable) as error:
         source.retrieve("x", ["*"], 5)
@@ -419,39 +431,41 @@ def test_http_json_timeout_raises_source_unavailable(http_base):
     assert result.error_kind == "timeout" and "timed out" in result.error
 
 
-def test_http_json_connection_refused_and_server_errors_are_unavailable(http_base):
+def test_http_json_connection_refused_and_server_errors_are_unavailable(http_base, policy):
     base, _server = http_base
     with pytest.raises(SourceUnavailable):
-        HttpJsonSource("web", f"{base}/error", timeout=2, clock=clock).retrieve("x", ["*"], 5)
-    refused = HttpJsonSource("web", "http://127.0.0.1:9/", timeout=1, clock=clock)  # the discard port
+        HttpJsonSource("web", f"{base}/error", policy=policy, timeout=2, clock=clock).retrieve("x", ["*"], 5)
+    refused = HttpJsonSource(
+        "web", "http://127.0.0.1:9/", policy=policy, timeout=1, clock=clock
+    )  # the discard port
     with pytest.raises(SourceUnavailable):
         refused.retrieve("x", ["*"], 5)
 
 
 @pytest.mark.parametrize("path", ["/big", "/bigchunked"])
-def test_http_json_oversize_is_refused(http_base, path):
+def test_http_json_oversize_is_refused(http_base, path, policy):
     base, _server = http_base
-    source = HttpJsonSource("web", f"{base}{path}", timeout=2, max_bytes=1000, clock=clock)
+    source = HttpJsonSource("web", f"{base}{path}", policy=policy, timeout=2, max_bytes=1000, clock=clock)
     with pytest.raises(SourceResponseRejected) as error:
         source.retrieve("x", ["*"], 5)
     assert error.value.kind == "too_large"
     assert fetch(source, "x", ["*"], 5).error_kind == "too_large"
 
 
-def test_http_json_malformed_is_refused(http_base):
+def test_http_json_malformed_is_refused(http_base, policy):
     base, _server = http_base
     with pytest.raises(SourceResponseRejected):
-        HttpJsonSource("web", f"{base}/broken", timeout=2, clock=clock).retrieve("x", ["*"], 5)
+        HttpJsonSource("web", f"{base}/broken", policy=policy, timeout=2, clock=clock).retrieve("x", ["*"], 5)
 
 
 # --- end to end through the rules -------------------------------------------------------------------------
 
 
-def test_plan_fetch_resolve_with_a_source_down(project, http_base):
+def test_plan_fetch_resolve_with_a_source_down(project, http_base, policy):
     base, _server = http_base
     sources = [
-        FolderSource("repo", project, clock=clock, declared_scopes=("src/", "docs/")),
-        HttpJsonSource("web", f"{base}/slow", timeout=0.3, clock=clock),
+        FolderSource("repo", project, policy=policy, clock=clock, declared_scopes=("src/", "docs/")),
+        HttpJsonSource("web", f"{base}/slow", policy=policy, timeout=0.3, clock=clock),
     ]
     by_name = {s.name: s for s in sources}
     grant = Grant({"repo": ("src/",), "web": ("*",)}, expires_at=NOW + timedelta(hours=1))

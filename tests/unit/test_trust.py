@@ -13,6 +13,7 @@ from nexum.core.trust import (
     DOWNGRADE_BAD_SIGNATURE,
     DOWNGRADE_MISSING_SIGNATURE,
     DOWNGRADE_NO_KEY,
+    TRUST_CLASSES,
     TrustClass,
     cap_trust,
     effective_trust,
@@ -33,6 +34,7 @@ ITEM = {"text": "Deploys need two approvals.", "subject": "deploy policy", "loca
 def test_trust_classes_are_ordered_lowest_to_highest():
     ordered = [
         TrustClass.untrusted_retrieved,
+        TrustClass.agent_reported,
         TrustClass.repository_authored,
         TrustClass.signed_skill,
         TrustClass.signed_policy,
@@ -40,6 +42,7 @@ def test_trust_classes_are_ordered_lowest_to_highest():
     ]
     assert sorted(reversed(ordered)) == ordered
     assert all(a < b for a, b in itertools.pairwise(ordered))
+    assert tuple(trust.name for trust in ordered) == TRUST_CLASSES
 
 
 def test_trust_class_is_stored_by_name_and_parsed_back():
@@ -130,6 +133,7 @@ def test_unsigned_classes_need_no_signature():
 
 def test_only_repository_authored_and_above_is_authoritative():
     assert not is_authoritative(TrustClass.untrusted_retrieved)
+    assert not is_authoritative(TrustClass.agent_reported)
     assert all(is_authoritative(t) for t in TrustClass if t >= TrustClass.repository_authored)
 
 
@@ -141,6 +145,12 @@ def test_require_authority_refuses_untrusted_content(action):
         require_authority(TrustClass.untrusted_retrieved, action)
     assert error.value.code == "untrusted_content"
     assert error.value.details == {"trust_class": "untrusted_retrieved", "action": action}
+
+
+def test_what_an_agent_reported_is_never_authority():
+    with pytest.raises(PolicyRefused) as error:
+        require_authority([TrustClass.repository_authored, TrustClass.agent_reported], "contract.change")
+    assert error.value.details == {"trust_class": "agent_reported", "action": "contract.change"}
 
 
 def test_require_authority_allows_authored_content_and_the_lowest_of_several_decides():

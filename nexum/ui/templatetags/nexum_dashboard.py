@@ -1,5 +1,5 @@
-"""``{% nexum_dashboard %}``: the operators' overview on the admin index (open escalations, running and
-blocked tasks, recent compiles and gate decisions)."""
+"""``{% nexum_dashboard %}``: the operators' overview on the admin index (stuck requests, open escalations,
+running and blocked tasks, recent compiles and gate decisions)."""
 
 from __future__ import annotations
 

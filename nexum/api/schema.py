@@ -1,0 +1,33 @@
+"""The OpenAPI schema says which operations need an operator token, from the same ``operator_only``
+declarations ``nexum.api.auth.OperatorOnlyOperations`` enforces: the operation's description says so, it
+carries ``x-nexum-role: operator`` (or ``x-nexum-operator-fields`` when only some body members need one) and
+documents its 403."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.openapi import AutoSchema
+
+from nexum.api.auth import operator_rule
+from nexum.core.roles import OPERATOR
+
+
+class RoleAwareSchema(AutoSchema):
+    def get_operation(self, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
+        operation = super().get_operation(*args, **kwargs)
+        rule = operator_rule(self.view, self.method)
+        if operation is None or rule is None:
+            return operation
+        if rule.fields:
+            members = ", ".join(f"`{name}`" for name in rule.fields)
+            note = f"A body with {members} needs an operator token ({rule.action}); an agent token gets 403."
+            operation["x-nexum-operator-fields"] = list(rule.fields)
+        else:
+            note = f"Needs an operator token ({rule.action}); an agent token gets 403 `forbidden`."
+            operation["x-nexum-role"] = OPERATOR
+        operation["description"] = "\n\n".join(filter(None, [operation.get("description"), note]))
+        operation["responses"].setdefault(
+            "403", {"description": "forbidden: this operation needs an operator token"}
+        )
+        return operation

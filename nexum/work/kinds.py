@@ -1,0 +1,38 @@
+"""Kinds of requests that are dispatched to workers and leased while they run.
+
+A kind names the Celery task that answers one request (it takes the request id only) and where the requests
+of that kind live: a read model whose rows carry ``requested_at``, ``project_id`` and ``task_id``, and the
+condition that says a row is still pending. Each app declares its kinds beside its tasks; settings list them
+(``NEXUM_WORK_KINDS``), so the dispatcher, ``nexum_requeue`` and the dashboard know every kind without
+importing the apps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Model, Q
+from django.utils.module_loading import import_string
+
+
+@dataclass(frozen=True)
+class WorkKind:
+    name: str
+    task: Any  # the Celery task answering one request: ``task(request_id)``
+    model: type[Model]
+    id_field: str
+    pending: Q
+
+    def key(self, request_id: object) -> str:
+        return f"{self.name}:{request_id}"
+
+    @property
+    def admin_change_url_name(self) -> str:
+        meta = self.model._meta
+        return f"admin:{meta.app_label}_{meta.model_name}_change"
+
+
+def work_kinds() -> list[WorkKind]:
+    return [import_string(path) for path in settings.NEXUM_WORK_KINDS]

@@ -1,0 +1,434 @@
+"""Work in flight (issue 13) without a worker: a request accepted while the broker is down, the dispatcher's
+pacing, leases and their takeovers, fenced writes, ``nexum_requeue``, ``nexum_dispatcher`` and the stuck list.
+
+The broker here is a stand-in whose ``up`` flag decides whether a publish raises what kombu raises for a
+refused connection; the tests with a real worker, Redis and PostgreSQL are in ``test_faults.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import InterfaceError, OperationalError
+from django.utils import timezone
+from kombu.exceptions import OperationalError as BrokerOperationalError
+
+from context_app.compilation.tasks import COMPILE, compile_requested
+from context_app.resolution.tasks import resolve_context
+from nexum.celery import app
+from nexum.eventstore.models import Event as EventRow
+from nexum.sandbox import process_start_ticks
+from nexum.work import leases
+from nexum.work.dispatch import dispatch_due
+from nexum.work.models import Work
+from tasks_app import services as task_services
+from tasks_app.models import Task
+from tests.api.test_foundation_api import assert_error
+from tests.integration.compile_world import load_catalog
+from verification_app import runner, services
+from verification_app.models import CheckRun, CompletionRequest
+from verification_app.tasks import COMPLETION, run_completion
+
+
+class StandInBroker:
+    """Records what is sent while ``up``; raises kombu's connection error while down."""
+
+    def __init__(self) -> None:
+        self.up = False
+        self.sent: list[tuple[str, tuple, dict | None]] = []
+
+    def publisher(self, name: str):
+        def apply_async(args=(), kwargs=None, **options):
+            if not self.up:
+                raise BrokerOperationalError("Error 111 connecting to 127.0.0.1:6399. Connection refused.")
+            self.sent.append((name, tuple(args or ()), kwargs))
+
+        return apply_async
+
+
+@pytest.fixture
+def broker(monkeypatch):
+    """A broker that is down until ``broker.up = True``; Celery is not eager (as with a real broker)."""
+    stand_in = StandInBroker()
+    app.conf.task_always_eager = False  # the conftest fixture restores it
+    for task in (run_completion, compile_requested, resolve_context):
+        monkeypatch.setattr(task, "apply_async", stand_in.publisher(task.name))
+    return stand_in
+
+
+def started_task(project, contract: dict) -> Task:
+    goal = task_services.goal_create(
+        project_id=str(project.id),
+        objective="Ship",
+        tasks=[{"key": "s1", "objective": "Build"}],
+        contracts={"s1": contract},
+        actor="planner",
+    )
+    task = Task.objects.get(goal=goal, key="s1")
+    return task_services.task_start(project_id=str(project.id), task_id=str(task.id), actor="agent")
+
+
+ECHO = {"checks": [{"kind": "command", "name": "unit", "argv": ["sh", "-c", "echo ok"]}]}
+
+
+def pending_completion(project) -> CompletionRequest:
+    task = started_task(project, ECHO)
+    result = services.completion_request(
+        project_id=str(project.id), task_id=str(task.id), answer="done", actor="agent"
+    )
+    assert result.outcome == "pending" and result.request is not None
+    return result.request
+
+
+def later(seconds: float):
+    return timezone.now() + timedelta(seconds=seconds)
+
+
+# --- the log is the outbox: accepted while the broker is down, sent by the dispatcher -----------------------
+
+
+@pytest.mark.django_db
+def test_a_completion_accepted_while_the_broker_is_down_is_202_and_the_dispatcher_sends_it(
+    api, project, workspace, broker, settings, caplog, django_capture_on_commit_callbacks
+):
+    task = started_task(project, ECHO)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = api.post(f"/api/v1/tasks/{task.id}/complete", {"answer": "done"}, format="json")
+    assert response.status_code == 202, response.content
+    request_id = response.json()["completion"]["request_id"]
+    assert response.json()["outcome"] == "pending"
+    assert "could not send nexum.verification.run_completion" in caplog.text
+    assert not CompletionRequest.objects.get(id=request_id).decided and broker.sent == []
+
+    key = f"completion:{request_id}"
+    assert dispatch_due().sent == []  # not pending for NEXUM_DISPATCH_AFTER_S yet
+    due = later(settings.NEXUM_DISPATCH_AFTER_S + 1)
+    assert dispatch_due(now=due).failed == [key]  # still down: not counted, tried again next pass
+    assert not Work.objects.filter(key=key).exists()
+
+    broker.up = True
+    assert dispatch_due(now=due).sent == [key]
+    assert broker.sent == [("nexum.verification.run_completion", (request_id,), None)]  # the id alone
+    work = Work.objects.get(key=key)
+    assert work.sends == 1 and work.next_send_at == due + timedelta(seconds=settings.NEXUM_DISPATCH_AFTER_S)
+    assert dispatch_due(now=due + timedelta(seconds=1)).sent == []  # paced
+    second = work.next_send_at + timedelta(seconds=1)
+    assert dispatch_due(now=second).sent == [key]
+    work.refresh_from_db()
+    wait = min(2 * settings.NEXUM_DISPATCH_AFTER_S, settings.NEXUM_DISPATCH_BACKOFF_MAX_S)
+    assert work.sends == 2 and work.next_send_at == second + timedelta(seconds=wait)
+
+
+@pytest.mark.django_db
+def test_a_compile_queued_while_the_broker_is_down_is_202_and_sent_by_the_dispatcher(
+    api, project, workspace, broker, settings, django_capture_on_commit_callbacks
+):
+    load_catalog(str(project.id))
+    task = started_task(project, ECHO)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = api.post(
+            f"/api/v1/tasks/{task.id}/compile", {"model": "local", "async": True}, format="json"
+        )
+    assert response.status_code == 202, response.content
+    request_id = response.json()["request_id"]
+    assert api.get(f"/api/v1/compiles/{request_id}").json()["status"] == "queued"
+    broker.up = True
+    assert dispatch_due(now=later(settings.NEXUM_DISPATCH_AFTER_S + 1)).sent == [f"compile:{request_id}"]
+    assert broker.sent == [("nexum.compile_context", (request_id,), None)]
+
+
+@pytest.mark.django_db
+def test_an_async_resolve_with_the_broker_down_is_503_and_writes_nothing(api, project, workspace, broker):
+    task = started_task(project, ECHO)
+    events = EventRow.objects.count()
+    response = api.post(f"/api/v1/tasks/{task.id}/resolve", {"async": True}, format="json")
+    assert_error(response, 503, "broker_unavailable")
+    assert EventRow.objects.count() == events
+    broker.up = True
+    assert api.post(f"/api/v1/tasks/{task.id}/resolve", {"async": True}, format="json").status_code == 202
+
+
+@pytest.mark.django_db
+def test_the_dispatcher_leaves_leased_requests_alone_and_forgets_answered_ones(project, workspace, broker):
+    request = pending_completion(project)
+    key = COMPLETION.key(request.id)
+    Work.objects.create(
+        key=key, kind="completion", request_id=request.id, owner="elsewhere:1:a", expires_at=later(600)
+    )
+    broker.up = True
+    assert dispatch_due(now=later(120)).sent == []
+    Work.objects.filter(key=key).update(expires_at=later(-1))
+    assert dispatch_due(now=later(120)).sent == [key]
+
+    app.conf.task_always_eager = True
+    services.completion_run(request_id=str(request.id))
+    assert dispatch_due().cleaned == 1 and not Work.objects.filter(key=key).exists()
+
+
+# --- leases ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sleeper():
+    """A live process of our own (its own session, as a check runs), killed at the end."""
+    started: list[subprocess.Popen] = []
+
+    def start() -> subprocess.Popen:
+        process = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=10)
+
+
+def holder(
+    request_id: str, process: subprocess.Popen, *, expires_in: float = 600, dies: bool = False, **fields
+) -> Work:
+    """A lease held by ``process`` in this process space (which dies afterwards when ``dies``)."""
+    lease = {
+        "owner": f"elsewhere:{process.pid}:abc",
+        "host": "elsewhere",
+        "process_space": leases.process_space(),
+        "pid": process.pid,
+        "pid_started": process_start_ticks(process.pid),
+        "expires_at": later(expires_in),
+    }
+    key = COMPLETION.key(request_id)
+    work = Work.objects.create(key=key, kind="completion", request_id=request_id, **{**lease, **fields})
+    if dies:
+        process.kill()
+        process.wait(timeout=10)
+    return work
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_live_lease_is_busy_until_it_expires_then_it_is_taken_over(sleeper):
+    request_id = str(uuid.uuid4())
+    holder(request_id, sleeper(), expires_in=30)
+    with pytest.raises(leases.Busy) as busy:
+        leases.acquire(COMPLETION, request_id)
+    assert 29 < busy.value.retry_in_s <= 31
+    Work.objects.update(expires_at=later(-1))
+    lease = leases.acquire(COMPLETION, request_id)
+    try:
+        work = Work.objects.get()
+        assert work.owner == lease.owner and work.pid == os.getpid() and work.takeovers == 1
+        assert work.expires_at > later(0)
+    finally:
+        lease.close(answered=True)
+    assert not Work.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_dead_holder_in_this_process_space_is_taken_over_at_once(sleeper):
+    request_id = str(uuid.uuid4())
+    holder(request_id, sleeper(), dies=True)
+    leases.acquire(COMPLETION, request_id).close(answered=False)
+    work = Work.objects.get()
+    assert work.takeovers == 1 and work.owner == ""
+
+    other_space = str(uuid.uuid4())
+    Work.objects.all().delete()
+    holder(other_space, sleeper(), dies=True, process_space="another boot/pid:[1]")
+    with pytest.raises(leases.Busy):  # a pid of another process space says nothing
+        leases.acquire(COMPLETION, other_space)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_takeover_kills_the_check_a_dead_holder_left_running_before_it_runs(sleeper):
+    request_id = str(uuid.uuid4())
+    check = sleeper()
+    holder(request_id, sleeper(), dies=True, check_name="unit", check_pid=check.pid,
+           check_started=process_start_ticks(check.pid))  # fmt: skip
+    lease = leases.acquire(COMPLETION, request_id)
+    try:
+        assert check.wait(timeout=1) == -signal.SIGKILL  # gone before acquire returned
+    finally:
+        lease.close(answered=False)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reused_pid_is_not_mistaken_for_the_leftover_check(sleeper):
+    request_id = str(uuid.uuid4())
+    unrelated = sleeper()
+    holder(request_id, sleeper(), dies=True, check_name="unit", check_pid=unrelated.pid,
+           check_started=process_start_ticks(unrelated.pid) + 1)  # fmt: skip
+    leases.acquire(COMPLETION, request_id).close(answered=False)
+    assert unrelated.poll() is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_this_process_takes_its_own_stale_lease_over_at_once(monkeypatch):
+    request_id = str(uuid.uuid4())
+    lease = leases.acquire(COMPLETION, request_id)
+
+    def unreachable(self):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    with monkeypatch.context() as patched:  # the database is down when the failed run releases it
+        patched.setattr(leases.Lease, "_mine", unreachable)
+        lease.close(answered=False)
+    assert Work.objects.get().owner == lease.owner
+    retry = leases.acquire(COMPLETION, request_id)  # the retry in the same process
+    try:
+        assert Work.objects.get().owner == retry.owner and Work.objects.get().takeovers == 1
+    finally:
+        retry.close(answered=True)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_heartbeat_renews_the_lease_and_a_lost_lease_kills_its_running_check(settings, sleeper):
+    settings.NEXUM_LEASE_TTL_S, settings.NEXUM_LEASE_HEARTBEAT_S = 3.0, 0.2
+    lease = leases.acquire(COMPLETION, str(uuid.uuid4()))
+    try:
+        first = Work.objects.get().expires_at
+        time.sleep(0.7)
+        assert Work.objects.get().expires_at > first
+        lease.before_check("unit")
+        check = sleeper()
+        lease.on_check_start(check.pid)
+        assert Work.objects.get().check_pid == check.pid
+        Work.objects.update(owner="thief")  # taken over
+        assert check.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        lease.close(answered=False)
+    assert Work.objects.get().owner == "thief"
+
+
+# --- fenced writes -------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_whose_lease_is_taken_over_midway_writes_nothing(project, workspace, broker):
+    stolen = "tests.work.steal_the_lease"
+
+    def steal() -> bool:  # a check during which another process takes the lease over
+        Work.objects.update(owner="thief")
+        return True
+
+    runner.register_check_callable(stolen, steal)
+    try:
+        task = started_task(project, {"checks": [{"kind": "callable", "name": "c", "dotted_path": stolen}]})
+        request = services.completion_request(
+            project_id=str(project.id), task_id=str(task.id), answer="", actor="agent"
+        ).request
+        assert request is not None
+        lease = leases.acquire(COMPLETION, str(request.id))
+        with pytest.raises(leases.LeaseLost):
+            services.completion_run(request_id=str(request.id), lease=lease)
+        lease.close(answered=False)
+    finally:
+        runner.unregister_check_callable(stolen)
+    assert not CheckRun.objects.filter(request_id=request.id).exists()
+    assert not CompletionRequest.objects.get(id=request.id).decided
+    assert Work.objects.get().owner == "thief"
+
+
+@pytest.mark.django_db
+def test_a_database_error_during_a_check_stops_the_run_and_is_not_the_checks_failure(
+    project, workspace, broker, monkeypatch
+):
+    request = pending_completion(project)
+
+    def unreachable(project_id, **options):
+        raise InterfaceError("connection already closed")
+
+    monkeypatch.setattr(runner, "check_runner", unreachable)
+    with pytest.raises(InterfaceError):
+        services.completion_run(request_id=str(request.id))
+    assert not CheckRun.objects.filter(request_id=request.id).exists()
+
+
+def test_the_tasks_that_answer_requests_are_never_acknowledged_as_done_when_they_fail(settings):
+    for task in (run_completion, compile_requested):
+        assert task.acks_late and task.reject_on_worker_lost and task.acks_on_failure is False
+        assert set(task.autoretry_for) == {OperationalError, InterfaceError}
+        assert task.retry_backoff and not task.retry_jitter
+        assert task.max_retries == settings.NEXUM_TASK_MAX_RETRIES
+    visibility = app.conf.broker_transport_options["visibility_timeout"]
+    assert visibility > settings.NEXUM_CHECK_MAX_TIMEOUT_S
+
+
+# --- operators: nexum_requeue, nexum_dispatcher, the stuck list -------------------------------------------
+
+
+@pytest.mark.django_db
+def test_nexum_requeue_sends_a_pending_request_and_refuses_an_unknown_one(project, workspace, broker, capsys):
+    request = pending_completion(project)
+    with pytest.raises(CommandError, match="broker is unreachable"):
+        call_command("nexum_requeue", "--request", str(request.id))
+    broker.up = True
+    call_command("nexum_requeue", "--request", str(request.id))
+    assert f"sent completion:{request.id}" in capsys.readouterr().out
+    assert Work.objects.get().sends == 1
+    for unknown in (str(uuid.uuid4()), "not-an-id"):
+        with pytest.raises(CommandError, match="no pending request"):
+            call_command("nexum_requeue", "--request", unknown)
+
+
+@pytest.mark.django_db
+def test_nexum_requeue_stuck_sends_every_request_pending_past_its_lease(
+    project, workspace, broker, settings, capsys
+):
+    request = pending_completion(project)
+    broker.up = True
+    call_command("nexum_requeue", "--stuck")
+    assert "nothing is stuck" in capsys.readouterr().out  # younger than a lease
+    settings.NEXUM_LEASE_TTL_S = 0.001
+    call_command("nexum_requeue", "--stuck")
+    assert f"sent completion:{request.id}" in capsys.readouterr().out
+
+
+@pytest.mark.django_db
+def test_without_a_broker_nexum_requeue_runs_the_request_in_process(project, workspace, broker, monkeypatch):
+    request = pending_completion(project)
+    monkeypatch.undo()  # the real tasks again, run in process
+    app.conf.task_always_eager = True
+    call_command("nexum_requeue", "--request", str(request.id))
+    request.refresh_from_db()
+    assert request.decided and request.outcome == "completed"
+    assert not Work.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_dispatcher_needs_a_broker_and_once_sends_what_is_due(
+    project, workspace, broker, settings, capsys
+):
+    request = pending_completion(project)
+    broker.up = True
+    settings.NEXUM_DISPATCH_AFTER_S = 0
+    call_command("nexum_dispatcher", "--once")
+    assert f"sent {COMPLETION.key(request.id)}" in capsys.readouterr().out
+    app.conf.task_always_eager = True
+    with pytest.raises(CommandError, match="CELERY_BROKER_URL is not set"):
+        call_command("nexum_dispatcher", "--once")
+
+
+@pytest.mark.django_db
+def test_the_admin_dashboard_lists_requests_stuck_past_their_lease(
+    admin_client, project, workspace, broker, settings
+):
+    request = pending_completion(project)
+    load_catalog(str(project.id))
+    queued = COMPILE.model.objects.filter(status="queued")
+    assert not queued.exists()
+    assert "Stuck requests" not in admin_client.get("/admin/").content.decode()
+    settings.NEXUM_LEASE_TTL_S = 0.001
+    page = admin_client.get("/admin/").content.decode()
+    assert "Stuck requests" in page and str(request.id)[:8] in page and "nexum_requeue --stuck" in page
+    Work.objects.create(
+        key=COMPLETION.key(request.id), kind="completion", request_id=request.id, owner="w:1:a",
+        expires_at=later(60),
+    )  # fmt: skip
+    assert "Stuck requests" not in admin_client.get("/admin/").content.decode()  # a live lease: running
