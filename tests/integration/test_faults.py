@@ -333,7 +333,7 @@ def test_a_worker_killed_mid_check_decides_once_and_never_overlaps_the_check(
     request again once the lease expires. ``pool_process``: only the prefork pool process dies; the main
     process requeues the message at once, and the lease (30 s here, so expiry cannot be what frees it) is
     taken over because its holder is provably dead. Each time the check dies with the worker process that ran
-    it (bubblewrap's --die-with-parent), so the takeover finds nothing left to kill."""
+    it (bubblewrap's --die-with-parent); a takeover quicker than that death kills it first."""
     workspace = Path(folders["NEXUM_WORKSPACE_ROOT"]) / project.slug  # the project's own folder
     [task] = started_tasks(project, ["s1"], GUARDED_CHECK.format(first=60, again=1))
     env = environment(database_url_for_worker(), redis.url, folders)
@@ -376,7 +376,6 @@ def test_a_worker_killed_mid_check_decides_once_and_never_overlaps_the_check(
     first, second, end = runs.read_text().splitlines()  # the first copy never ended: it was killed
     assert first.startswith("start") and second.startswith("start") and end == second.replace("start", "end")
     assert "took over" in processes.log("worker")
-    assert "killed check 'guarded'" not in processes.log("worker")  # it did not outlive its worker process
     assert CompletionRequest.objects.get(id=request.id).outcome == "completed"
     assert decisions(request.id) == 1
     assert CheckRun.objects.filter(request_id=request.id).count() == 1
