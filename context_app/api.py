@@ -509,6 +509,7 @@ class FactSupersedeView(APIView):
 
 class ItemListView(APIView):
     @extend_schema(
+        operation_id="v1_items_list",
         summary="Items in log order, filtered by goal, task (what it sees, or its own) and kind",
         parameters=[ItemQuery],
         responses=ITEM_PAGE,

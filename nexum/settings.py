@@ -122,6 +122,11 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "World state, context compilation and verification for LLM agents.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # One name per choice set used by several serializers.
+    "ENUM_NAME_OVERRIDES": {
+        "TaskStateEnum": "nexum.core.tasks.TASK_STATES",
+        "TrustClassEnum": "nexum.core.trust.TRUST_CLASSES",
+    },
 }
 
 # --- Celery: eager in process when no broker is configured, real workers otherwise ------------------------
