@@ -62,6 +62,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "nexum.api.middleware.MethodCheckMiddleware",
 ]
 
 ROOT_URLCONF = "nexum.urls"
@@ -114,7 +115,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["nexum.api.auth.IsProjectAgent", "nexum.api.auth.OperatorOnlyOperations"],
     "EXCEPTION_HANDLER": "nexum.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "nexum.api.schema.RoleAwareSchema",
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["nexum.api.parsers.DepthLimitedJSONParser"],
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
@@ -144,6 +145,9 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # --- Nexum --------------------------------------------------------------------------------------------------
 NEXUM_ARTIFACT_ROOT = Path(os.environ.get("NEXUM_ARTIFACT_ROOT", DATA_DIR / "artifacts"))
 NEXUM_ARTIFACT_MAX_BYTES = _env_int("NEXUM_ARTIFACT_MAX_BYTES", 10 * 1024 * 1024)
+# The largest request body read: an artifact at the cap sent as base64, plus 64 KiB for the other members.
+# A larger body is 413 ``too_large`` before it is read (nexum.api.errors).
+DATA_UPLOAD_MAX_MEMORY_SIZE = (NEXUM_ARTIFACT_MAX_BYTES + 2) // 3 * 4 + 64 * 1024
 # Extra tokenizer encodings an operator supplies as local files, "name=/path/file,…": a file ending in .json
 # is a Hugging Face tokenizer.json, any other a tiktoken BPE file (.tiktoken). Nothing is ever downloaded.
 NEXUM_TOKENIZER_ENCODINGS = {
