@@ -4,7 +4,7 @@ from django.urls import include, path, re_path
 from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 from django.views.generic import RedirectView
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from context_app import api as world_api
 from context_app.catalog import api as catalog_api
@@ -93,7 +93,12 @@ urlpatterns = [
     path("escalations/", include("nexum.ui.urls")),
     path("api/v1/", include((api_v1, "api"), namespace="v1")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    path(
+        "api/docs/",
+        views.self_contained(SpectacularSwaggerView.as_view(url_name="schema")),
+        name="swagger-ui",
+    ),
+    path("api/redoc/", views.self_contained(SpectacularRedocView.as_view(url_name="schema")), name="redoc"),
     # Last: any other path under /api/ is a JSON 404, with or without DEBUG (whose 404 page is HTML).
     re_path(r"^api/", csrf_exempt(json_not_found)),
 ]
