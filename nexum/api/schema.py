@@ -35,10 +35,11 @@ class RoleAwareSchema(AutoSchema):
 
 
 class AgentTokenScheme(OpenApiAuthenticationExtension):
-    """The schema's bearer ``securitySchemes`` entry, declared by every operation that takes a token."""
+    """The schema's bearer ``securitySchemes`` entry (agent and operator tokens alike), declared by every
+    operation that takes a token."""
 
     target_class = AgentTokenAuthentication
-    name = "agentToken"
+    name = "bearerToken"
 
     def get_security_definition(self, auto_schema: object) -> dict[str, str]:
         return {

@@ -139,7 +139,7 @@ def test_openapi_schema_and_docs_are_served():
 
 def test_the_schema_declares_the_bearer_scheme_on_every_operation_but_health():
     schema = APIClient().get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
-    assert schema["components"]["securitySchemes"]["agentToken"]["scheme"] == "bearer"
+    assert schema["components"]["securitySchemes"]["bearerToken"]["scheme"] == "bearer"
     operations = {
         (method.upper(), path): operation
         for path, item in schema["paths"].items()
@@ -147,7 +147,7 @@ def test_the_schema_declares_the_bearer_scheme_on_every_operation_but_health():
     }
     assert len(operations) > 50
     public = {
-        key for key, operation in operations.items() if operation.get("security") != [{"agentToken": []}]
+        key for key, operation in operations.items() if operation.get("security") != [{"bearerToken": []}]
     }
     assert public == {("GET", "/api/v1/health")}
     assert operations[("GET", "/api/v1/health")]["security"] == [{}]

@@ -294,7 +294,7 @@ def test_redoc_renders_the_operations_with_no_network(offline_page, production_s
     page.wait_for_selector("h1:has-text('Nexum API')")
     assert page.locator("[data-section-id^='tag/']").count() > 0
     assert page.get_by_text("AUTHORIZATIONS:").first.is_visible()  # the bearer scheme, on an operation
-    assert page.get_by_text("agentToken").first.is_visible()
+    assert page.get_by_text("bearerToken").first.is_visible()
     assert left_the_server == []
 
 
