@@ -1,4 +1,5 @@
 # Two commands for a newcomer: `make run` (the service with a demo world) and `make test` (everything).
+# `make serve` runs it in production (README: "Running in production").
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -6,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint format bench clean
+.PHONY: run serve serve-environment test lint format bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +26,13 @@ run: $(STAMP)
 	@echo "    health       http://$(HOST):$(PORT)/api/v1/health"
 	@echo ""
 	$(BIN)/python manage.py runserver $(HOST):$(PORT)
+
+# The environment is checked before anything is installed, so a missing variable fails at once.
+serve: serve-environment $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" exec deploy/serve.sh
+
+serve-environment:
+	@deploy/serve.sh --check
 
 test: $(STAMP)
 	$(BIN)/ruff check .

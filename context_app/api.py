@@ -12,7 +12,6 @@ import binascii
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from django.conf import settings
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
@@ -27,7 +26,7 @@ from context_app.models import Tool, WorldItem
 from nexum.api.auth import CallerTrustField, OperatorOnly
 from nexum.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum.core import world
-from nexum.core.errors import TooLarge, ValidationFailed
+from nexum.core.errors import ValidationFailed
 from nexum.core.text import encodes
 
 LIST_MAX_LIMIT = 500
@@ -318,11 +317,7 @@ class _RecordItem(APIView):
     def record(self, scope: services.Scope, values: dict[str, Any], actor: str, key: str | None) -> WorldItem:
         raise NotImplementedError
 
-    def check_request(self, request: Request) -> None:
-        """Refusals that must come before the body is parsed."""
-
     def post(self, request: Request, scope_id: str) -> Response:
-        self.check_request(request)
         payload = self.input_serializer(data=request.data, context={"request": request})
         payload.is_valid(raise_exception=True)
         key = idempotency_key(request)
@@ -396,23 +391,6 @@ def _artifact(scope: services.Scope, values: dict[str, Any], actor: str, key: st
     return services.artifact_record(scope=scope, **values, content=content, actor=actor, idempotency_key=key)
 
 
-class _ArtifactChecks:
-    def check_request(self, request: Request) -> None:
-        """A body far over the artifact limit is refused before it is read (413, nothing stored)."""
-        try:
-            length = int(request.META.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            return
-        limit = settings.NEXUM_ARTIFACT_MAX_BYTES * 4 // 3 + 64 * 1024
-        if length > limit:
-            raise TooLarge(
-                f"the request body is {length} bytes; artifacts are limited to "
-                f"{settings.NEXUM_ARTIFACT_MAX_BYTES} bytes of content",
-                field="content_base64",
-                details={"max_bytes": settings.NEXUM_ARTIFACT_MAX_BYTES},
-            )
-
-
 GoalFactView = _record_view("fact", "goal", FactInput, _fact)
 GoalDecisionView = _record_view("decision", "goal", DecisionInput, _decision)
 GoalProgressView = _record_view("progress", "goal", ProgressInput, _progress)
@@ -423,12 +401,8 @@ TaskProgressView = _record_view("progress", "task", ProgressInput, _progress)
 TaskToolCallView = _record_view("tool_call", "task", ToolCallInput, _tool_call)
 
 
-class GoalArtifactView(_ArtifactChecks, _record_view("artifact", "goal", ArtifactInput, _artifact)):  # type: ignore[misc]
-    pass
-
-
-class TaskArtifactView(_ArtifactChecks, _record_view("artifact", "task", ArtifactInput, _artifact)):  # type: ignore[misc]
-    pass
+GoalArtifactView = _record_view("artifact", "goal", ArtifactInput, _artifact)
+TaskArtifactView = _record_view("artifact", "task", ArtifactInput, _artifact)
 
 
 # --- facts --------------------------------------------------------------------------------------------------
@@ -509,6 +483,7 @@ class FactSupersedeView(APIView):
 
 class ItemListView(APIView):
     @extend_schema(
+        operation_id="v1_items_list",
         summary="Items in log order, filtered by goal, task (what it sees, or its own) and kind",
         parameters=[ItemQuery],
         responses=ITEM_PAGE,

@@ -25,6 +25,10 @@ def _env_int(name: str, default: int) -> int:
     return default if raw in (None, "") else int(raw)
 
 
+def _env_list(name: str, default: str = "") -> list[str]:
+    return [entry.strip() for entry in os.environ.get(name, default).split(",") if entry.strip()]
+
+
 DEBUG = _env_bool("NEXUM_DEBUG", True)
 SECRET_KEY = os.environ.get("NEXUM_SECRET_KEY") or ("nexum-insecure-development-key" if DEBUG else "")
 if not SECRET_KEY:
@@ -32,6 +36,17 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = [
     h for h in os.environ.get("NEXUM_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h
 ]
+
+# --- HTTPS: strict by default when debug is off (``check --deploy`` clean); each one can be relaxed -------
+# Behind a TLS-terminating proxy, gunicorn's forwarded_allow_ips makes X-Forwarded-Proto count (see
+# deploy/gunicorn.conf.py), so Django sees https requests as secure without SECURE_PROXY_SSL_HEADER.
+SECURE_SSL_REDIRECT = _env_bool("NEXUM_SECURE_SSL_REDIRECT", not DEBUG)
+SECURE_REDIRECT_EXEMPT = [r"^api/v1/health$"]  # load balancers probe health over plain HTTP
+SECURE_HSTS_SECONDS = _env_int("NEXUM_SECURE_HSTS_SECONDS", 0 if DEBUG else 3600)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("NEXUM_SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
+SECURE_HSTS_PRELOAD = _env_bool("NEXUM_SECURE_HSTS_PRELOAD", not DEBUG)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _env_bool("NEXUM_SECURE_COOKIES", not DEBUG)
+CSRF_TRUSTED_ORIGINS = _env_list("NEXUM_CSRF_TRUSTED_ORIGINS")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -42,6 +57,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "nexum.eventstore",
     "tasks_app",
     "context_app",
@@ -56,12 +72,14 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "nexum.logs.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "nexum.api.middleware.MethodCheckMiddleware",
 ]
 
 ROOT_URLCONF = "nexum.urls"
@@ -84,7 +102,13 @@ TEMPLATES = [
 
 # --- Database: PostgreSQL in production, a SQLite file as the embedded default -----------------------------
 DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{DATA_DIR / 'nexum.sqlite3'}"
-_database = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
+# Persistent connections (checked before reuse) outside debug; the development server opens a thread per
+# request, which would leave one idle connection behind per request.
+_database = dj_database_url.parse(
+    DATABASE_URL,
+    conn_max_age=_env_int("NEXUM_DB_CONN_MAX_AGE", 0 if DEBUG else 60),
+    conn_health_checks=True,
+)
 if _database["ENGINE"] == "django.db.backends.sqlite3":
     # Our backend adds the SQL function the append-only triggers consult (see nexum/dbbackends).
     _database["ENGINE"] = "nexum.dbbackends.sqlite3"
@@ -105,7 +129,18 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
-STATIC_ROOT = DATA_DIR / "static"
+STATIC_ROOT = Path(os.environ.get("NEXUM_STATIC_ROOT", DATA_DIR / "static"))
+# Static files are served by WhiteNoise: from the apps' folders in debug, from ``collectstatic``'s output
+# (compressed, with content-hashed names cached for a year) otherwise.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+WHITENOISE_USE_FINDERS = WHITENOISE_AUTOREFRESH = DEBUG
 LOGIN_URL = "/admin/login/"
 
 # --- REST API -----------------------------------------------------------------------------------------------
@@ -114,7 +149,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["nexum.api.auth.IsProjectAgent", "nexum.api.auth.OperatorOnlyOperations"],
     "EXCEPTION_HANDLER": "nexum.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "nexum.api.schema.RoleAwareSchema",
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["nexum.api.parsers.DepthLimitedJSONParser"],
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
@@ -122,6 +157,15 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "World state, context compilation and verification for LLM agents.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI and Redoc from this server's static files (drf-spectacular-sidecar), never from a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    # One name per choice set used by several serializers.
+    "ENUM_NAME_OVERRIDES": {
+        "TaskStateEnum": "nexum.core.tasks.TASK_STATES",
+        "TrustClassEnum": "nexum.core.trust.TRUST_CLASSES",
+    },
 }
 
 # --- Celery: eager in process when no broker is configured, real workers otherwise ------------------------
@@ -139,6 +183,9 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # --- Nexum --------------------------------------------------------------------------------------------------
 NEXUM_ARTIFACT_ROOT = Path(os.environ.get("NEXUM_ARTIFACT_ROOT", DATA_DIR / "artifacts"))
 NEXUM_ARTIFACT_MAX_BYTES = _env_int("NEXUM_ARTIFACT_MAX_BYTES", 10 * 1024 * 1024)
+# The largest request body read: an artifact at the cap sent as base64, plus 64 KiB for the other members.
+# A larger body is 413 ``too_large`` before it is read (nexum.api.errors).
+DATA_UPLOAD_MAX_MEMORY_SIZE = (NEXUM_ARTIFACT_MAX_BYTES + 2) // 3 * 4 + 64 * 1024
 # Extra tokenizer encodings an operator supplies as local files, "name=/path/file,…": a file ending in .json
 # is a Hugging Face tokenizer.json, any other a tiktoken BPE file (.tiktoken). Nothing is ever downloaded.
 NEXUM_TOKENIZER_ENCODINGS = {

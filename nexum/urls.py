@@ -1,18 +1,19 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.http import HttpRequest, HttpResponse
+from django.urls import include, path, re_path
+from django.views import defaults
+from django.views.decorators.csrf import csrf_exempt
 from django.views.generic import RedirectView
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from context_app import api as world_api
 from context_app.catalog import api as catalog_api
 from context_app.compilation import api as compile_api
 from context_app.resolution import api as resolution_api
 from nexum.api import views
+from nexum.api.errors import json_not_found, json_server_error
 from tasks_app import api as tasks_api
 from verification_app import api as verification_api
-
-handler404 = "nexum.urls.not_found"
-handler500 = "nexum.api.errors.json_server_error"
 
 api_v1 = [
     path("health", views.HealthView.as_view(), name="health"),
@@ -92,16 +93,22 @@ urlpatterns = [
     path("escalations/", include("nexum.ui.urls")),
     path("api/v1/", include((api_v1, "api"), namespace="v1")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    path(
+        "api/docs/",
+        views.self_contained(SpectacularSwaggerView.as_view(url_name="schema")),
+        name="swagger-ui",
+    ),
+    path("api/redoc/", views.self_contained(SpectacularRedocView.as_view(url_name="schema")), name="redoc"),
+    # Last: any other path under /api/ is a JSON 404, with or without DEBUG (whose 404 page is HTML).
+    re_path(r"^api/", csrf_exempt(json_not_found)),
 ]
 
 
-def not_found(request, exception=None):  # type: ignore[no-untyped-def]
-    """JSON 404 under /api/, Django's page elsewhere."""
-    from django.views.defaults import page_not_found
-
-    from nexum.api.errors import json_not_found
-
+def server_error(request: HttpRequest) -> HttpResponse:
+    """An exception outside the API views (they answer their own): JSON under /api/, else Django's page."""
     if request.path.startswith("/api/"):
-        return json_not_found(request, exception)
-    return page_not_found(request, exception)
+        return json_server_error(request)
+    return defaults.server_error(request)
+
+
+handler500 = server_error

@@ -2,7 +2,8 @@
 ``{"error": {"code", "message", "field", "details", "request_id"}}``.
 
 Every error a caller can cause maps here to a stable code and an HTTP status; nothing a caller sends yields
-a 500. Domain errors carry their own code; DRF and Django errors are given the codes below. ``request_id`` is
+a 500. Domain errors carry their own code; DRF and Django errors are given the codes below. Any other
+exception is a 500 in the same shape, logged as Django logs it, never Django's debug page. ``request_id`` is
 the id of the request (``nexum.logs``), the one the logs carry.
 """
 
@@ -10,13 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+from django.core import signals
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpRequest, JsonResponse
+from django.utils.log import log_response
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
-from nexum.core.errors import DomainError
+from nexum.core.errors import DomainError, TooLarge
 from nexum.eventstore.models import AppendOnlyError
 from nexum.logs import current_request_id
 
@@ -56,7 +61,12 @@ def error_body(code: str, message: str, field: str | None = None, details: Any =
     }
 
 
-def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+SERVER_ERROR_MESSAGE = "internal error; the operator has the details under this request_id"
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
+    if isinstance(exc, RequestDataTooBig):
+        exc = _body_too_large(context["request"])
     if isinstance(exc, DomainError):
         return Response(
             error_body(exc.code, exc.message, exc.field, exc.details), status=STATUS_BY_KIND[exc.kind]
@@ -80,7 +90,34 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         if isinstance(exc, exceptions.Throttled) and exc.wait is not None:
             response["Retry-After"] = str(int(exc.wait))
         return response
-    return None
+    return _server_error(exc, context["request"])
+
+
+def _body_too_large(request: HttpRequest) -> TooLarge:
+    """Django refused to read a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (by its Content-Length, unread)."""
+    size = request.META.get("CONTENT_LENGTH")
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return TooLarge(
+        f"the request body is {size} bytes; the limit is {limit} bytes",
+        details={"size": int(size) if size and size.isdigit() else None, "max_bytes": limit},
+    )
+
+
+def _server_error(exc: Exception, request: Any) -> Response:
+    """An exception no mapping knows: what Django does for an uncaught one (the ``got_request_exception``
+    signal, the traceback logged on ``django.request``), answered in the one error shape."""
+    django_request = getattr(request, "_request", request)
+    signals.got_request_exception.send(sender=None, request=django_request)
+    response = Response(error_body("server_error", SERVER_ERROR_MESSAGE), status=500)
+    log_response(
+        "%s: %s",
+        response.reason_phrase,
+        django_request.path,
+        response=response,
+        request=django_request,
+        exception=exc,
+    )
+    return response
 
 
 def _first_error(detail: Any, prefix: str = "") -> tuple[str | None, str]:
@@ -98,15 +135,12 @@ def _first_error(detail: Any, prefix: str = "") -> tuple[str | None, str]:
     return (prefix or None), str(detail)
 
 
-def json_not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
-    """Django's 404 for URLs no view matched: JSON under /api/, the same error shape."""
+def json_not_found(request: HttpRequest) -> JsonResponse:
+    """The view of every path under /api/ that no endpoint matches (nexum/urls.py), in debug as well."""
     return JsonResponse(error_body("not_found", f"no such endpoint: {request.path}"), status=404)
 
 
 def json_server_error(request: HttpRequest) -> JsonResponse:
     """Django's 500 (debug off): the error shape without the traceback, which Django logged under the same
     request id (``django.request``, see ``nexum.logs``)."""
-    return JsonResponse(
-        error_body("server_error", "internal error; the operator has the details under this request_id"),
-        status=500,
-    )
+    return JsonResponse(error_body("server_error", SERVER_ERROR_MESSAGE), status=500)

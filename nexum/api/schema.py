@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
 
-from nexum.api.auth import operator_rule
+from nexum.api.auth import AgentTokenAuthentication, operator_rule
 from nexum.core.roles import OPERATOR
 
 
@@ -31,3 +32,18 @@ class RoleAwareSchema(AutoSchema):
             "403", {"description": "forbidden: this operation needs an operator token"}
         )
         return operation
+
+
+class AgentTokenScheme(OpenApiAuthenticationExtension):
+    """The schema's bearer ``securitySchemes`` entry (agent and operator tokens alike), declared by every
+    operation that takes a token."""
+
+    target_class = AgentTokenAuthentication
+    name = "bearerToken"
+
+    def get_security_definition(self, auto_schema: object) -> dict[str, str]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "an agent or operator token of one project: `Authorization: Bearer <token>`",
+        }

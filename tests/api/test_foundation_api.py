@@ -137,6 +137,22 @@ def test_openapi_schema_and_docs_are_served():
     assert client.get("/api/docs/").status_code == 200
 
 
+def test_the_schema_declares_the_bearer_scheme_on_every_operation_but_health():
+    schema = APIClient().get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    assert schema["components"]["securitySchemes"]["bearerToken"]["scheme"] == "bearer"
+    operations = {
+        (method.upper(), path): operation
+        for path, item in schema["paths"].items()
+        for method, operation in item.items()
+    }
+    assert len(operations) > 50
+    public = {
+        key for key, operation in operations.items() if operation.get("security") != [{"bearerToken": []}]
+    }
+    assert public == {("GET", "/api/v1/health")}
+    assert operations[("GET", "/api/v1/health")]["security"] == [{}]
+
+
 def test_domain_errors_map_to_their_statuses():
     """Every kind of domain error has its documented HTTP status through the one handler."""
     from nexum.api.errors import STATUS_BY_KIND, exception_handler
