@@ -1,11 +1,12 @@
 """A real sandbox for the gate's checks (SPEC V1, V4, V8). Framework-free: no Django, no Celery.
 
 ``run_command`` runs a ``CommandCheck``; ``CheckRunner`` runs any check kind and is the ``run_check`` the gate
-takes. What the sandbox guarantees, in the order it checks:
+takes. A policy is per project: ``workspace_root`` is that project's own folder. What the sandbox guarantees,
+in the order it checks:
 
-1. Working directory: ``cwd`` (relative to the workspace root, or absolute) is resolved with
+1. Working directory: ``cwd`` (relative to the project's folder, or absolute) is resolved with
    ``os.path.realpath`` so ``..`` and symlinks are followed, and must be an existing directory inside the
-   resolved workspace root, else ``workspace_violation``. Nothing runs.
+   project's folder, else ``workspace_violation``. Nothing runs.
 2. Executable: resolved before anything runs. A bare name (``pytest``) is looked up with ``shutil.which`` on
    the scrubbed PATH (empty and relative PATH entries dropped); a name with a slash is a path, relative to the
    resolved cwd. It is allowed when
@@ -14,48 +15,62 @@ takes. What the sandbox guarantees, in the order it checks:
    - the allowlist holds an absolute path equal to the found path (normalized) or to its ``realpath``.
    Not allowed → ``denied_executable``, whether or not it exists (existence is not revealed). Allowed but
    absent → ``missing_executable``. The child runs exactly the path that was vetted (argv[0] is replaced by
-   it), never a second PATH lookup. A file replaced between the check and the exec is not guarded against:
-   allowlist paths the checked code cannot write.
-3. Environment: only the variables named in ``env_allowlist`` are copied from the parent, then ``env_set``
-   is applied. PYTHONPATH is not in the default allowlist: a parent's import path must not leak in.
-4. Process: argv list with ``shell=False``; stdin is /dev/null; stdout and stderr merged into one pipe;
-   the child starts its own session (``start_new_session=True``), so its pid is its process group id. Limits
-   are set in the child before exec through ``preexec_fn`` (it calls ``resource.setrlimit`` only, which is
-   safe enough after fork even in a threaded parent): RLIMIT_CPU (soft, hard one second later), RLIMIT_AS,
-   RLIMIT_NPROC, RLIMIT_FSIZE, and RLIMIT_CORE 0 (a crashing check leaves no core file in the workspace).
-   A limit is never raised above the parent's hard limit.
-   RLIMIT_NPROC counts every process of the user, not of the check, and is not enforced for root
-   (CAP_SYS_RESOURCE / CAP_SYS_ADMIN): run workers as a dedicated unprivileged user for it to mean something,
-   or set ``max_processes=None``.
-5. Output is read incrementally (no deadlock on a chatty child; reading continues past the cap and drops the
+   it), never a second PATH lookup. The allowlist vets the first program only: inside the sandbox a check
+   may run anything the sandbox shows.
+3. Environment: only the variables named in ``env_allowlist`` are copied from the worker, then ``env_set``
+   is applied; inside bubblewrap HOME and TMPDIR are the private /tmp. PYTHONPATH is not in the default
+   allowlist: a parent's import path must not leak in.
+4. Isolation (``isolation="bwrap"``, the default; see ``nexum/bubblewrap.py`` for every namespace and mount):
+   the check runs in its own user, PID, network (loopback only), IPC, UTS and cgroup namespaces without
+   capabilities, as uid 1000 inside, and sees only the system folders, the allowlisted executables' install
+   prefixes, the operator's ``read_only_paths`` and its project's folder (read-write, at /workspace). The
+   ``hidden_paths`` (data directory, artifact store, database file, workspace root, /run) do not exist inside.
+   When bubblewrap is missing or cannot work here, or a mount would show a hidden path, the check is refused
+   with ``sandbox_unavailable`` and a message saying how to fix it; nothing runs. ``isolation="none"``
+   (development only, chosen explicitly) runs the program directly in a new session.
+5. Limits, set before bubblewrap executes (so on it and everything inside): RLIMIT_CPU (soft, hard one
+   second later), RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_CORE 0 (no core file in the workspace) and RLIMIT_NPROC,
+   never above the worker's hard limits. The kernel does not enforce RLIMIT_NPROC for uid 0 (a user
+   namespace mapped to uid 0 is still uid 0), so when the worker runs as root each check gets its own pids
+   cgroup (``nexum/pids_cgroup.py``) holding ``max_processes``; a root worker without a writable pids cgroup
+   refuses checks (``sandbox_unavailable``) unless ``max_processes`` is None. For a non-root worker
+   RLIMIT_NPROC counts the check's processes together with the worker user's other processes. The private
+   /tmp holds at most ``tmp_bytes``.
+6. Output is read incrementally (no deadlock on a chatty child; reading continues past the cap and drops the
    excess). Above the cap the head and the tail are kept (a test runner's summary is at the end) with a
    marker line in between, and ``truncated`` is set.
-6. End: when the wall-clock timeout passes, the whole process group gets SIGKILL (reason ``timeout``). When
-   the main process exits, stragglers left in its group (``cmd &``) are killed too: a check owns nothing
-   after it returns. The group is killed while the leader is still an unreaped zombie (``waitid`` with
-   WNOWAIT), so its id cannot be reused meanwhile, and the sandbox then waits until no live process of the
-   group remains. A process that escapes with its own ``setsid`` is outside this guarantee (that needs a PID
-   namespace or a cgroup).
-7. Status: 0 → ``passed``; >0 → ``exit_nonzero``; killed by a signal → ``crashed`` (``exit_code`` is minus
-   the signal), except SIGXCPU (the CPU limit) → ``timeout``.
+7. End: the check is over when its first program exits or the wall-clock timeout passes (reason
+   ``timeout``). Either way every process it started is killed: inside bubblewrap the sandbox's PID 1 is
+   killed and the kernel kills the whole PID namespace, ``setsid`` double forks included; ``run_command``
+   returns only once the namespace's PID 1 is gone (which the kernel allows only once every process in it
+   is). If the worker itself dies, bubblewrap (``--die-with-parent``) and then the namespace die with it.
+   ``on_start(pid)`` is told the pid of the outermost sandbox process: SIGKILL to it ends the whole check.
+   Without bubblewrap the process group is killed and waited for (a ``setsid`` escapes it).
+8. Status: 0 → ``passed``; >0 → ``exit_nonzero``; killed by a signal → ``crashed`` (``exit_code`` is minus
+   the signal), except SIGXCPU (the CPU limit) → ``timeout``. Bubblewrap reports a program killed by signal
+   N as exit status 128 + N, as shells do; such a status reads back as the signal.
+
+File and artifact checks run in the worker: paths resolve inside the project's folder only, at most
+``max_read_bytes`` are read, and patterns are RE2 (linear time: no pattern can hold a worker).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
-import re
 import resource
 import selectors
 import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from nexum import bubblewrap
 from nexum.core.errors import ValidationFailed
 from nexum.core.gate import (
     CRASHED,
@@ -67,6 +82,7 @@ from nexum.core.gate import (
     PASSED,
     RAISED,
     RETURNED_FALSE,
+    SANDBOX_UNAVAILABLE,
     TIMEOUT,
     WORKSPACE_VIOLATION,
     ArtifactMatchesCheck,
@@ -76,7 +92,9 @@ from nexum.core.gate import (
     CommandCheck,
     FileExistsCheck,
     FileMatchesCheck,
+    compile_pattern,
 )
+from nexum.pids_cgroup import CgroupUnavailable, PidsCgroup, find_parent
 
 DEFAULT_ENV_ALLOWLIST: Final = frozenset({"PATH", "HOME", "LANG", "LC_ALL", "TZ"})
 FALLBACK_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
@@ -84,6 +102,13 @@ _READ_CHUNK: Final = 65536
 _POLL_S: Final = 0.05
 _DRAIN_AFTER_KILL_S: Final = 1.0
 _GROUP_GONE_WAIT_S: Final = 5.0
+_INFO_WAIT_S: Final = 10.0
+BWRAP: Final = "bwrap"
+UNSANDBOXED: Final = "none"
+ISOLATIONS: Final = (BWRAP, UNSANDBOXED)
+# Inside bubblewrap the worker's HOME does not exist: programs keep their caches in the private /tmp.
+SANDBOX_ENV: Final = {"HOME": "/tmp", "TMPDIR": "/tmp"}
+_SIGNALS: Final = frozenset(int(number) for number in signal.Signals)
 
 
 # A check judges the files as they are now: cached bytecode whose source changed within the same second and
@@ -93,12 +118,15 @@ DEFAULT_ENV_SET = {"PYTHONDONTWRITEBYTECODE": "1"}
 
 @dataclass(frozen=True)
 class SandboxPolicy:
-    """Operator-set limits for every check (SPEC V8). ``None`` disables a resource limit.
+    """Operator-set limits for one project's checks (SPEC V8). ``None`` disables a resource limit.
 
-    ``allowed_executables`` holds bare names (matched against argv[0] as typed, found on the scrubbed PATH)
-    and absolute paths (matched against the resolved path or its realpath). ``max_output_bytes`` and
-    ``max_timeout_s`` cap what a check asks for; ``max_read_bytes`` caps how much of a file or artifact a
-    pattern check reads.
+    ``workspace_root`` is the project's own folder. ``allowed_executables`` holds bare names (matched
+    against argv[0] as typed, found on the scrubbed PATH) and absolute paths (matched against the resolved
+    path or its realpath). ``max_output_bytes`` and ``max_timeout_s`` cap what a check asks for;
+    ``max_read_bytes`` caps how much of a file or artifact a pattern check reads. ``isolation`` is ``bwrap``
+    or ``none``; ``read_only_paths`` are extra host paths every check sees read-only; ``hidden_paths`` and
+    ``private_paths`` are what no mount may show (see ``bubblewrap.plan_mounts``); ``cgroup_parent`` is the
+    pids cgroup folder for a root worker (None: found automatically); ``tmp_bytes`` sizes the private /tmp.
     """
 
     workspace_root: Path
@@ -112,6 +140,12 @@ class SandboxPolicy:
     max_output_bytes: int = 1024 * 1024
     max_timeout_s: float = 3600.0
     max_read_bytes: int = 16 * 1024 * 1024
+    isolation: str = BWRAP
+    read_only_paths: tuple[str, ...] = ()
+    hidden_paths: frozenset[str] = frozenset()
+    private_paths: frozenset[str] = frozenset()
+    cgroup_parent: str | None = None
+    tmp_bytes: int | None = 256 * 1024**2
 
     def __post_init__(self) -> None:
         root = Path(self.workspace_root)
@@ -130,7 +164,8 @@ class SandboxPolicy:
         object.__setattr__(self, "allowed_executables", allowed)
         object.__setattr__(self, "env_allowlist", frozenset(self.env_allowlist))
         object.__setattr__(self, "env_set", dict(self.env_set))
-        for name in ("cpu_seconds", "address_space_bytes", "max_processes", "max_file_size_bytes"):
+        limits = ("cpu_seconds", "address_space_bytes", "max_processes", "max_file_size_bytes", "tmp_bytes")
+        for name in limits:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValidationFailed(f"{name} must be a positive integer or None", field=name)
@@ -140,6 +175,17 @@ class SandboxPolicy:
                 raise ValidationFailed(f"{name} must be a positive integer", field=name)
         if not self.max_timeout_s > 0:
             raise ValidationFailed("max_timeout_s must be positive", field="max_timeout_s")
+        if self.isolation not in ISOLATIONS:
+            raise ValidationFailed(
+                f"isolation must be one of {', '.join(ISOLATIONS)}, not {self.isolation!r}", field="isolation"
+            )
+        for name in ("read_only_paths", "hidden_paths", "private_paths"):
+            paths = getattr(self, name)
+            if any(not os.path.isabs(path) for path in paths):
+                raise ValidationFailed(f"{name} must hold absolute paths", field=name)
+        object.__setattr__(self, "read_only_paths", tuple(self.read_only_paths))
+        object.__setattr__(self, "hidden_paths", frozenset(self.hidden_paths))
+        object.__setattr__(self, "private_paths", frozenset(self.private_paths))
 
     def child_env(self) -> dict[str, str]:
         """The scrubbed environment: allowlisted parent variables, then ``env_set``; PATH always sane."""
@@ -235,12 +281,236 @@ def _rlimits(policy: SandboxPolicy) -> list[tuple[int, int, int]]:
     return limits
 
 
-def _preexec(limits: list[tuple[int, int, int]]) -> Callable[[], None]:
-    def apply_limits() -> None:  # runs in the child between fork and exec: keep it minimal
+def _preexec(limits: list[tuple[int, int, int]], join_fd: int | None = None) -> Callable[[], None]:
+    def prepare_child() -> None:  # runs in the child between fork and exec: keep it minimal
+        if join_fd is not None:  # into the check's pids cgroup before anything else can fork
+            os.write(join_fd, str(os.getpid()).encode("ascii"))
         for which, soft, hard in limits:
             resource.setrlimit(which, (soft, hard))
 
-    return apply_limits
+    return prepare_child
+
+
+def sandbox_unavailable(policy: SandboxPolicy) -> str | None:
+    """Why command checks cannot run as ``policy`` asks here and how to fix it; None when they can."""
+    try:
+        _usable_bwrap(policy)
+    except _Refused as refusal:
+        return refusal.message
+    return None
+
+
+def _usable_bwrap(policy: SandboxPolicy) -> str:
+    """The bwrap to run checks with; raises ``_Refused`` (``sandbox_unavailable``) saying what is missing."""
+    bwrap = bubblewrap.find_bwrap()
+    if bwrap is None:
+        raise _Refused(
+            SANDBOX_UNAVAILABLE,
+            "bubblewrap (bwrap) is not installed on this worker, and command checks never run unsandboxed:"
+            " install it (apt-get install bubblewrap), or on a development machine set NEXUM_SANDBOX=none to"
+            " run checks without a sandbox",
+        )
+    problem = bubblewrap.probe(bwrap)
+    if problem is not None:
+        raise _Refused(
+            SANDBOX_UNAVAILABLE,
+            f"{problem}; unprivileged user namespaces must be allowed (sysctl user.max_user_namespaces > 0,"
+            " kernel.unprivileged_userns_clone=1 where it exists)",
+        )
+    if _needs_cgroup(policy):
+        try:
+            find_parent(policy.cgroup_parent)
+        except CgroupUnavailable as exc:
+            raise _Refused(SANDBOX_UNAVAILABLE, _cgroup_advice(exc)) from None
+    return bwrap
+
+
+def _needs_cgroup(policy: SandboxPolicy) -> bool:
+    """RLIMIT_NPROC binds every user but root: a root worker needs a pids cgroup for the process limit."""
+    return policy.max_processes is not None and os.geteuid() == 0
+
+
+def _cgroup_advice(problem: CgroupUnavailable) -> str:
+    return (
+        "the worker runs as root, for whom the kernel does not enforce RLIMIT_NPROC, and no pids cgroup can"
+        f" hold the process limit ({problem}): run the worker as an unprivileged user, give it a writable"
+        " pids cgroup (NEXUM_SANDBOX_CGROUP), or set NEXUM_CHECK_MAX_PROCESSES=0 to run checks without a"
+        " process limit"
+    )
+
+
+class _ProcessGroup:
+    """An unsandboxed check (``isolation="none"``): its process group is all that can be killed."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self.process = process
+
+    def kill(self) -> None:
+        _kill_group(self.process.pid)  # start_new_session: the child leads its own session and group
+
+    def end(self) -> list[int]:
+        self.process.wait()
+        return _wait_group_gone(self.process.pid, _GROUP_GONE_WAIT_S)
+
+    def exit_status(self) -> int:
+        return self.process.returncode
+
+
+class _Namespace:
+    """A check inside bubblewrap: ``process`` is bwrap itself; ``init_pid`` the host pid of the sandbox's
+    PID 1, whose death makes the kernel kill every process of the PID namespace."""
+
+    def __init__(
+        self, process: subprocess.Popen[bytes], init_pid: int | None, cgroup: PidsCgroup | None
+    ) -> None:
+        self.process = process
+        self.init_pid = init_pid
+        self.cgroup = cgroup
+        self.init_pidfd: int | None = None
+        if init_pid is not None:
+            with contextlib.suppress(OSError):  # already gone
+                self.init_pidfd = os.pidfd_open(init_pid)
+
+    def kill(self) -> None:
+        if self.init_pidfd is not None:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self.init_pidfd, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            self.process.kill()
+
+    def end(self) -> list[int]:
+        """Wait until nothing of the check is left; returns the survivors (none unless the kernel failed)."""
+        self.process.wait()
+        survivors = []
+        if self.init_pidfd is not None:
+            if not _exits_within(self.init_pidfd, _GROUP_GONE_WAIT_S) and self.init_pid is not None:
+                survivors.append(self.init_pid)
+            os.close(self.init_pidfd)
+            self.init_pidfd = None
+        if self.cgroup is not None:
+            survivors += [pid for pid in self.cgroup.remove() if pid not in survivors]
+        return survivors
+
+    def exit_status(self) -> int:
+        """The check's status as ``Popen.returncode`` has it: bwrap reports a program killed by signal N as
+        exit status 128 + N (as shells do), which reads back as -N."""
+        status = self.process.returncode
+        if status > 128 and (status - 128) in _SIGNALS:
+            return -(status - 128)
+        return status
+
+
+_Running = _ProcessGroup | _Namespace
+
+
+def _start(policy: SandboxPolicy, argv: Sequence[str], *, cwd: str, env: dict[str, str]) -> _Running:
+    if policy.isolation == UNSANDBOXED:
+        return _ProcessGroup(_popen(argv, env=env, cwd=cwd, prepare=_preexec(_rlimits(policy))))
+    return _start_in_bubblewrap(policy, argv, cwd=cwd, env=env)
+
+
+def _popen(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    prepare: Callable[[], None],
+    cwd: str | None = None,
+    pass_fds: Sequence[int] = (),
+) -> subprocess.Popen[bytes]:
+    """No shell, stdin /dev/null, stdout and stderr merged into one pipe, a session of its own, ``prepare``
+    (the limits, see the module docstring, item 5) run in the child before it executes."""
+    return subprocess.Popen(
+        argv,
+        shell=False,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        close_fds=True,
+        pass_fds=pass_fds,
+        start_new_session=True,
+        preexec_fn=prepare,
+    )
+
+
+def _start_in_bubblewrap(
+    policy: SandboxPolicy, argv: Sequence[str], *, cwd: str, env: dict[str, str]
+) -> _Namespace:
+    bwrap = _usable_bwrap(policy)
+    try:
+        plan = bubblewrap.plan_mounts(
+            workspace=os.path.realpath(policy.workspace_root),
+            executables=[argv[0], *_allowlisted_paths(policy, env["PATH"])],
+            extra_read_only=policy.read_only_paths,
+            hidden=policy.hidden_paths,
+            private=policy.private_paths,
+        )
+        cgroup = None
+        if _needs_cgroup(policy):
+            assert policy.max_processes is not None
+            cgroup = PidsCgroup.create(find_parent(policy.cgroup_parent), policy.max_processes)
+    except bubblewrap.SandboxUnavailable as exc:
+        raise _Refused(SANDBOX_UNAVAILABLE, str(exc)) from None
+    except CgroupUnavailable as exc:
+        raise _Refused(SANDBOX_UNAVAILABLE, _cgroup_advice(exc)) from None
+    info_read, info_write = os.pipe()
+    passwd, group = bubblewrap.data_fd(bubblewrap.PASSWD), bubblewrap.data_fd(bubblewrap.GROUP)
+    try:
+        process = _popen(
+            bubblewrap.command_line(
+                bwrap,
+                plan,
+                [plan.inside_path(argv[0]), *argv[1:]],
+                cwd=plan.inside_path(cwd),
+                info_fd=info_write,
+                passwd_fd=passwd,
+                group_fd=group,
+                tmp_bytes=policy.tmp_bytes,
+            ),
+            env={**env, **SANDBOX_ENV},
+            prepare=_preexec(_rlimits(policy), cgroup.join_fd if cgroup else None),
+            pass_fds=(info_write, passwd, group),
+        )
+    except BaseException:
+        os.close(info_read)
+        if cgroup is not None:
+            cgroup.remove()
+        raise
+    finally:
+        for fd in (info_write, passwd, group):
+            os.close(fd)
+    try:
+        init_pid = _read_child_pid(info_read, deadline=time.monotonic() + _INFO_WAIT_S)
+    finally:
+        os.close(info_read)
+    return _Namespace(process, init_pid, cgroup)
+
+
+def _allowlisted_paths(policy: SandboxPolicy, search_path: str) -> list[str]:
+    """Where the allowlisted executables are, so a check sees all of them (a program may call another)."""
+    found = []
+    for entry in sorted(policy.allowed_executables):
+        path = entry if os.path.isabs(entry) else shutil.which(entry, path=search_path)
+        if path is not None and os.path.isfile(path):
+            found.append(os.path.abspath(path))
+    return found
+
+
+def _read_child_pid(fd: int, *, deadline: float) -> int | None:
+    """bwrap's ``--info-fd`` JSON, read until bwrap closes it: the host pid of the sandbox's PID 1."""
+    received = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while (remaining := deadline - time.monotonic()) > 0 and selector.select(timeout=remaining):
+            chunk = os.read(fd, _READ_CHUNK)
+            if not chunk:
+                break
+            received += chunk
+    try:
+        return int(json.loads(received)["child-pid"])
+    except (ValueError, KeyError, TypeError):
+        return None  # bwrap failed before starting the sandbox; its message is in the output
 
 
 class _OutputCollector:
@@ -297,7 +567,16 @@ def _live_group_members(pgid: int) -> list[int]:
         pass
     if not os.path.isdir("/proc/self"):
         return [pgid]
-    members = []
+    return [pid for pid, _, group in _live_processes() if group == pgid]
+
+
+def _live_children(parent: int) -> list[int]:
+    return [pid for pid, ppid, _ in _live_processes() if ppid == parent]
+
+
+def _live_processes() -> list[tuple[int, int, int]]:
+    """(pid, parent pid, process group) of every live (non-zombie) process, from /proc."""
+    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -307,9 +586,15 @@ def _live_group_members(pgid: int) -> list[int]:
         except OSError:
             continue
         fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp ...
-        if len(fields) >= 3 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            members.append(int(entry))
-    return members
+        if len(fields) >= 3 and fields[0] not in ("Z", "X"):
+            found.append((int(entry), int(fields[1]), int(fields[2])))
+    return found
+
+
+def _exits_within(pidfd: int, timeout_s: float) -> bool:
+    with selectors.DefaultSelector() as selector:
+        selector.register(pidfd, selectors.EVENT_READ)
+        return bool(selector.select(timeout=timeout_s))
 
 
 def _kill_group(pgid: int) -> None:
@@ -346,13 +631,27 @@ def kill_leftover_group(pgid: int, start_ticks: int | None) -> list[int]:
 
     The group is killed when its leader is still that process, or when the leader is gone but members
     remain (a group id is not handed out again while the group has members). A leader with another start
-    time is a reused pid, not the check: nothing is killed.
+    time is a reused pid, not the check: nothing is killed. Inside bubblewrap the leader is bwrap and the
+    sandbox's PID 1 is its child in a session of its own: it is killed too, and waited for, since the
+    kernel lets it go only once every process of its namespace is gone.
     """
     leader_started = process_start_ticks(pgid)
     if leader_started is not None and leader_started != start_ticks:
         return []
+    sandboxes = []  # opened while their parent lives, so each names its process even if the pid is reused
+    for pid in _live_children(pgid) if leader_started is not None else []:
+        with contextlib.suppress(OSError):
+            sandboxes.append((pid, os.pidfd_open(pid)))
     _kill_group(pgid)
-    return _wait_group_gone(pgid, _GROUP_GONE_WAIT_S)
+    for _, pidfd in sandboxes:
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    survivors = _wait_group_gone(pgid, _GROUP_GONE_WAIT_S)
+    for pid, pidfd in sandboxes:
+        if not _exits_within(pidfd, _GROUP_GONE_WAIT_S):
+            survivors.append(pid)
+        os.close(pidfd)
+    return survivors
 
 
 def run_command(
@@ -360,8 +659,10 @@ def run_command(
 ) -> CheckResult:
     """Run ``check`` under ``policy`` (see the module docstring for every rule) and report what happened.
 
-    ``on_start(pid)`` is called once the child runs (its pid is its process group id), so a caller can
-    record where the check runs; if it raises, the group is killed and the error propagates.
+    ``on_start(pid)`` is called once the check runs, with the pid of its outermost process (bwrap, or the
+    program itself without a sandbox), which leads a process group of its own: a supervisor may record it
+    and later end the whole check with ``kill_leftover_group``. It is not called when the check is refused
+    before anything started; if it raises, the check is killed and the error propagates.
     """
     started = time.monotonic()
 
@@ -374,30 +675,17 @@ def run_command(
     try:
         cwd = _resolve_cwd(policy, check.cwd)
         executable = resolve_executable(policy, check.argv[0], cwd=cwd, search_path=env["PATH"])
+        running = _start(policy, [executable, *check.argv[1:]], cwd=cwd, env=env)
     except _Refused as refusal:
         return refused(refusal.reason, refusal.message)
+    except FileNotFoundError as exc:
+        return refused(MISSING_EXECUTABLE, f"could not execute {exc.filename or check.argv[0]}: {exc}")
+    except (OSError, subprocess.SubprocessError) as exc:
+        return refused(RAISED, f"could not start {check.argv[0]}: {type(exc).__name__}: {exc}")
 
     cap = min(check.max_output_bytes, policy.max_output_bytes)
     timeout_s = min(check.timeout_s, policy.max_timeout_s)
-    try:
-        process = subprocess.Popen(
-            [executable, *check.argv[1:]],
-            shell=False,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            close_fds=True,
-            start_new_session=True,
-            preexec_fn=_preexec(_rlimits(policy)),  # see module docstring, item 4
-        )
-    except FileNotFoundError as exc:
-        return refused(MISSING_EXECUTABLE, f"could not execute {executable}: {exc}")
-    except (OSError, subprocess.SubprocessError) as exc:
-        return refused(RAISED, f"could not start {executable}: {type(exc).__name__}: {exc}")
-
-    pgid = process.pid  # start_new_session: the child leads its own session and process group
+    process = running.process
     output = _OutputCollector(cap)
     timed_out = False
     assert process.stdout is not None
@@ -406,21 +694,20 @@ def run_command(
         os.set_blocking(fd, False)
         try:
             if on_start is not None:
-                on_start(pgid)
+                on_start(process.pid)
             timed_out = _pump_until_exit(process.pid, fd, output, deadline=started + timeout_s)
         finally:
-            _kill_group(pgid)  # the timeout, stragglers after a normal exit, or an error in this process
+            running.kill()  # the timeout, stragglers after a normal exit, or an error in this process
             _drain(fd, output, deadline=time.monotonic() + _DRAIN_AFTER_KILL_S)
-            process.wait()
-            survivors = _wait_group_gone(pgid, _GROUP_GONE_WAIT_S)
+            survivors = running.end()
 
     text = output.text()
     if survivors:
-        text += f"\n[nexum: processes {survivors} of group {pgid} survived SIGKILL]\n"
-    returncode = process.returncode
+        text += f"\n[nexum: processes {survivors} of the check survived SIGKILL]\n"
+    returncode = running.exit_status()
     if timed_out:
         reason = TIMEOUT
-        text += f"\n[nexum: timed out after {timeout_s:g}s; process group killed]\n"
+        text += f"\n[nexum: timed out after {timeout_s:g}s; every process of the check was killed]\n"
     elif returncode < 0:
         reason = TIMEOUT if -returncode == signal.SIGXCPU else CRASHED
         text += f"\n[nexum: killed by signal {_signal_name(-returncode)}]\n"
@@ -585,7 +872,7 @@ class CheckRunner:
 
 
 def _match(pattern: str, content: bytes, where: str) -> tuple[str, str]:
-    found = re.search(pattern, content.decode("utf-8", errors="replace"))
+    found = compile_pattern(pattern).search(content.decode("utf-8", errors="replace"))
     if found is None:
         return NO_MATCH, f"no match for {pattern!r} in {where}"
     return PASSED, f"{pattern!r} matched {found.group(0)[:200]!r} in {where}"

@@ -233,9 +233,20 @@ NEXUM_RESOLVE_BUDGET = {
 CELERY_IMPORTS = ["context_app.resolution.tasks"]
 
 # --- Verification gate: the command sandbox (SPEC V1, V8) -------------------------------------------------
-# Command checks run inside this folder only; executables must be on the operator's allowlist (bare names
-# found on the scrubbed PATH, or absolute paths), comma-separated. Empty allowlist: no command check runs.
+# Each project's checks run in its own folder <workspace root>/<project slug>, and see no other project's.
+# Executables must be on the operator's allowlist (bare names found on the scrubbed PATH, or absolute paths),
+# comma-separated. Empty allowlist: no command check runs.
 NEXUM_WORKSPACE_ROOT = Path(os.environ.get("NEXUM_WORKSPACE_ROOT", DATA_DIR / "workspace"))
+# "bwrap": every command check runs inside bubblewrap (nexum/bubblewrap.py); where bwrap is missing, checks
+# fail with sandbox_unavailable. "none" runs them unsandboxed: for a development machine only, never implied.
+NEXUM_SANDBOX = os.environ.get("NEXUM_SANDBOX", "bwrap").strip().lower()
+# Extra host paths every check sees read-only (a toolchain outside /usr), comma-separated.
+NEXUM_SANDBOX_RO_PATHS = [
+    entry.strip() for entry in os.environ.get("NEXUM_SANDBOX_RO_PATHS", "").split(",") if entry.strip()
+]
+# A worker running as root holds each check's process limit in a pids cgroup created below this folder
+# (empty: "nexum-checks" at the top of the pids hierarchy, found in /proc/self/mountinfo).
+NEXUM_SANDBOX_CGROUP = os.environ.get("NEXUM_SANDBOX_CGROUP", "").strip() or None
 # In development the default allows this interpreter, so the demo world's pytest check can run.
 NEXUM_CHECK_EXECUTABLES = [
     entry.strip()
@@ -251,9 +262,11 @@ NEXUM_CHECK_MAX_TIMEOUT_S = float(os.environ.get("NEXUM_CHECK_MAX_TIMEOUT_S", "3
 NEXUM_CHECK_MAX_OUTPUT_BYTES = _env_int("NEXUM_CHECK_MAX_OUTPUT_BYTES", 1024 * 1024)
 NEXUM_CHECK_CPU_SECONDS = _env_int("NEXUM_CHECK_CPU_SECONDS", 300) or None
 NEXUM_CHECK_ADDRESS_SPACE_BYTES = _env_int("NEXUM_CHECK_ADDRESS_SPACE_BYTES", 4 * 1024**3) or None
-# RLIMIT_NPROC counts every process of the worker's user; 0 (the default) leaves it unset.
-NEXUM_CHECK_MAX_PROCESSES = _env_int("NEXUM_CHECK_MAX_PROCESSES", 0) or None
+# Processes a check may have at once (a pids cgroup for a root worker, RLIMIT_NPROC otherwise); 0 unsets it.
+NEXUM_CHECK_MAX_PROCESSES = _env_int("NEXUM_CHECK_MAX_PROCESSES", 256) or None
 NEXUM_CHECK_MAX_FILE_SIZE_BYTES = _env_int("NEXUM_CHECK_MAX_FILE_SIZE_BYTES", 256 * 1024**2) or None
+# The size of a check's private /tmp (a tmpfs, held in memory); 0 unsets it.
+NEXUM_CHECK_TMP_BYTES = _env_int("NEXUM_CHECK_TMP_BYTES", 256 * 1024**2) or None
 # Python callables that callable checks may name ("package.module:function"), imported only when named.
 NEXUM_CHECK_CALLABLES = [
     entry.strip() for entry in os.environ.get("NEXUM_CHECK_CALLABLES", "").split(",") if entry.strip()

@@ -7,7 +7,8 @@
 - ``GET /completions/{request_id}``: a request with its decision, the model's answer and every check run.
 - ``GET /tasks/{id}/completions``: the task's requests, newest first.
 - ``GET|PUT /tasks/{id}/contract``: the task's contract; PUT registers or replaces it (422 when it derives
-  from untrusted content, names a denied executable or leaves the workspace root).
+  from untrusted content, names a denied executable or leaves the project's workspace folder; 400 for a
+  pattern RE2 cannot run in linear time).
 """
 
 from __future__ import annotations
@@ -42,11 +43,17 @@ class CheckSpecSerializer(serializers.Serializer):
     argv = serializers.ListField(
         child=serializers.CharField(), required=False, help_text="command: program and arguments, no shell"
     )
-    cwd = serializers.CharField(required=False, help_text="command: relative to the workspace root")
+    cwd = serializers.CharField(
+        required=False, help_text="command: relative to the project's workspace folder (/workspace inside)"
+    )
     timeout_s = serializers.FloatField(required=False)
     max_output_bytes = serializers.IntegerField(required=False)
-    path = serializers.CharField(required=False, help_text="file checks: relative to the workspace root")
-    pattern = serializers.CharField(required=False, help_text="a regular expression (re.search)")
+    path = serializers.CharField(
+        required=False, help_text="file checks: relative to the project's workspace folder"
+    )
+    pattern = serializers.CharField(
+        required=False, help_text="an RE2 regular expression (searched; no backreferences or lookaround)"
+    )
     artifact_digest = serializers.CharField(required=False, help_text="sha256 of a recorded artifact")
     dotted_path = serializers.CharField(required=False, help_text="callable: a registered callable's name")
 
@@ -121,7 +128,7 @@ class CheckRunSerializer(serializers.Serializer):
     passed = serializers.BooleanField()
     reason = serializers.CharField(
         help_text="passed, exit_nonzero, timeout, missing_executable, denied_executable, crashed, raised, "
-        "workspace_violation, no_match, missing_file, returned_false"
+        "workspace_violation, no_match, missing_file, returned_false, sandbox_unavailable"
     )
     exit_code = serializers.IntegerField(allow_null=True)
     duration_ms = serializers.IntegerField()

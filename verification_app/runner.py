@@ -1,11 +1,13 @@
-"""The check runner as configured by the operator: the sandbox policy from settings, the project's artifacts,
-and the Python callables a library user registered.
+"""The check runner as configured by the operator: the project's sandbox policy from settings, the project's
+artifacts, and the Python callables a library user registered.
 
 Settings (read on every call, so an operator's change applies to the next run):
-``NEXUM_WORKSPACE_ROOT``, ``NEXUM_CHECK_EXECUTABLES`` (the allowlist, SPEC V8), ``NEXUM_CHECK_ENV_ALLOWLIST``,
-``NEXUM_CHECK_MAX_TIMEOUT_S``, ``NEXUM_CHECK_MAX_OUTPUT_BYTES``, ``NEXUM_CHECK_CPU_SECONDS``,
-``NEXUM_CHECK_ADDRESS_SPACE_BYTES``, ``NEXUM_CHECK_MAX_PROCESSES``, ``NEXUM_CHECK_MAX_FILE_SIZE_BYTES`` and
-``NEXUM_CHECK_CALLABLES`` (dotted paths the operator allows callable checks to import).
+``NEXUM_WORKSPACE_ROOT`` (each project's checks run in ``<root>/<project slug>``), ``NEXUM_SANDBOX``,
+``NEXUM_SANDBOX_RO_PATHS``, ``NEXUM_SANDBOX_CGROUP``, ``NEXUM_CHECK_EXECUTABLES`` (the allowlist, SPEC V8),
+``NEXUM_CHECK_ENV_ALLOWLIST``, ``NEXUM_CHECK_MAX_TIMEOUT_S``, ``NEXUM_CHECK_MAX_OUTPUT_BYTES``,
+``NEXUM_CHECK_CPU_SECONDS``, ``NEXUM_CHECK_ADDRESS_SPACE_BYTES``, ``NEXUM_CHECK_MAX_PROCESSES``,
+``NEXUM_CHECK_MAX_FILE_SIZE_BYTES``, ``NEXUM_CHECK_TMP_BYTES`` and ``NEXUM_CHECK_CALLABLES`` (dotted paths
+the operator allows callable checks to import).
 """
 
 from __future__ import annotations
@@ -21,8 +23,17 @@ from django.utils.module_loading import import_string
 from context_app.artifacts import default_store
 from context_app.models import WorldItem
 from nexum.core.errors import NotFound, PolicyRefused, ValidationFailed
-from nexum.core.gate import DENIED_EXECUTABLE, WORKSPACE_VIOLATION, CheckSpec, CommandCheck
+from nexum.core.gate import (
+    DENIED_EXECUTABLE,
+    WORKSPACE_VIOLATION,
+    CheckSpec,
+    CommandCheck,
+    FileExistsCheck,
+    FileMatchesCheck,
+)
 from nexum.sandbox import CheckRunner, SandboxPolicy, resolve_executable, resolve_in_workspace
+from nexum.workspaces import project_workspace
+from tasks_app import selectors as task_selectors
 
 _callables: dict[str, Callable[[], bool]] = {}
 _callables_lock = threading.Lock()
@@ -62,11 +73,18 @@ def _lazy_import(path: str) -> Callable[[], bool]:
     return call
 
 
-def sandbox_policy() -> SandboxPolicy:
-    root = Path(settings.NEXUM_WORKSPACE_ROOT).resolve()
-    root.mkdir(parents=True, exist_ok=True)
+def workspace_folder(project_id: str) -> Path:
+    """The project's own workspace folder (``nexum.workspaces.project_workspace``), created when missing: its
+    checks run there and see no other project's folder."""
+    project = task_selectors.project_get(project_id=project_id)
+    folder = project_workspace(project.slug).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def sandbox_policy(project_id: str) -> SandboxPolicy:
     return SandboxPolicy(
-        workspace_root=root,
+        workspace_root=workspace_folder(project_id),
         allowed_executables=frozenset(settings.NEXUM_CHECK_EXECUTABLES),
         env_allowlist=frozenset(settings.NEXUM_CHECK_ENV_ALLOWLIST),
         cpu_seconds=settings.NEXUM_CHECK_CPU_SECONDS,
@@ -75,7 +93,23 @@ def sandbox_policy() -> SandboxPolicy:
         max_file_size_bytes=settings.NEXUM_CHECK_MAX_FILE_SIZE_BYTES,
         max_output_bytes=settings.NEXUM_CHECK_MAX_OUTPUT_BYTES,
         max_timeout_s=settings.NEXUM_CHECK_MAX_TIMEOUT_S,
+        isolation=settings.NEXUM_SANDBOX,
+        read_only_paths=tuple(settings.NEXUM_SANDBOX_RO_PATHS),
+        hidden_paths=hidden_paths(),
+        private_paths=frozenset({str(settings.BASE_DIR), str(Path.home())}),
+        cgroup_parent=settings.NEXUM_SANDBOX_CGROUP,
+        tmp_bytes=settings.NEXUM_CHECK_TMP_BYTES,
     )
+
+
+def hidden_paths() -> frozenset[str]:
+    """What no check may see: the data directory, the artifact store, the SQLite file and the workspace root
+    (each project's folder is mounted on its own)."""
+    paths = {settings.DATA_DIR, settings.NEXUM_ARTIFACT_ROOT, settings.NEXUM_WORKSPACE_ROOT}
+    database = settings.DATABASES["default"]
+    if database["ENGINE"].endswith("sqlite3"):
+        paths |= {database["NAME"], database.get("TEST", {}).get("NAME") or database["NAME"]}
+    return frozenset(str(Path(path).resolve()) for path in paths)
 
 
 def artifact_loader(project_id: str) -> Callable[[str], bytes | None]:
@@ -99,27 +133,29 @@ def check_runner(project_id: str, *, on_start: Callable[[int], None] | None = No
     """The runner for one project's checks; ``on_start(pid)`` hears of every command check the sandbox
     starts (the worker's lease records it)."""
     return CheckRunner(
-        sandbox_policy(),
+        sandbox_policy(project_id),
         artifact_loader=artifact_loader(project_id),
         callables=registered_callables(),
         on_start=on_start,
     )
 
 
-def refuse_unrunnable(check: CheckSpec, field: str) -> None:
-    """At registration: refuse a command check whose working directory leaves the workspace root or whose
-    executable is not on the allowlist (both are checked again when the check runs)."""
-    if not isinstance(check, CommandCheck):
+def refuse_unrunnable(check: CheckSpec, field: str, *, project_id: str) -> None:
+    """At registration: refuse a check whose working directory or file leaves the project's folder, or a
+    command whose executable is not on the allowlist (each is checked again when the check runs)."""
+    if not isinstance(check, CommandCheck | FileExistsCheck | FileMatchesCheck):
         return
-    policy = sandbox_policy()
+    policy = sandbox_policy(project_id)
+    member = "cwd" if isinstance(check, CommandCheck) else "path"
     try:
-        cwd = resolve_in_workspace(policy, check.cwd)
+        resolved = resolve_in_workspace(policy, getattr(check, member))
     except Exception as refusal:  # the sandbox's refusal carries the reason code
         if getattr(refusal, "reason", None) == WORKSPACE_VIOLATION:
-            raise WorkspaceViolation(str(refusal), field=f"{field}.cwd") from None
+            raise WorkspaceViolation(str(refusal), field=f"{field}.{member}") from None
         raise
-    if not os.path.isdir(cwd):
-        cwd = str(policy.workspace_root)  # may be created later; the run refuses it if it still is not
+    if not isinstance(check, CommandCheck):
+        return
+    cwd = resolved if os.path.isdir(resolved) else str(policy.workspace_root)  # may be created later
     try:
         resolve_executable(policy, check.argv[0], cwd=cwd, search_path=policy.child_env()["PATH"])
     except Exception as refusal:

@@ -116,8 +116,8 @@ def contract_register(
     ``trust_class`` above it is 403 ``forbidden``). A declared lower ``trust_class`` and the classes of
     ``derived_from`` (world items of the project the contract was derived from) lower it; the lowest decides,
     and below ``repository_authored`` → 422 ``untrusted_content`` (an ``agent_reported`` item included) and
-    nothing is written. Command checks are vetted against the sandbox policy now
-    (working directory inside the workspace root, executable on the allowlist → 422 otherwise) and again
+    nothing is written. Checks are vetted against the project's sandbox policy now (working directory and
+    files inside the project's workspace folder, executable on the allowlist → 422 otherwise) and again
     when they run. Errors inside the contract name ``<field>.checks[i].<member>``.
     """
     task = task_selectors.task_get(project_id=project_id, task_id=task_id)
@@ -142,7 +142,7 @@ def contract_register(
         reason=reason,
     )
     for index, check in enumerate(parsed.checks):
-        runner.refuse_unrunnable(check, f"{field}.checks[{index}]")
+        runner.refuse_unrunnable(check, f"{field}.checks[{index}]", project_id=str(task.project_id))
     store.append(
         stream_id=stream_id,
         events=[event],

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Final, Literal, TypeAlias
 
+import re2
+
 from nexum.core.errors import ValidationFailed
 
 # --- limits ---
@@ -47,6 +49,7 @@ WORKSPACE_VIOLATION: Final = "workspace_violation"
 NO_MATCH: Final = "no_match"
 MISSING_FILE: Final = "missing_file"
 RETURNED_FALSE: Final = "returned_false"  # a registered Python callable returned False
+SANDBOX_UNAVAILABLE: Final = "sandbox_unavailable"  # no sandbox could be set up: nothing ran
 
 REASON_CODES: Final = frozenset(
     {
@@ -61,6 +64,7 @@ REASON_CODES: Final = frozenset(
         NO_MATCH,
         MISSING_FILE,
         RETURNED_FALSE,
+        SANDBOX_UNAVAILABLE,
     }
 )
 
@@ -98,12 +102,26 @@ def _require_path(value: object, field_name: str = "path") -> str:
     return _require_str(value, field_name, max_chars=MAX_PATH_CHARS)
 
 
+def compile_pattern(pattern: str) -> Any:
+    """``pattern`` compiled by RE2, whose matching time is linear in the input: no pattern can make a check
+    hang (``^(a+)+$`` included). RE2 has no backreferences and no lookaround; such a pattern is refused."""
+    options = re2.Options()
+    options.log_errors = False
+    try:
+        return re2.compile(pattern, options=options)
+    except re2.error as exc:
+        said = exc.args[0] if exc.args else exc
+        reason = said.decode("utf-8", "replace") if isinstance(said, bytes) else said
+        raise ValidationFailed(
+            f"pattern is not a regular expression RE2 accepts ({reason}); backreferences and lookaround"
+            " are not supported, the matching must stay linear in time",
+            field="pattern",
+        ) from None
+
+
 def _require_pattern(value: object) -> str:
     pattern = _require_str(value, "pattern", max_chars=MAX_PATTERN_CHARS)
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        raise ValidationFailed(f"pattern is not a valid regular expression: {exc}", field="pattern") from exc
+    compile_pattern(pattern)
     return pattern
 
 
@@ -169,7 +187,7 @@ def _require_bool(value: object, field_name: str) -> bool:
 class CommandCheck:
     """Run ``argv`` (no shell) in ``cwd`` and require exit status 0.
 
-    ``cwd`` is relative to the sandbox's workspace root (an absolute path is allowed only if it resolves
+    ``cwd`` is relative to the project's workspace folder (an absolute path is allowed only if it resolves
     inside it; the sandbox enforces that). ``timeout_s`` is wall-clock; ``max_output_bytes`` caps the
     captured, merged stdout+stderr (the sandbox policy may cap both further).
     """
@@ -193,7 +211,7 @@ class CommandCheck:
 
 @dataclass(frozen=True)
 class FileExistsCheck:
-    """Require ``path`` (relative to the workspace root) to exist."""
+    """Require ``path`` (relative to the project's workspace folder) to exist."""
 
     kind: ClassVar[str] = "file_exists"
 
@@ -207,10 +225,10 @@ class FileExistsCheck:
 
 @dataclass(frozen=True)
 class FileMatchesCheck:
-    """Require the file at ``path`` (relative to the workspace root) to contain a match of ``pattern``.
+    """Require the file at ``path`` (relative to the project's workspace) to contain a match of ``pattern``.
 
-    Matching is ``re.search`` over the UTF-8 text (undecodable bytes replaced); use inline flags such as
-    ``(?m)`` or ``(?i)`` in the pattern.
+    Matching is an RE2 search (linear time; see ``compile_pattern``) over the UTF-8 text (undecodable bytes
+    replaced); use inline flags such as ``(?m)`` or ``(?i)`` in the pattern.
     """
 
     kind: ClassVar[str] = "file_matches"
@@ -227,7 +245,8 @@ class FileMatchesCheck:
 
 @dataclass(frozen=True)
 class ArtifactMatchesCheck:
-    """Require the content of the artifact with ``artifact_digest`` to contain a match of ``pattern``."""
+    """Require the content of the artifact with ``artifact_digest`` to contain a match of ``pattern`` (an RE2
+    search, as for ``FileMatchesCheck``)."""
 
     kind: ClassVar[str] = "artifact_matches"
 

@@ -36,6 +36,7 @@ from nexum.core.roles import actor_of, caller_trust
 from tasks_app.models import Project, Task
 from tasks_app.services import goal_create, project_create, task_start
 from verification_app.models import CompletionRequest
+from verification_app.runner import workspace_folder
 from verification_app.services import completion_request, completion_run
 
 ACTOR = "demo:loader"
@@ -76,7 +77,7 @@ class DemoWorld:
 
 
 def pytest_check() -> dict[str, object]:
-    """The real command check: the example's pytest suite, run in its copy inside the workspace root."""
+    """The real command check: the example's pytest suite, run in its copy in the project's workspace."""
     return {
         "kind": "command",
         "name": "auth-service pytest",
@@ -93,7 +94,7 @@ def load_demo_world(*, log: Callable[[str], None] = lambda line: None) -> DemoWo
     project_id = str(project.id)
     _catalog(project_id, log)
     _tools(project_id, log)
-    _workspace(log)
+    _workspace(project_id, log)
     goal = _goal(project_id, log)
     tasks = {task.key: task for task in Task.objects.filter(goal_id=goal.id, is_goal=False)}
     _world_items(project_id, goal, tasks, log)
@@ -146,13 +147,12 @@ def _tools(project_id: str, log: Callable[[str], None]) -> None:
         log(f"tool: {name}")
 
 
-def _workspace(log: Callable[[str], None]) -> None:
-    """A copy of the example repository inside the workspace root, where the command check runs. An
-    existing copy is left alone: fix the bug there and ask the gate again."""
-    target = Path(settings.NEXUM_WORKSPACE_ROOT) / WORKSPACE_FOLDER
+def _workspace(project_id: str, log: Callable[[str], None]) -> None:
+    """A copy of the example repository inside the demo project's workspace folder, where the command check
+    runs. An existing copy is left alone: fix the bug there and ask the gate again."""
+    target = workspace_folder(project_id) / WORKSPACE_FOLDER
     if target.exists():
         return
-    target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(
         EXAMPLES_DIR / WORKSPACE_FOLDER, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
     )

@@ -128,6 +128,26 @@ def test_refused_executables_and_workspaces_are_422(api, operator_api, workspace
         "workspace_violation",
         "contract.checks[0].cwd",
     )
+    other_project = {"checks": [{"kind": "file_exists", "name": "x", "path": "../globex/secret.txt"}]}
+    assert_error(
+        operator_api.put(url, {"contract": other_project}, format="json"),
+        422,
+        "workspace_violation",
+        "contract.checks[0].path",
+    )
+
+
+def test_a_pattern_without_a_linear_time_match_is_400_naming_the_field(api, operator_api, workspace):
+    task_id = create(api).json()["tasks"][0]["id"]
+    before = EventRow.objects.count()
+    for pattern, said in ((r"(a)\1", "backreferences"), (r"foo(?=bar)", "lookaround")):
+        check = {"kind": "file_matches", "name": "x", "path": "a.txt", "pattern": pattern}
+        response = operator_api.put(
+            f"/api/v1/tasks/{task_id}/contract", {"contract": {"checks": [check]}}, format="json"
+        )
+        error = assert_error(response, 400, "invalid", "contract.checks[0].pattern")
+        assert "RE2" in error["message"] and said in error["message"]
+    assert EventRow.objects.count() == before
 
 
 def test_another_projects_task_is_404_and_nothing_is_written(

@@ -19,6 +19,7 @@ from nexum.eventstore import projections
 from nexum.eventstore.models import Event as EventRow
 from tasks_app import services as task_services
 from tasks_app.models import Task
+from tests.conftest import NEEDS_BWRAP
 from verification_app import runner, selectors, services
 from verification_app.models import CheckRun
 
@@ -29,13 +30,13 @@ SLEEP_MARK = f"600.{os.getpid()}{secrets.randbelow(10**6):06d}"
 
 
 @pytest.fixture
-def workspace(tmp_path, settings) -> Path:
+def workspace(tmp_path, settings, project) -> Path:
+    """The project's own folder inside a fresh workspace root (where its checks run)."""
     root = tmp_path / "workspace"
-    root.mkdir()
     settings.NEXUM_WORKSPACE_ROOT = root
     settings.NEXUM_ARTIFACT_ROOT = tmp_path / "artifacts"
     settings.NEXUM_CHECK_EXECUTABLES = [PYTHON, "sh", "true", "false"]
-    return root
+    return runner.workspace_folder(str(project.id))
 
 
 @pytest.fixture
@@ -305,6 +306,108 @@ def test_a_working_directory_outside_the_workspace_is_refused(project, workspace
     (workspace / "moving").symlink_to(outside)
     result = complete(task)
     assert CheckRun.objects.get(request=result.request).reason == "workspace_violation"
+
+
+# --- the sandbox: one project's check against another's workspace, a missing sandbox, patterns ----------
+
+
+@NEEDS_BWRAP
+@pytest.mark.django_db
+def test_project_a_cannot_see_or_write_project_b_workspace(project, other_project, workspace):
+    theirs = runner.workspace_folder(str(other_project.id))
+    (theirs / "secret.txt").write_text("globex only\n")
+    probe = (
+        f"cat {theirs}/secret.txt /workspace/../{other_project.slug}/secret.txt peek/secret.txt;"
+        f" touch {theirs}/planted /workspace/../{other_project.slug}/planted peek/planted; ls /workspace/..;"
+        " echo probed"
+    )
+    contract = {
+        "checks": [
+            command("probe", "sh", "-c", probe),
+            {"kind": "file_matches", "name": "peek", "path": "peek/secret.txt", "pattern": "globex"},
+        ]
+    }
+    task = running_task(project, contract)
+    (workspace / "peek").symlink_to(theirs)  # after registration, which would refuse the file check
+    result = complete(task)
+    runs = {run.name: run for run in CheckRun.objects.filter(request=result.request)}
+    output = selectors.stored_text(runs["probe"].output_sha256)
+    assert "probed" in output and "globex only" not in output, output
+    listing = [line for line in output.splitlines() if ":" not in line]  # ls /workspace/.. : the root
+    assert "workspace" in listing and other_project.slug not in listing
+    assert sorted(path.name for path in theirs.iterdir()) == ["secret.txt"]
+    assert runs["peek"].reason == "workspace_violation"  # the link leaves the project's folder
+    their_task = running_task(other_project, {"checks": [command("own", "sh", "-c", "cat secret.txt")]})
+    own = CheckRun.objects.get(request=complete(their_task).request)
+    assert selectors.stored_text(own.output_sha256) == "globex only\n"  # the probe reads what is there
+
+
+@pytest.mark.django_db
+def test_without_a_sandbox_a_command_check_fails_with_sandbox_unavailable(
+    project, workspace, monkeypatch, settings
+):
+    from nexum import bubblewrap
+
+    settings.NEXUM_SANDBOX = "bwrap"  # the default, whatever this machine's test run uses
+    monkeypatch.setattr(bubblewrap, "find_bwrap", lambda: None)
+    task = running_task(project, {"checks": [command("marker", "sh", "-c", "touch ran")]})  # registered
+    result = complete(task)
+    run = CheckRun.objects.get(request=result.request)
+    assert (result.outcome, run.reason) == ("failed", "sandbox_unavailable")
+    assert "marker (sandbox_unavailable)" in result.reason
+    assert "apt-get install bubblewrap" in selectors.stored_text(run.output_sha256)
+    assert not (workspace / "ran").exists()
+
+
+def test_manage_py_check_says_when_checks_cannot_be_sandboxed(settings, monkeypatch):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from nexum import bubblewrap
+    from verification_app.checks import sandbox_ready
+
+    settings.NEXUM_SANDBOX = "bwrap"
+    monkeypatch.setattr(bubblewrap, "find_bwrap", lambda: None)
+    said = StringIO()
+    call_command("check", stderr=said)
+    assert "nexum.W001" in said.getvalue() and "apt-get install bubblewrap" in said.getvalue()
+    settings.NEXUM_SANDBOX = "none"
+    assert [message.id for message in sandbox_ready()] == ["nexum.W002"]
+    settings.NEXUM_SANDBOX = "off"
+    assert [message.id for message in sandbox_ready()] == ["nexum.E004"]
+
+
+@pytest.mark.django_db
+def test_a_catastrophic_pattern_ends_at_once(project, workspace):
+    (workspace / "input.txt").write_text("a" * 40 + "!")
+    task = running_task(project, start=False)
+    scope = Scope(project_id=str(project.id), goal_id=str(task.goal_id), task_id=str(task.id))
+    item = artifact_record(scope=scope, summary="x", content=b"a" * 40 + b"!", actor="ci")
+    services.contract_register(
+        project_id=str(project.id),
+        task_id=str(task.id),
+        contract={
+            "checks": [
+                {"kind": "file_matches", "name": "file", "path": "input.txt", "pattern": "^(a+)+$"},
+                {"kind": "artifact_matches", "name": "artifact", "artifact_digest": item.content_sha256,
+                 "pattern": "^(a+)+$"},
+            ]
+        },
+        actor="planner",
+    )  # fmt: skip
+    task = task_services.task_start(project_id=str(project.id), task_id=str(task.id), actor="agent")
+    started = time.monotonic()
+    result = complete(task)
+    assert time.monotonic() - started < 5  # a backtracking engine needs about 2**40 steps here
+    runs = {
+        run.name: (run.reason, run.duration_ms) for run in CheckRun.objects.filter(request=result.request)
+    }
+    assert {name: reason for name, (reason, _) in runs.items()} == {
+        "file": "no_match",
+        "artifact": "no_match",
+    }
+    assert all(duration < 1000 for _, duration in runs.values())
 
 
 # --- V8: untrusted content cannot define a contract -----------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from nexum.core.errors import ValidationFailed
@@ -16,6 +18,7 @@ from nexum.core.gate import (
     FileMatchesCheck,
     check_from_dict,
     check_to_dict,
+    compile_pattern,
     contract_from_dict,
     contract_to_dict,
     decision_from_dict,
@@ -157,6 +160,8 @@ def test_the_model_answer_is_recorded_and_changes_nothing() -> None:
         (lambda: CommandCheck(name=" ", argv=("true",)), "name"),
         (lambda: FileMatchesCheck(name="t", path="a.txt", pattern="(unclosed"), "pattern"),
         (lambda: ArtifactMatchesCheck(name="t", artifact_digest="abc", pattern="[z-a]"), "pattern"),
+        (lambda: FileMatchesCheck(name="t", path="a.txt", pattern=r"(\w+) \1"), "pattern"),  # backreference
+        (lambda: ArtifactMatchesCheck(name="t", artifact_digest="abc", pattern="a(?!b)"), "pattern"),
         (lambda: ArtifactMatchesCheck(name="t", artifact_digest="a b", pattern="x"), "artifact_digest"),
         (lambda: FileExistsCheck(name="t", path=""), "path"),
         (lambda: CallableCheck(name="t", dotted_path="os.system('rm -rf /')"), "dotted_path"),
@@ -170,6 +175,15 @@ def test_invalid_specs_are_refused_naming_the_field(build, field: str) -> None: 
         build()
     assert caught.value.field == field
     assert caught.value.message
+
+
+def test_patterns_are_re2_whose_matching_time_is_linear() -> None:
+    with pytest.raises(ValidationFailed, match=r"RE2 accepts \(invalid escape sequence: \\1\)"):
+        FileMatchesCheck(name="t", path="a.txt", pattern=r"(a)\1")
+    started = time.monotonic()
+    assert compile_pattern("^(a+)+$").search("a" * 40 + "!") is None
+    assert compile_pattern("^(a+)+$").search("a" * 100_000) is not None
+    assert time.monotonic() - started < 1.0
 
 
 def test_argv_given_as_a_list_is_stored_as_a_tuple() -> None:

@@ -1,13 +1,23 @@
-"""The command sandbox (SPEC V1, V4, V8) with real processes in a temporary workspace; no database."""
+"""The command sandbox (SPEC V1, V4, V8) with real processes inside a real bubblewrap sandbox; no database.
+
+Every test here runs bwrap for real and must be able to fail: each guarantee is shown by the check trying
+to break it. Without bwrap they are skipped, saying why (CI installs it).
+"""
 
 from __future__ import annotations
 
 import ast
+import json
 import os
+import secrets
 import signal
+import socket
+import subprocess
 import sys
 import textwrap
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,10 +33,15 @@ from nexum.core.gate import (
     gate_task_completion,
 )
 from nexum.sandbox import CheckRunner, SandboxPolicy, run_command
+from tests.conftest import NEEDS_BWRAP
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox's guarantees are Linux-specific")
+pytestmark = [
+    pytest.mark.skipif(sys.platform != "linux", reason="the sandbox's guarantees are Linux-specific"),
+    NEEDS_BWRAP,
+]
 
 VENV_PYTHON = str(Path(sys.executable).parent / "python")
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def policy_for(workspace: Path, *allowed: str, **options: object) -> SandboxPolicy:
@@ -39,20 +54,48 @@ def check(*argv: str, cwd: str = ".", timeout_s: float = 30, max_output_bytes: i
     )
 
 
-def live_members_of_group(pgid: int) -> list[int]:
-    """Pids of non-zombie processes whose process group is ``pgid``, by an independent /proc scan."""
-    members = []
+def new_marker() -> str:
+    """An argument for ``sleep`` no other process on the machine uses, to find a check's processes by."""
+    return f"600.{os.getpid()}{secrets.randbelow(10**9):09d}"
+
+
+def live_sleepers(marker: str) -> list[int]:
+    """Host pids of live (non-zombie) ``sleep <marker>`` processes, by a scan of the host's /proc."""
+    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
+            arguments = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        state, _ppid, pgrp = stat[stat.rfind(")") + 2 :].split()[:3]
-        if int(pgrp) == pgid and state not in ("Z", "X"):
-            members.append(int(entry))
-    return members
+        if marker.encode() in arguments[1:2] and stat[stat.rfind(")") + 2] not in "ZX":
+            found.append(int(entry))
+    return found
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+def run_watching(marker: str, run: Callable[[], sandbox.CheckResult]) -> tuple[sandbox.CheckResult, int]:
+    """Run a check in a thread while counting, from the host, its live ``sleep <marker>`` processes; returns
+    the result and the most seen at once (so a test shows they existed before showing they are gone)."""
+    results: list[sandbox.CheckResult] = []
+    worker = threading.Thread(target=lambda: results.append(run()))
+    worker.start()
+    most = 0
+    while worker.is_alive():
+        most = max(most, len(live_sleepers(marker)))
+        time.sleep(0.02)
+    worker.join()
+    return results[0], most
 
 
 # --- a real test suite, failing then fixed ---
@@ -87,34 +130,113 @@ def test_the_gate_with_the_sandbox_runner_completes_only_when_the_command_passes
     assert gate_task_completion("running", contract, "", runner).outcome == "completed"
 
 
-# --- timeouts and process groups ---
+# --- timeouts, the process tree, the process limit ---
 
 
-def test_a_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
-    policy = policy_for(tmp_path, "sh")
+def test_a_timeout_kills_every_process_of_the_check_setsid_double_forks_included(tmp_path: Path) -> None:
+    marker = new_marker()
+    script = f"setsid sh -c 'sleep {marker} &'; setsid sleep {marker} & sleep {marker} & sleep {marker}"
     started = time.monotonic()
-    result = run_command(check("sh", "-c", "echo $$; sleep 600 & sleep 600", timeout_s=2), policy)
-    elapsed = time.monotonic() - started
-
-    assert elapsed < 4
+    result, most = run_watching(
+        marker, lambda: run_command(check("sh", "-c", script, timeout_s=2), policy_for(tmp_path, "sh"))
+    )
+    assert time.monotonic() - started < 5
+    assert most == 4  # every sleeper was running, two of them in sessions of their own
     assert (result.passed, result.reason) == (False, "timeout")
-    pgid = int(result.output.split()[0])  # sh leads its own session and group: $$ is the group id
-    assert live_members_of_group(pgid) == []
+    assert "timed out after 2s" in result.output
+    assert live_sleepers(marker) == []  # checked the moment run_command returned
+
+
+def test_processes_left_by_a_finished_command_are_killed(tmp_path: Path) -> None:
+    marker = new_marker()
+    script = f"setsid sh -c 'sleep {marker} &'; sleep {marker} & sleep 1; echo done"
+    result, most = run_watching(
+        marker, lambda: run_command(check("sh", "-c", script), policy_for(tmp_path, "sh"))
+    )
+    assert most == 2
+    assert (result.reason, result.output) == ("passed", "done\n")
+    assert live_sleepers(marker) == []
+
+
+def test_a_check_cannot_fork_past_the_process_limit(tmp_path: Path) -> None:
+    program = textwrap.dedent(
+        """
+        import os, time
+        started = 0
+        for _ in range(200):
+            try:
+                pid = os.fork()
+            except OSError as error:
+                print("refused after", started, error.strerror)
+                break
+            if pid == 0:
+                time.sleep(60)
+                os._exit(0)
+            started += 1
+        print("started", started)
+        """
+    )
+    policy = policy_for(tmp_path, VENV_PYTHON, max_processes=20)
+    result = run_command(check(VENV_PYTHON, "-c", program), policy)
+    assert result.reason == "passed", result.output
+    started = int(result.output.split("started")[-1])
+    assert 10 <= started < 20, result.output  # bwrap and python count too
+    assert "refused after" in result.output
+    unlimited = run_command(check(VENV_PYTHON, "-c", program), policy_for(tmp_path, VENV_PYTHON))
+    assert "started 200" in unlimited.output  # the default (256) leaves room: the limit made the difference
+
+
+def worker_command(python: str, workspace: Path, argv: list[str], **options: object) -> list[str]:
+    """A command line running one check in a worker process of its own (tests/unit/sandbox_worker.py)."""
+    request = {"paths": [str(REPOSITORY)], "workspace": str(workspace), "allowed": ["sh"], "argv": argv}
+    request.update({"max_processes": 256, "isolation": "bwrap", **options})
+    return [python, "-I", str(Path(__file__).with_name("sandbox_worker.py")), json.dumps(request)]
+
+
+def test_when_the_worker_is_killed_the_check_dies_with_it(tmp_path: Path) -> None:
+    marker = new_marker()
+    script = f"setsid sh -c 'sleep {marker} &'; sleep {marker}"
+    worker = subprocess.Popen(worker_command(VENV_PYTHON, tmp_path, ["sh", "-c", script]))
     try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        pass  # the group is gone altogether
-    else:  # only zombies waiting for a reaper (PID 1 of a container may not reap) may remain
-        assert live_members_of_group(pgid) == []
+        assert wait_until(lambda: len(live_sleepers(marker)) == 2, timeout_s=30), "the check never started"
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=10)
+        assert wait_until(lambda: live_sleepers(marker) == [], timeout_s=2.0), live_sleepers(marker)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
 
 
-def test_background_processes_left_by_a_finished_command_are_killed(tmp_path: Path) -> None:
-    started = time.monotonic()
-    result = run_command(check("sh", "-c", "echo $$; sleep 600 & echo done"), policy_for(tmp_path, "sh"))
-    assert time.monotonic() - started < 4
-    assert result.reason == "passed"
-    assert "done" in result.output
-    assert live_members_of_group(int(result.output.split()[0])) == []
+def test_on_start_names_the_check_so_kill_leftover_group_ends_all_of_it(tmp_path: Path) -> None:
+    """What a lease does when its holder lost it (issue 13): record the pid on_start gives, later kill the
+    check by it. kill_leftover_group returns only once nothing of the sandbox lives."""
+    marker = new_marker()
+    started: list[tuple[int, int | None, bytes]] = []
+    remaining: list[list[int]] = []
+
+    def record_then_kill(pid: int) -> None:
+        program = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+        started.append((pid, sandbox.process_start_ticks(pid), program))
+
+        def supervisor() -> None:
+            wait_until(lambda: len(live_sleepers(marker)) == 2, timeout_s=20)
+            assert sandbox.kill_leftover_group(pid, started[0][1]) == []
+            remaining.append(live_sleepers(marker))
+
+        threading.Thread(target=supervisor, daemon=True).start()
+
+    script = f"setsid sleep {marker} & sleep {marker}"
+    began = time.monotonic()
+    result = run_command(
+        check("sh", "-c", script, timeout_s=60), policy_for(tmp_path, "sh"), on_start=record_then_kill
+    )
+    assert time.monotonic() - began < 20
+    assert (result.reason, result.exit_code) == ("crashed", -signal.SIGKILL)
+    [(pid, _, program)] = started
+    assert program.endswith(b"bwrap")  # the sandbox's outermost process, leader of its own group
+    assert wait_until(lambda: remaining != [], timeout_s=5) and remaining == [[]]
+    assert sandbox.kill_leftover_group(pid, 12345) == []  # a pid with another start time is left alone
 
 
 def test_the_cpu_limit_ends_a_busy_loop_as_a_timeout(tmp_path: Path) -> None:
@@ -343,7 +465,187 @@ def test_the_environment_is_scrubbed_to_the_allowlist(
     assert "PYTHONPATH" not in variables
     assert variables["NEXUM_CHECK"] == "1"
     assert all(os.path.isabs(entry) for entry in variables["PATH"].split(":"))
-    assert set(variables) <= {"PATH", "HOME", "LANG", "LC_ALL", "TZ", "NEXUM_CHECK", "PWD", "SHLVL", "_"}
+    assert set(variables) <= {
+        "PATH",
+        "HOME",
+        "TMPDIR",
+        "LANG",
+        "LC_ALL",
+        "TZ",
+        "NEXUM_CHECK",
+        "PWD",
+        "SHLVL",
+        "_",
+    }
+
+
+# --- what a check can reach: namespaces, the environment, files, the network ---
+
+
+def test_the_check_runs_unprivileged_in_namespaces_of_its_own(tmp_path: Path) -> None:
+    kinds = ("user", "pid", "net", "ipc", "uts", "cgroup", "mnt")
+    script = "id -u; id -g; grep CapEff /proc/self/status; cat /proc/sys/kernel/hostname; " + "; ".join(
+        f"readlink /proc/self/ns/{kind}" for kind in kinds
+    )
+    result = run_command(check("sh", "-c", script), policy_for(tmp_path, "sh"))
+    lines = result.output.splitlines()
+    assert lines[:4] == ["1000", "1000", "CapEff:\t0000000000000000", "nexum-check"], result.output
+    for kind, inside in zip(kinds, lines[4:], strict=True):
+        assert inside != os.readlink(f"/proc/self/ns/{kind}"), kind
+
+
+def test_a_check_cannot_read_the_hosts_or_the_workers_environment(tmp_path: Path) -> None:
+    secret = f"planted-{secrets.token_hex(8)}"
+    script = (
+        "cat /proc/1/environ; echo; cat /proc/$PPID/environ; echo; for e in /proc/[0-9]*/environ; do cat $e;"
+        f" echo; done; cat /proc/{os.getpid()}/environ; env"
+    )
+
+    def run_in_a_worker(**options: object) -> str:
+        # The secret is in the worker's environment from its start, as DATABASE_URL is in a real worker's.
+        command = worker_command(VENV_PYTHON, tmp_path, ["sh", "-c", script], **options)
+        environment = {**os.environ, "NEXUM_PLANTED_SECRET": secret}
+        done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return str(json.loads(done.stdout)["output"])
+
+    output = run_in_a_worker()
+    assert "PATH=" in output  # the reads happened
+    assert f"/proc/{os.getpid()}/environ: No such file" in output
+    assert secret not in output and "NEXUM_PLANTED_SECRET" not in output
+    assert secret in run_in_a_worker(isolation="none")  # the same probe finds it where nothing hides it
+
+
+def test_the_data_directory_artifacts_database_and_other_projects_do_not_exist_inside(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "artifacts" / "ab").mkdir(parents=True)
+    (data / "artifacts" / "ab" / "cdef").write_text("stored output")
+    (data / "nexum.sqlite3").write_text("SQLite format 3")
+    (data / "workspace" / "acme").mkdir(parents=True)
+    (data / "workspace" / "globex").mkdir()
+    (data / "workspace" / "globex" / "secret.txt").write_text("globex only")
+    hidden = {str(data), str(data / "artifacts"), str(data / "nexum.sqlite3"), str(data / "workspace")}
+    probed = [
+        str(data),
+        str(data / "nexum.sqlite3"),
+        str(data / "artifacts" / "ab" / "cdef"),
+        str(data / "workspace" / "globex" / "secret.txt"),
+        str(REPOSITORY / "nexum" / "settings.py"),
+        "/run/postgresql",
+        "/var/run",
+        "/root/.bashrc",
+        "/home",
+        "/etc/shadow",
+    ]
+    script = 'for p in "$@"; do if [ -e "$p" ]; then echo "VISIBLE $p"; else echo "absent $p"; fi; done'
+    argv = ("sh", "-c", script, "probe", *probed)
+    policy = policy_for(data / "workspace" / "acme", "sh", VENV_PYTHON, hidden_paths=frozenset(hidden))
+    result = run_command(check(*argv), policy)
+    assert result.output.splitlines() == [f"absent {path}" for path in probed]
+    unsandboxed = run_command(check(*argv), policy_for(data / "workspace" / "acme", "sh", isolation="none"))
+    assert f"VISIBLE {data / 'nexum.sqlite3'}" in unsandboxed.output  # the probe sees what is there
+
+
+def test_a_check_cannot_reach_services_on_the_hosts_loopback(tmp_path: Path) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()  # open from the host
+        program = textwrap.dedent(
+            f"""
+            import socket
+            for port in ({port}, 5432, 6379):
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=5).close()
+                    print(port, "connected")
+                except OSError as error:
+                    print(port, type(error).__name__)
+            """
+        )
+        result = run_command(check(VENV_PYTHON, "-c", program), policy_for(tmp_path, VENV_PYTHON))
+    assert result.output.splitlines() == [
+        f"{port} ConnectionRefusedError",
+        "5432 ConnectionRefusedError",
+        "6379 ConnectionRefusedError",
+    ], result.output
+
+
+def test_a_check_writes_in_its_workspace_and_nowhere_else(tmp_path: Path) -> None:
+    workspace, outside = tmp_path / "acme", tmp_path / "outside"
+    workspace.mkdir()
+    outside.mkdir()
+    targets = [str(outside / "planted"), "/usr/planted", "/etc/planted", "/planted", f"{sys.prefix}/planted"]
+    script = (
+        "touch /workspace/made-inside && echo inside-ok; touch /tmp/scratch && echo tmp-ok;"
+        ' for p in "$@"; do touch "$p" 2>/dev/null && echo "WROTE $p"; done; true'
+    )
+    result = run_command(
+        check("sh", "-c", script, "probe", *targets), policy_for(workspace, "sh", VENV_PYTHON)
+    )
+    assert result.output.splitlines() == ["inside-ok", "tmp-ok"]
+    assert (workspace / "made-inside").exists()
+    assert list(outside.iterdir()) == [] and not Path(sys.prefix, "planted").exists()
+
+
+def test_a_check_cannot_change_the_hosts_kernel_settings_or_read_kernel_internals(tmp_path: Path) -> None:
+    """Sysctls trust uid 0 without asking for a capability, and a root worker's sandbox is uid 0 outside its
+    user namespace: /proc/sys is read-only and files such as /proc/kpageflags cannot be opened."""
+    script = textwrap.dedent(
+        """
+        for f in /proc/sys/kernel/core_pattern /proc/sys/vm/drop_caches; do test -w $f && echo WRITABLE; done
+        limit=$(cat /proc/sys/kernel/printk_ratelimit)
+        echo $limit > /proc/sys/kernel/printk_ratelimit && echo WROTE the same value back
+        for f in /proc/kpageflags /proc/slabinfo /proc/keys; do head -c 1 $f >/dev/null && echo READ $f; done
+        echo checked
+        """
+    )
+    result = run_command(check("sh", "-c", script), policy_for(tmp_path, "sh"))
+    assert result.output.splitlines()[-1] == "checked"
+    assert [
+        line for line in result.output.splitlines() if line.split()[0] in ("WRITABLE", "WROTE", "READ")
+    ] == []
+
+
+def test_the_process_limit_holds_for_an_unprivileged_worker() -> None:
+    """Without a cgroup: RLIMIT_NPROC binds a worker that is not root (as an operator should run it)."""
+    system_python, uid = "/usr/bin/python3", 64999
+    if not os.access(system_python, os.X_OK) or os.geteuid() != 0:
+        pytest.skip("needs root (to become another user) and a /usr/bin/python3 that user can run")
+    base = Path(
+        subprocess.check_output(["mktemp", "-d", "/tmp/nexum-unprivileged-XXXXXX"], text=True).strip()
+    )
+    try:
+        base.chmod(0o755)
+        (base / "workspace").mkdir()
+        os.chown(base / "workspace", uid, uid)
+        site_packages = str(next(Path(sys.prefix, "lib").glob("python3*/site-packages")))  # google-re2
+        script = "n=0; while [ $n -lt 40 ]; do sleep 30 & n=$((n+1)); echo $n; done"
+        reports = {}
+        for limit in (15, None):
+            command = worker_command(
+                system_python, base / "workspace", ["sh", "-c", script], max_processes=limit
+            )
+            command[-1] = json.dumps({**json.loads(command[-1]), "paths": [str(REPOSITORY), site_packages]})
+            done = subprocess.run(
+                command,
+                user=uid,
+                group=uid,
+                extra_groups=[],
+                cwd=base,
+                env={"PATH": "/usr/bin:/bin"},
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, done.stderr
+            reports[limit] = json.loads(done.stdout)
+        assert reports[15]["uid"] == uid
+        assert "Cannot fork" in reports[15]["output"], reports[15]
+        assert max(int(word) for word in reports[15]["output"].split() if word.isdigit()) < 15
+        assert reports[None]["output"].split()[-1] == "40"  # the limit made the difference
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=True)
 
 
 # --- the other check kinds ---
