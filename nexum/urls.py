@@ -12,6 +12,7 @@ from context_app.compilation import api as compile_api
 from context_app.resolution import api as resolution_api
 from nexum.api import views
 from nexum.api.errors import json_not_found, json_server_error
+from nexum_web.webhooks import api as webhooks_api
 from tasks_app import api as tasks_api
 from verification_app import api as verification_api
 
@@ -84,6 +85,13 @@ api_v1 = [
     path("contexts/<str:digest>/replay", compile_api.ContextReplayView.as_view(), name="context-replay"),
     path(
         "contexts/<str:digest>/diff/<str:other>", compile_api.ContextDiffView.as_view(), name="context-diff"
+    ),
+    path("webhooks", webhooks_api.WebhookListCreateView.as_view(), name="webhooks"),
+    path("webhooks/<str:webhook_id>", webhooks_api.WebhookDetailView.as_view(), name="webhook"),
+    path(
+        "webhooks/<str:webhook_id>/deliveries",
+        webhooks_api.WebhookDeliveryListView.as_view(),
+        name="webhook-deliveries",
     ),
 ]
 
