@@ -189,3 +189,22 @@ def test_the_server_and_the_client_sign_alike():
     from nexum_web.webhooks.signing import signature
 
     assert signature("whsec_k", b'{"a":1}', 1_700_000_000) == sign("whsec_k", b'{"a":1}', 1_700_000_000)
+
+
+def test_staff_register_a_webhook_in_the_admin_and_see_its_secret_once(admin_client, project, receiver):
+    from nexum_web.webhooks.models import Webhook
+
+    add = "/admin/webhooks/webhook/add/"
+    refused = admin_client.post(
+        add, {"project": project.id, "url": "http://10.1.2.3/hook", "description": ""}
+    )
+    assert refused.status_code == 200 and b"allowlist" in refused.content
+    assert not Webhook.objects.exists()
+
+    added = admin_client.post(
+        add, {"project": project.id, "url": receiver.url, "description": "ops"}, follow=True
+    )
+    webhook = Webhook.objects.get()
+    assert webhook.secret in added.content.decode() and webhook.created_by == "admin:admin"
+    page = admin_client.get(f"/admin/webhooks/webhook/{webhook.id}/change/")
+    assert page.status_code == 200 and webhook.secret not in page.content.decode()
