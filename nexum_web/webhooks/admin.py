@@ -13,7 +13,7 @@ from django.http import HttpRequest
 from nexum.core.errors import DomainError
 from nexum.eventstore.admin import ReadOnlyAdmin, ReadOnlyInline
 from nexum_web.webhooks import services
-from nexum_web.webhooks.models import Webhook, WebhookAttempt, WebhookDelivery
+from nexum_web.webhooks.models import SHOWN_FIELDS, Webhook, WebhookAttempt, WebhookDelivery
 
 
 def _actor(request: HttpRequest) -> str:
@@ -38,18 +38,7 @@ class WebhookAddForm(forms.ModelForm):  # type: ignore[type-arg]
 class WebhookAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("url", "project", "active", "cursor", "created_by", "created_at")
     list_filter = ("active", "project")
-    readonly_fields = (
-        "id",
-        "project",
-        "url",
-        "description",
-        "active",
-        "cursor",
-        "created_by",
-        "created_at",
-        "removed_by",
-        "removed_at",
-    )
+    readonly_fields = ("project", *SHOWN_FIELDS)
     actions = ["remove_webhooks"]
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:

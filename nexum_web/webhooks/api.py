@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 
 from nexum.api.auth import OperatorOnly
 from nexum_web.webhooks import services
-from nexum_web.webhooks.models import Webhook, WebhookAttempt, WebhookDelivery
+from nexum_web.webhooks.models import SHOWN_FIELDS, Webhook, WebhookAttempt, WebhookDelivery
 from tasks_app.api import StrictSerializer
 
 DELIVERIES_MAX_LIMIT = 200
@@ -31,17 +31,7 @@ class WebhookCreateSerializer(StrictSerializer):
 class WebhookSerializer(serializers.ModelSerializer):
     class Meta:
         model = Webhook
-        fields = (
-            "id",
-            "url",
-            "description",
-            "active",
-            "cursor",
-            "created_by",
-            "created_at",
-            "removed_by",
-            "removed_at",
-        )
+        fields = SHOWN_FIELDS
 
 
 class WebhookCreatedSerializer(WebhookSerializer):

@@ -20,6 +20,20 @@ DELIVERY_STATES = [
 ]
 
 
+# What the API and the admin show of a webhook (never its secret).
+SHOWN_FIELDS = (
+    "id",
+    "url",
+    "description",
+    "active",
+    "cursor",
+    "created_by",
+    "created_at",
+    "removed_by",
+    "removed_at",
+)
+
+
 class Webhook(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     project = models.ForeignKey("tasks_app.Project", on_delete=models.CASCADE, related_name="webhooks")
