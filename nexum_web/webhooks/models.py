@@ -36,7 +36,10 @@ SHOWN_FIELDS = (
 
 class Webhook(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    project = models.ForeignKey("tasks_app.Project", on_delete=models.CASCADE, related_name="webhooks")
+    # Projects are a read model (a rebuild truncates and refills them): no database constraint on it.
+    project = models.ForeignKey(
+        "tasks_app.Project", on_delete=models.DO_NOTHING, related_name="webhooks", db_constraint=False
+    )
     url = models.CharField(max_length=2000, help_text="http(s); its host must be on NEXUM_SOURCE_HTTP_ALLOW")
     description = models.CharField(max_length=500, blank=True)
     secret = models.CharField(max_length=200, editable=False)
