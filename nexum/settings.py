@@ -67,6 +67,7 @@ INSTALLED_APPS = [
     "verification_app",
     "nexum.work",
     "nexum.ui",
+    "nexum.mcp",
 ]
 
 MIDDLEWARE = [

@@ -12,6 +12,7 @@ from context_app.compilation import api as compile_api
 from context_app.resolution import api as resolution_api
 from nexum.api import views
 from nexum.api.errors import json_not_found, json_server_error
+from nexum.mcp.http import mcp_endpoint
 from tasks_app import api as tasks_api
 from verification_app import api as verification_api
 
@@ -92,6 +93,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("escalations/", include("nexum.ui.urls")),
     path("api/v1/", include((api_v1, "api"), namespace="v1")),
+    path("mcp", mcp_endpoint, name="mcp"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path(
         "api/docs/",
