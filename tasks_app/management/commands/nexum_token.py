@@ -59,7 +59,7 @@ class Command(BaseCommand):
         issued = services.agent_token_issue(project_id=str(project.id), name=name, role=role, actor=ACTOR)
         self.stderr.write(
             f"issued {role} token {name!r} in project {project.slug} (key prefix {issued.token.key_prefix});"
-            " the key below is shown once and never stored: keep it now"
+            " its key, on standard output, is shown once and never stored: keep it now"
         )
         self.stdout.write(issued.key)
 
