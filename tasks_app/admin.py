@@ -45,6 +45,10 @@ class AgentTokenAdmin(ReadOnlyAdmin):
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return admin.ModelAdmin.has_add_permission(self, request)
 
+    def get_fields(self, request: HttpRequest, obj: AgentToken | None = None) -> tuple[str, ...]:
+        issue = ("project", "name", "role")
+        return issue if obj is None else (*issue, "key_prefix", "issued_at", "revoked_at")
+
     def save_model(self, request: HttpRequest, obj: AgentToken, form: Any, change: bool) -> None:
         issued = services.agent_token_issue(
             project_id=str(obj.project_id), name=obj.name, role=obj.role, actor=admin_actor(request)

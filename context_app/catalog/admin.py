@@ -54,6 +54,10 @@ class ProjectAdmin(ReadOnlyAdmin):
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return admin.ModelAdmin.has_add_permission(self, request)
 
+    def get_fields(self, request: HttpRequest, obj: Project | None = None) -> tuple[str, ...]:
+        create = ("slug", "name", "description")
+        return create if obj is None else (*create, "created_at", "version")
+
     def save_model(self, request: HttpRequest, obj: Project, form: Any, change: bool) -> None:
         project, _ = services.project_setup(
             slug=obj.slug, name=obj.name, description=obj.description, actor=admin_actor(request)

@@ -182,6 +182,8 @@ def test_the_admin_creates_a_project_with_its_catalog_through_the_service(admin_
     assert response.status_code == 302, response.content
     project = Project.objects.get(slug="initech")
     assert catalog_version(str(project.id)) == 1
+    page = admin_client.get(f"/admin/tasks_app/project/{project.pk}/change/").content.decode()
+    assert "initech" in page and "Created at" in page
     assert set(EventRow.objects.values_list("event_type", "metadata__actor")) == {
         ("ProjectCreated", "admin:admin"),
         ("ModelCatalogReplaced", "admin:admin"),
@@ -213,6 +215,8 @@ def test_the_admin_shows_an_issued_key_once_and_revokes_with_an_action(admin_cli
     for url in ("/admin/tasks_app/agenttoken/", f"/admin/tasks_app/agenttoken/{token.pk}/change/", "/admin/"):
         shown = admin_client.get(url)
         assert shown.status_code == 200 and key.encode() not in shown.content  # never again
+    detail = admin_client.get(f"/admin/tasks_app/agenttoken/{token.pk}/change/").content.decode()
+    assert token.key_prefix in detail and "Issued at" in detail and "Revoked at" in detail
     before = written()
     taken = admin_client.post(add_url, {"project": str(project.id), "name": "ops-bot", "role": "agent"})
     assert taken.status_code == 200 and b"already exists" in taken.content
