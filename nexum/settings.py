@@ -60,13 +60,13 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "nexum.eventstore",
     "tasks_app",
-    "context_app",
+    "context_app.world",
     "context_app.catalog",
     "context_app.resolution",
     "context_app.compilation",
     "verification_app",
     "nexum.work",
-    "nexum.ui",
+    "nexum_web.ui",
 ]
 
 MIDDLEWARE = [
@@ -79,10 +79,10 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "nexum.api.middleware.MethodCheckMiddleware",
+    "nexum_web.api.middleware.MethodCheckMiddleware",
 ]
 
-ROOT_URLCONF = "nexum.urls"
+ROOT_URLCONF = "nexum_web.urls"
 WSGI_APPLICATION = "nexum.wsgi.application"
 
 TEMPLATES = [
@@ -145,11 +145,14 @@ LOGIN_URL = "/admin/login/"
 
 # --- REST API -----------------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["nexum.api.auth.AgentTokenAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["nexum.api.auth.IsProjectAgent", "nexum.api.auth.OperatorOnlyOperations"],
-    "EXCEPTION_HANDLER": "nexum.api.errors.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "nexum.api.schema.RoleAwareSchema",
-    "DEFAULT_PARSER_CLASSES": ["nexum.api.parsers.DepthLimitedJSONParser"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["nexum_web.api.auth.AgentTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": [
+        "nexum_web.api.auth.IsProjectAgent",
+        "nexum_web.api.auth.OperatorOnlyOperations",
+    ],
+    "EXCEPTION_HANDLER": "nexum_web.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "nexum_web.api.schema.RoleAwareSchema",
+    "DEFAULT_PARSER_CLASSES": ["nexum_web.api.parsers.DepthLimitedJSONParser"],
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
@@ -184,7 +187,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 NEXUM_ARTIFACT_ROOT = Path(os.environ.get("NEXUM_ARTIFACT_ROOT", DATA_DIR / "artifacts"))
 NEXUM_ARTIFACT_MAX_BYTES = _env_int("NEXUM_ARTIFACT_MAX_BYTES", 10 * 1024 * 1024)
 # The largest request body read: an artifact at the cap sent as base64, plus 64 KiB for the other members.
-# A larger body is 413 ``too_large`` before it is read (nexum.api.errors).
+# A larger body is 413 ``too_large`` before it is read (nexum_web.api.errors).
 DATA_UPLOAD_MAX_MEMORY_SIZE = (NEXUM_ARTIFACT_MAX_BYTES + 2) // 3 * 4 + 64 * 1024
 # Extra tokenizer encodings an operator supplies as local files, "name=/path/file,…": a file ending in .json
 # is a Hugging Face tokenizer.json, any other a tiktoken BPE file (.tiktoken). Nothing is ever downloaded.
@@ -207,7 +210,7 @@ NEXUM_PROJECTIONS = [
     "tasks_app.projections.ProjectProjection",
     "tasks_app.projections.TaskProjection",
     "context_app.catalog.projections.ModelCatalogProjection",
-    "context_app.projections.WorldProjection",
+    "context_app.world.projections.WorldProjection",
     "context_app.resolution.projections.ResolutionProjection",
     "context_app.compilation.projections.CompilationProjection",
     "verification_app.projections.VerificationProjection",

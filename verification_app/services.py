@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from context_app.artifacts import default_store, stored_text
-from context_app.models import WorldItem
+from context_app.world.artifacts import default_store, stored_text
+from context_app.world.models import WorldItem
 from nexum.core.errors import (
     ConcurrencyError,
     IllegalTransition,

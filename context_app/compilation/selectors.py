@@ -34,16 +34,15 @@ from context_app.compilation.models import (
     ContextCompilation,
     FoldedItem,
 )
-from context_app.models import WorldItem
 from context_app.resolution import selectors as resolution_selectors
-from context_app.selectors import tool_specs, tools_for_scope
+from context_app.world.models import WorldItem
+from context_app.world.selectors import tool_specs, tools_for_scope
 from nexum.core import world
 from nexum.core.budgets import ModelBudget
-from nexum.core.compilation import COMPACTED_KINDS, ContextDiff, diff_contexts
-from nexum.core.compiler import (
+from nexum.core.compilation.compiler import (
     CompiledContext as CompiledResult,
 )
-from nexum.core.compiler import (
+from nexum.core.compilation.compiler import (
     CompileInput,
     ContextItem,
     ExclusionRun,
@@ -51,6 +50,7 @@ from nexum.core.compiler import (
     Step,
     Truncation,
 )
+from nexum.core.compilation.rules import COMPACTED_KINDS, ContextDiff, diff_contexts
 from nexum.core.errors import NotFound
 from nexum.core.memo import remembered
 from nexum.core.tokens import TokenCounter

@@ -33,12 +33,14 @@ from django.utils.module_loading import import_string
 from context_app.catalog import selectors as catalog_selectors
 from context_app.compilation import selectors
 from context_app.compilation.models import CompiledContext, CompileEvidence, ContextCompilation
-from context_app.models import WorldItem
-from context_app.services import Scope, progress_record
-from nexum.core import compilation, world
+from context_app.world.models import WorldItem
+from context_app.world.services import Scope, progress_record
+from nexum.core import world
 from nexum.core.budgets import ModelBudget
-from nexum.core.compiler import CompiledContext as CompiledResult
-from nexum.core.compiler import compile_context as run_compiler
+from nexum.core.compilation import events as compilation_events
+from nexum.core.compilation import rules as compilation_rules
+from nexum.core.compilation.compiler import CompiledContext as CompiledResult
+from nexum.core.compilation.compiler import compile_context as run_compiler
 from nexum.core.digests import digest_of
 from nexum.core.errors import ConcurrencyError, DomainError, NotFound, ValidationFailed
 from nexum.core.text import require_storable
@@ -49,7 +51,7 @@ from tasks_app import selectors as task_selectors
 from tasks_app.models import Task
 
 _ID_NAMESPACE = uuid.UUID("2d0f3c6a-8f0e-4b7a-a4e2-5b1e6f1c9a37")
-DEFAULT_SUMMARIZER = "nexum.core.compilation.extractive_summary"
+DEFAULT_SUMMARIZER = "nexum.core.compilation.rules.extractive_summary"
 EVIDENCE_MAX_ITEMS = 200
 EVIDENCE_ID_MAX = 200
 SUMMARY_MAX_TOKENS = 4000
@@ -114,10 +116,6 @@ def context_compile(
         )
 
 
-compile_context = context_compile
-"""The name the issue uses for ``context_compile``."""
-
-
 def context_compile_request(
     *,
     project_id: str,
@@ -153,9 +151,9 @@ def context_compile_request(
     with transaction.atomic():
         evidence_digest = _store_evidence(project_id, evidence)
         store.append(
-            stream_id=compilation.compile_stream(request_id),
+            stream_id=compilation_events.compile_stream(request_id),
             events=[
-                compilation.ContextCompileRequested(
+                compilation_events.ContextCompileRequested(
                     request_id=request_id,
                     task_id=str(task.id),
                     goal_id=str(task.goal_id),
@@ -182,7 +180,7 @@ def context_compile_run(*, request_id: str, actor: str = "worker") -> ContextCom
     queued = ContextCompilation.objects.filter(request_id=request_id).first()
     if queued is None:
         return None
-    if queued.status != compilation.REQUEST_QUEUED:
+    if queued.status != compilation_events.REQUEST_QUEUED:
         return queued
     project_id = str(queued.project_id)
     try:
@@ -208,9 +206,9 @@ def context_compile_run(*, request_id: str, actor: str = "worker") -> ContextCom
     except DomainError as error:
         with contextlib.suppress(ConcurrencyError):  # answered by another delivery meanwhile
             store.append(
-                stream_id=compilation.compile_stream(str(queued.request_id)),
+                stream_id=compilation_events.compile_stream(str(queued.request_id)),
                 events=[
-                    compilation.ContextCompileFailed(
+                    compilation_events.ContextCompileFailed(
                         request_id=str(queued.request_id),
                         task_id=str(queued.task_id),
                         code=error.code,
@@ -239,7 +237,7 @@ def _compile_and_record(
     project_id = str(task.project_id)
     # No event may land between reading the head position and reading the world state.
     store.lock_log()
-    if store.stream_version(compilation.compile_stream(request_id)) > expected_version:
+    if store.stream_version(compilation_events.compile_stream(request_id)) > expected_version:
         # Answered meanwhile (a concurrent retry or a redelivered message): the first answer stands.
         answered = _finished(project_id, request_id)
         if answered is not None:
@@ -266,9 +264,9 @@ def _compile_and_record(
         evidence_digest=evidence_digest,
     )
     store.append(
-        stream_id=compilation.compile_stream(request_id),
+        stream_id=compilation_events.compile_stream(request_id),
         events=[
-            compilation.ContextCompiled(
+            compilation_events.ContextCompiled(
                 request_id=request_id,
                 task_id=str(task.id),
                 goal_id=str(task.goal_id),
@@ -407,13 +405,13 @@ def task_compact(*, task: Task, threshold: int, encoding: str, actor: str) -> Wo
     counter = counter_for(encoding)
     own = selectors.task_candidates(task=task, encoding=encoding, counter=counter).compacted_items()
     candidates = [
-        compilation.FoldCandidate(
+        compilation_rules.FoldCandidate(
             item.id, "tool_call" if item.kind == "diagnostic" else item.kind, item.token_count, item.position
         )
         for item in own
     ]
     trust = {item.id: item.trust_class for item in own}
-    folded = compilation.plan_fold(candidates, threshold=threshold)
+    folded = compilation_rules.plan_fold(candidates, threshold=threshold)
     if not folded:
         return None
     texts = dict(
@@ -422,7 +420,7 @@ def task_compact(*, task: Task, threshold: int, encoding: str, actor: str) -> Wo
     entries = [(c.kind, texts[uuid.UUID(c.id)]) for c in folded]
     path = summarizer_path()
     summarize = import_string(path)
-    max_tokens = min(compilation.summary_token_cap(threshold), SUMMARY_MAX_TOKENS)
+    max_tokens = min(compilation_rules.summary_token_cap(threshold), SUMMARY_MAX_TOKENS)
     summary = str(summarize(entries, max_tokens=max_tokens, counter=counter))[: world.TEXT_MAX].strip()
     if not summary:
         summary = f"Summary of {len(folded)} earlier entries."
@@ -438,11 +436,11 @@ def task_compact(*, task: Task, threshold: int, encoding: str, actor: str) -> Wo
             actor=actor,
             idempotency_key=f"compaction-{fold_id}",
         )
-        stream = compilation.compaction_stream(str(task.id))
+        stream = compilation_events.compaction_stream(str(task.id))
         store.append(
             stream_id=stream,
             events=[
-                compilation.ContextCompacted(
+                compilation_events.ContextCompacted(
                     fold_id=fold_id,
                     task_id=str(task.id),
                     goal_id=str(task.goal_id),
@@ -482,9 +480,9 @@ def check_evidence(evidence: Any) -> list[dict[str, Any]]:
         if unknown:
             raise ValidationFailed(f"unknown member {unknown[0]!r}", field=f"{where}.{unknown[0]}")
         kind = entry.get("kind", "code")
-        if kind not in compilation.EVIDENCE_KINDS:
+        if kind not in compilation_rules.EVIDENCE_KINDS:
             raise ValidationFailed(
-                f"kind must be one of {', '.join(compilation.EVIDENCE_KINDS)}", field=f"{where}.kind"
+                f"kind must be one of {', '.join(compilation_rules.EVIDENCE_KINDS)}", field=f"{where}.kind"
             )
         text = _clean_text(entry.get("text"), f"{where}.text", world.TEXT_MAX, required=True)
         item_id = entry.get("id", str(index + 1))
@@ -542,7 +540,7 @@ def _finished(project_id: str, request_id: str) -> CompileOutcome | None:
         return None
     if str(row.project_id) != str(project_id):
         raise NotFound(f"no compile request {request_id}", field="request_id")
-    if row.status != compilation.REQUEST_DONE:
+    if row.status != compilation_events.REQUEST_DONE:
         raise ValidationFailed(f"compile request {request_id} is {row.status}", field="request_id")
     return CompileOutcome(request_id, selectors.context_get(project_id=project_id, digest=row.digest), row)
 

@@ -22,9 +22,10 @@ from context_app.resolution.models import (
     TaskContext,
     TaskQuestions,
 )
-from nexum.core import resolution as core
 from nexum.core.errors import NotFound
-from nexum.core.resolver import RequiredQuestion
+from nexum.core.resolution import events as resolution_events
+from nexum.core.resolution import rules as resolution_rules
+from nexum.core.resolution.resolver import RequiredQuestion
 from nexum.ids import uuid_or_none
 from tasks_app.models import Task
 
@@ -54,19 +55,21 @@ def grant_list(*, project_id: str | uuid.UUID, goal_id: Any = None, task_id: Any
     return grants.order_by("issued_at", "id")
 
 
-def grant_records(*, task: Task) -> list[core.GrantRecord]:
+def grant_records(*, task: Task) -> list[resolution_rules.GrantRecord]:
     """The grants that apply to a task, not revoked: its own and its goal's."""
     rows = Grant.objects.filter(project_id=task.project_id, goal_id=task.goal_id, revoked_at__isnull=True)
     applicable = [g for g in rows if g.task_id is None or g.task_id == task.id]
     return [
-        core.GrantRecord(scopes={k: tuple(v) for k, v in g.scopes.items()}, expires_at=g.expires_at)
+        resolution_rules.GrantRecord(
+            scopes={k: tuple(v) for k, v in g.scopes.items()}, expires_at=g.expires_at
+        )
         for g in sorted(applicable, key=lambda g: (g.issued_at, str(g.id)))
     ]
 
 
 def task_questions(*, task_id: str | uuid.UUID) -> tuple[RequiredQuestion, ...]:
     row = TaskQuestions.objects.filter(task_id=task_id).first()
-    return () if row is None else core.questions_from_data(row.questions)
+    return () if row is None else resolution_rules.questions_from_data(row.questions)
 
 
 def task_context(*, task_id: str | uuid.UUID) -> TaskContext | None:
@@ -123,9 +126,9 @@ def escalation_list(
 def rejected_digests(*, task_id: str | uuid.UUID) -> frozenset[str]:
     """Items a human rejected by picking another side of a conflict on this task."""
     rejected: set[str] = set()
-    for detail in Escalation.objects.filter(task_id=task_id, resolution=core.RESOLVE_PICK_SIDE).values_list(
-        "resolution_detail", flat=True
-    ):
+    for detail in Escalation.objects.filter(
+        task_id=task_id, resolution=resolution_events.RESOLVE_PICK_SIDE
+    ).values_list("resolution_detail", flat=True):
         rejected.update(detail.get("rejected", []))
     return frozenset(rejected)
 

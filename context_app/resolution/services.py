@@ -38,11 +38,12 @@ from context_app.resolution.models import (
     TaskContext,
     TaskQuestions,
 )
-from nexum.core import resolution as core
 from nexum.core.digests import canonical_json
 from nexum.core.errors import ConcurrencyError, Conflict, DomainError, NotFound, ValidationFailed
 from nexum.core.events import Event
-from nexum.core.resolver import (
+from nexum.core.resolution import events as resolution_events
+from nexum.core.resolution import rules as resolution_rules
+from nexum.core.resolution.resolver import (
     Bundle,
     Freshness,
     ResolveBudget,
@@ -134,7 +135,7 @@ def source_register(
         content_trust=content_trust,
         derived_from=derived_from,
     )
-    core.check_source_name(name)
+    resolution_rules.check_source_name(name)
     if not isinstance(kind, str):
         raise ValidationFailed("kind must be a string", field="kind")
     if not isinstance(config, Mapping):
@@ -153,9 +154,9 @@ def source_register(
     if Source.objects.filter(project_id=project.id, name=name).exists():
         raise Conflict(f"a source named {name!r} already exists", field="name", code="source_exists")
     store.append(
-        stream_id=core.source_stream(source_id),
+        stream_id=resolution_events.source_stream(source_id),
         events=[
-            core.SourceRegistered(
+            resolution_events.SourceRegistered(
                 source_id=source_id,
                 name=name,
                 kind=kind,
@@ -218,7 +219,7 @@ def grant_issue(
     else:
         task = task_selectors.task_get(project_id=project.id, task_id=task_id)  # type: ignore[arg-type]
         scope_goal, scope_task = str(task.goal_id), (None if task.is_goal else str(task.id))
-    scopes = core.check_grant_scopes(sources)
+    scopes = resolution_rules.check_grant_scopes(sources)
     known = set(
         Source.objects.filter(project_id=project.id, name__in=list(scopes)).values_list("name", flat=True)
     )
@@ -230,15 +231,15 @@ def grant_issue(
             raise ValidationFailed("expires_at must be a timezone-aware time", field="expires_at")
         if expires_at <= _now(now):
             raise ValidationFailed("expires_at is in the past", field="expires_at")
-    reason = core.check_reason(reason)
+    reason = resolution_rules.check_reason(reason)
     if idempotency_key is not None:
         grant_id = str(uuid.uuid5(_IDS, f"grant:{project.id}:{idempotency_key}"))
     else:
         grant_id = str(uuid.uuid4())
     store.append(
-        stream_id=core.grant_stream(grant_id),
+        stream_id=resolution_events.grant_stream(grant_id),
         events=[
-            core.GrantIssued(
+            resolution_events.GrantIssued(
                 grant_id=grant_id,
                 goal_id=scope_goal,
                 task_id=scope_task,
@@ -271,8 +272,12 @@ def grant_revoke(
     grant = selectors.grant_get(project_id=project_id, grant_id=grant_id)
     if grant.revoked_at is None:
         store.append(
-            stream_id=core.grant_stream(str(grant.id)),
-            events=[core.GrantRevoked(grant_id=str(grant.id), reason=core.check_reason(reason))],
+            stream_id=resolution_events.grant_stream(str(grant.id)),
+            events=[
+                resolution_events.GrantRevoked(
+                    grant_id=str(grant.id), reason=resolution_rules.check_reason(reason)
+                )
+            ],
             expected_version=grant.version,
             metadata={"actor": actor},
             project_id=str(grant.project_id),
@@ -294,7 +299,7 @@ def questions_set(
 ) -> TaskQuestions:
     """Replace the required questions of a task's step: ``[{question, subjects: [...]}, …]``."""
     task = _task(project_id, task_id)
-    checked = core.check_questions(questions)
+    checked = resolution_rules.check_questions(questions)
     row = TaskQuestions.objects.filter(task_id=task.id).first()
     current = row.version if row is not None else 0
     if expected_version is not None and expected_version != current:
@@ -302,10 +307,12 @@ def questions_set(
             f"the questions are at version {current}, not {expected_version}", field="expected_version"
         )
     store.append(
-        stream_id=core.questions_stream(str(task.id)),
+        stream_id=resolution_events.questions_stream(str(task.id)),
         events=[
-            core.RequiredQuestionsSet(
-                task_id=str(task.id), goal_id=str(task.goal_id), questions=core.questions_to_data(checked)
+            resolution_events.RequiredQuestionsSet(
+                task_id=str(task.id),
+                goal_id=str(task.goal_id),
+                questions=resolution_rules.questions_to_data(checked),
             )
         ],
         expected_version=current,
@@ -372,7 +379,7 @@ def bundle_resolve(
     if task.is_goal:
         raise ValidationFailed("resolve the context of a task, not of a goal", field="task_id")
     project = task_selectors.project_get(project_id=str(task.project_id))
-    stream_id = core.context_stream(str(task.id))
+    stream_id = resolution_events.context_stream(str(task.id))
     idempotency_key = f"resolve:{request_id}" if request_id else None
     if request_id is not None:
         if not isinstance(request_id, str) or not 0 < len(request_id) <= 150:
@@ -397,10 +404,10 @@ def bundle_resolve(
         raise ValidationFailed("sources must map source names to lists of scopes", field="sources")
     sources = list(Source.objects.filter(project_id=project.id).order_by("name"))
     specs = [source_spec(source) for source in sources]
-    grant = core.effective_grant(selectors.grant_records(task=task), now)
+    grant = resolution_rules.effective_grant(selectors.grant_records(task=task), now)
     questions = selectors.task_questions(task_id=str(task.id))
     if query is None:
-        query = core.build_query(task.objective, task.inputs, questions)
+        query = resolution_rules.build_query(task.objective, task.inputs, questions)
     elif not isinstance(query, str) or len(query) > 4000:
         raise ValidationFailed("query must be a string of at most 4000 characters", field="query")
 
@@ -479,7 +486,7 @@ def _resolve_events(
     for call in calls:
         result = by_source[call.source]
         events.append(
-            core.RetrievalPerformed(
+            resolution_events.RetrievalPerformed(
                 resolve_id=resolve_id,
                 task_id=task_id,
                 goal_id=goal_id,
@@ -494,7 +501,7 @@ def _resolve_events(
         )
     for denial in bundle.denials:
         events.append(
-            core.RetrievalDenied(
+            resolution_events.RetrievalDenied(
                 resolve_id=resolve_id,
                 task_id=task_id,
                 goal_id=goal_id,
@@ -505,16 +512,16 @@ def _resolve_events(
                 query=query,
             )
         )
-    gaps = core.gaps_of(bundle)
+    gaps = resolution_rules.gaps_of(bundle)
     existing = Escalation.objects.filter(task_id=task.id)
-    open_by_key = {e.key: str(e.id) for e in existing if e.state == core.ESCALATION_OPEN}
-    resolved_keys = {e.key for e in existing if e.state == core.ESCALATION_RESOLVED}
-    plan = core.plan_escalations(
+    open_by_key = {e.key: str(e.id) for e in existing if e.state == resolution_events.ESCALATION_OPEN}
+    resolved_keys = {e.key for e in existing if e.state == resolution_events.ESCALATION_RESOLVED}
+    plan = resolution_rules.plan_escalations(
         gaps, open_by_key=open_by_key, resolved_keys=resolved_keys, narrowed=narrowed
     )
     opened = [(str(uuid.uuid5(_IDS, f"escalation:{resolve_id}:{gap.key}")), gap) for gap in plan.to_open]
     events.append(
-        core.BundleResolved(
+        resolution_events.BundleResolved(
             resolve_id=resolve_id,
             task_id=task_id,
             goal_id=goal_id,
@@ -543,7 +550,7 @@ def _resolve_events(
     )
     for ident, gap in opened:
         events.append(
-            core.EscalationOpened(
+            resolution_events.EscalationOpened(
                 escalation_id=ident,
                 task_id=task_id,
                 goal_id=goal_id,
@@ -556,15 +563,15 @@ def _resolve_events(
                 subjects=gap.subjects,
                 sources=gap.sources,
                 conflict_group=gap.conflict_group,
-                evidence=core.evidence_of(gap, bundle),
+                evidence=resolution_rules.evidence_of(gap, bundle),
             )
         )
     for ident in plan.to_close:
         events.append(
-            core.EscalationResolved(
+            resolution_events.EscalationResolved(
                 escalation_id=ident,
                 task_id=task_id,
-                resolution=core.RESOLVE_GAP_CLOSED,
+                resolution=resolution_events.RESOLVE_GAP_CLOSED,
                 detail={"resolve_id": resolve_id, "bundle_digest": bundle.digest},
                 reason="a later resolve no longer shows this gap",
             )
@@ -597,17 +604,19 @@ def escalation_resolve(
     (the task is cancelled and every open escalation on it closed). Each is an event; the last open
     escalation resolved opens the plan gate."""
     escalation = selectors.escalation_get(project_id=project_id, escalation_id=escalation_id)
-    if action not in core.RESOLUTION_ACTIONS:
-        raise ValidationFailed(f"action must be one of {', '.join(core.RESOLUTION_ACTIONS)}", field="action")
+    if action not in resolution_events.RESOLUTION_ACTIONS:
+        raise ValidationFailed(
+            f"action must be one of {', '.join(resolution_events.RESOLUTION_ACTIONS)}", field="action"
+        )
     digests = check_authority(
         project_id=project_id,
         action=f"escalation.{action}",
         content_trust=content_trust,
         derived_from=derived_from,
     )
-    reason = core.check_reason(reason)
-    if escalation.state != core.ESCALATION_OPEN:
-        raise core.EscalationAlreadyResolved(
+    reason = resolution_rules.check_reason(reason)
+    if escalation.state != resolution_events.ESCALATION_OPEN:
+        raise resolution_rules.EscalationAlreadyResolved(
             f"escalation {escalation.id} is already resolved ({escalation.resolution})",
             field="escalation_id",
         )
@@ -615,8 +624,8 @@ def escalation_resolve(
     with transaction.atomic():
         detail: dict[str, Any] = {}
         closing = [escalation]
-        if action == core.RESOLVE_SUPPLY_FACT:
-            from context_app import services as world_services
+        if action == resolution_events.RESOLVE_SUPPLY_FACT:
+            from context_app.world import services as world_services
 
             if not isinstance(text, str) or not text.strip():
                 raise ValidationFailed("supply the missing fact as text", field="text")
@@ -631,13 +640,13 @@ def escalation_resolve(
                 actor=actor,
             )
             detail = {"fact_id": str(fact.id)}
-        elif action == core.RESOLVE_PICK_SIDE:
+        elif action == resolution_events.RESOLVE_PICK_SIDE:
             evidence = [entry["digest"] for entry in escalation.evidence]
             if escalation.kind != "conflict":
                 raise ValidationFailed("only a conflict has sides to pick", field="action")
-            rejected = core.decide_pick_side(evidence, list(chosen))
+            rejected = resolution_rules.decide_pick_side(evidence, list(chosen))
             detail = {"chosen": sorted(set(chosen)), "rejected": list(rejected)}
-        elif action == core.RESOLVE_GRANT_SOURCE:
+        elif action == resolution_events.RESOLVE_GRANT_SOURCE:
             if not isinstance(source, str):
                 raise ValidationFailed("name the source to grant", field="source")
             grant = grant_issue(
@@ -661,13 +670,15 @@ def escalation_resolve(
                     actor=actor,
                 )
             closing = list(
-                Escalation.objects.filter(task_id=task.id, state=core.ESCALATION_OPEN).order_by("position")
+                Escalation.objects.filter(task_id=task.id, state=resolution_events.ESCALATION_OPEN).order_by(
+                    "position"
+                )
             )
         head = TaskContext.objects.get(task_id=task.id)
         store.append(
-            stream_id=core.context_stream(str(task.id)),
+            stream_id=resolution_events.context_stream(str(task.id)),
             events=[
-                core.EscalationResolved(
+                resolution_events.EscalationResolved(
                     escalation_id=str(item.id),
                     task_id=str(task.id),
                     resolution=action,
@@ -695,9 +706,11 @@ def plan_gate_check(*, project_id: str, task_id: str) -> None:
         return
     open_escalations = [
         {"id": str(e.id), "kind": e.kind, "missing": e.missing}
-        for e in Escalation.objects.filter(task_id=task_id, state=core.ESCALATION_OPEN).order_by("position")
+        for e in Escalation.objects.filter(task_id=task_id, state=resolution_events.ESCALATION_OPEN).order_by(
+            "position"
+        )
     ]
-    core.decide_plan_gate(
+    resolution_rules.decide_plan_gate(
         has_bundle=True,
         complete=bool(head.complete),
         open_escalations=open_escalations,
@@ -723,7 +736,7 @@ def plan_gate_override(
         derived_from=derived_from,
     )
     task = _task(project_id, task_id)
-    reason = core.check_reason(reason)
+    reason = resolution_rules.check_reason(reason)
     if not reason.strip():
         raise ValidationFailed("an override needs a reason", field="reason")
     head = TaskContext.objects.filter(task_id=task.id).first()
@@ -732,9 +745,9 @@ def plan_gate_override(
             "the task has no resolved bundle; there is no gate to override", field="task_id"
         )
     store.append(
-        stream_id=core.context_stream(str(task.id)),
+        stream_id=resolution_events.context_stream(str(task.id)),
         events=[
-            core.PlanGateOverridden(
+            resolution_events.PlanGateOverridden(
                 task_id=str(task.id),
                 resolve_id=str(head.latest_resolve_id),
                 bundle_digest=head.latest_bundle_digest,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from context_app.compilation.models import CompiledContext
-from context_app.models import WorldItem
+from context_app.world.models import WorldItem
 from nexum.eventstore.models import Event as EventRow
 from tests.integration.compile_world import build_auth_world
 

@@ -11,7 +11,7 @@ import pytest
 from context_app.compilation.models import CompiledContext
 from context_app.resolution import services as resolution
 from context_app.resolution.models import Escalation
-from nexum.core.resolution import PlanGateClosed
+from nexum.core.resolution.rules import PlanGateClosed
 from nexum.eventstore.models import Event
 from tasks_app.models import Task
 from tasks_app.services import task_start

@@ -13,8 +13,8 @@ from django.contrib import admin
 from django.test import Client
 from django.urls import reverse
 
-from context_app.models import WorldItem
 from context_app.resolution.models import BundleItem, Escalation, Grant
+from context_app.world.models import WorldItem
 from nexum.eventstore.models import Event
 from tasks_app.models import AgentToken, Task
 from tests.e2e.conftest import STAFF
@@ -30,7 +30,7 @@ def staff_client(staff_user) -> Client:
 
 
 def test_the_demo_world_has_every_feature_and_a_second_load_writes_nothing(demo_world):
-    from nexum.ui.demo import load_demo_world
+    from nexum_web.ui.demo import load_demo_world
 
     tasks = demo_world.tasks
     assert {key: task.state for key, task in tasks.items()} == {

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from context_app import services as world
 from context_app.catalog.services import model_overlay_set
 from context_app.compilation import selectors, services
 from context_app.compilation.models import (
@@ -16,9 +15,10 @@ from context_app.compilation.models import (
     FoldedItem,
 )
 from context_app.compilation.tasks import compile_requested
-from context_app.models import WorldItem
-from nexum.core.compilation import compile_stream
-from nexum.core.compiler import BudgetTooSmall, ContextItem
+from context_app.world import services as world
+from context_app.world.models import WorldItem
+from nexum.core.compilation.compiler import BudgetTooSmall, ContextItem
+from nexum.core.compilation.events import compile_stream
 from nexum.core.errors import NotFound, ValidationFailed
 from nexum.eventstore import projections, store
 from nexum.eventstore.models import Event as EventRow

@@ -8,8 +8,8 @@ from django.db import transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from context_app import selectors, services
-from context_app.models import Tool, ToolScope, WorldItem
+from context_app.world import selectors, services
+from context_app.world.models import Tool, ToolScope, WorldItem
 from nexum.core import world
 from nexum.core.errors import ConcurrencyError, IllegalTransition, NotFound, TooLarge, ValidationFailed
 from nexum.eventstore import projections, store
