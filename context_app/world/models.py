@@ -1,4 +1,4 @@
-"""Read models of the world state (SPEC W1–W4). Written only by projections (context_app/world/projections.py).
+"""Read models of the world state (SPEC W1–W4). Written only by projections (projections.py).
 
 One table holds every item kind: the columns shared by all kinds (scope, text, trust, token counts, relevance
 terms, log position) plus the few kind-specific ones, so that the items of a task (its goal's and its own) are
