@@ -379,7 +379,7 @@ def test_the_migrations_backfill_what_the_projection_writes(project, settings):
                 cursor.execute(sql)
 
     for migration in ("0002_world_item_changed_position", "0003_world_item_terms_text_and_candidates_index"):
-        import_module(f"context_app.migrations.{migration}").backfill(apps, Editor())
+        import_module(f"context_app.world.migrations.{migration}").backfill(apps, Editor())
     assert dict(WorldItem.objects.values_list("id", "changed_position")) == written
     assert dict(WorldItem.objects.values_list("id", "terms_text")) == terms
     assert all(row.terms_text == " ".join(row.terms) for row in WorldItem.objects.all())
