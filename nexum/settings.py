@@ -167,7 +167,7 @@ SPECTACULAR_SETTINGS = {
     # One name per choice set used by several serializers.
     "ENUM_NAME_OVERRIDES": {
         "TaskStateEnum": "nexum.core.tasks.TASK_STATES",
-        "TrustClassEnum": "nexum.core.trust.TRUST_CLASSES",
+        "TrustClassEnum": "nexum_web.api.auth.TRUST_CLASS_CHOICES",
     },
 }
 

@@ -9,7 +9,7 @@ One compile, in one transaction:
 3. when compaction is on (O6) and the task's progress notes and tool calls exceed the overlay's
    ``auto_compact_tokens`` (O1–O3), the oldest are folded into one summary (``task_compact``);
 4. the compiler runs on item metadata and loads only the included texts (``selectors``);
-5. the result is stored once per digest (``CompiledContext``) and ``ContextCompiled`` appended to the
+5. the result is stored once per digest (``StoredContext``) and ``ContextCompiled`` appended to the
    request's stream, with the request id as idempotency key.
 
 Replay (C8) rebuilds the read models as of the stored position (``state_as_of``), recompiles with the budget
@@ -32,14 +32,14 @@ from django.utils.module_loading import import_string
 
 from context_app.catalog import selectors as catalog_selectors
 from context_app.compilation import selectors
-from context_app.compilation.models import CompiledContext, CompileEvidence, ContextCompilation
+from context_app.compilation.models import CompileEvidence, ContextCompilation, StoredContext
 from context_app.world.models import WorldItem
 from context_app.world.services import Scope, progress_record
 from nexum.core import world
 from nexum.core.budgets import ModelBudget
 from nexum.core.compilation import events as compilation_events
 from nexum.core.compilation import rules as compilation_rules
-from nexum.core.compilation.compiler import CompiledContext as CompiledResult
+from nexum.core.compilation.compiler import CompiledContext
 from nexum.core.compilation.compiler import compile_context as run_compiler
 from nexum.core.digests import digest_of
 from nexum.core.errors import ConcurrencyError, DomainError, NotFound, ValidationFailed
@@ -62,7 +62,7 @@ class CompileOutcome:
     """What a compile request got: the stored context and the request's record."""
 
     request_id: str
-    context: CompiledContext
+    context: StoredContext
     compilation: ContextCompilation
 
 
@@ -293,7 +293,7 @@ def _compile_and_record(
 
 def compile_task(
     *, task: Task, budget: ModelBudget, encoding: str, evidence: Sequence[Mapping[str, Any]] = ()
-) -> tuple[CompiledResult, str | None]:
+) -> tuple[CompiledContext, str | None]:
     """Compile ``task`` with ``budget`` against the read models as they are (no writes)."""
     counter = counter_for(encoding)
     task_input = selectors.compile_input_for(
@@ -308,17 +308,17 @@ def compile_task(
 def _store_context(
     *,
     task: Task,
-    result: CompiledResult,
+    result: CompiledContext,
     request_id: str,
     model_word: str,
     position: int,
     bundle_digest: str | None,
     evidence_digest: str | None,
-) -> CompiledContext:
+) -> StoredContext:
     project_id = str(task.project_id)
     # Same digest, same canonical form: the stored row's large texts are what this compile holds already.
     existing = (
-        CompiledContext.objects.filter(project_id=project_id, digest=result.digest)
+        StoredContext.objects.filter(project_id=project_id, digest=result.digest)
         .defer("prompt_block", "exclusion_runs")
         .first()
     )
@@ -327,7 +327,7 @@ def _store_context(
         existing.exclusion_runs = result.exclusion_runs_json
         return existing
     canonical = result.canonical_form()
-    context = CompiledContext(
+    context = StoredContext(
         id=uuid.uuid5(_ID_NAMESPACE, f"{project_id}/context/{result.digest}"),
         project_id=project_id,
         digest=result.digest,
@@ -356,7 +356,7 @@ def _store_context(
         with transaction.atomic():
             context.save(force_insert=True)
     except IntegrityError:  # stored meanwhile by a compile outside the log lock (a replay never stores)
-        return CompiledContext.objects.get(project_id=project_id, digest=result.digest)
+        return StoredContext.objects.get(project_id=project_id, digest=result.digest)
     return context
 
 

@@ -17,9 +17,12 @@ from rest_framework import authentication, exceptions, permissions, serializers
 from rest_framework.request import Request
 
 from nexum.core.roles import AGENT, actor_of, caller_trust, require_operator
-from nexum.core.trust import TRUST_CLASSES
+from nexum.core.trust import TrustClass
 from tasks_app.models import AgentToken
 from tasks_app.services import hash_key
+
+TRUST_CLASS_CHOICES: tuple[str, ...] = tuple(trust.name for trust in TrustClass)
+"""The trust classes a body may name, lowest first (``TrustClass``'s order)."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,7 @@ class CallerTrustField(serializers.ChoiceField):
             "at most your token's ceiling: agent_reported for an agent, repository_authored for an operator"
             " (the default when absent); a higher class is 403",
         )
-        super().__init__(choices=TRUST_CLASSES, required=False, **kwargs)
+        super().__init__(choices=TRUST_CLASS_CHOICES, required=False, **kwargs)
 
     def _role(self) -> str:
         return getattr(getattr(self.context.get("request"), "user", None), "role", AGENT)

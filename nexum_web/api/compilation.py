@@ -20,7 +20,7 @@ from rest_framework.utils.encoders import JSONEncoder
 from rest_framework.views import APIView
 
 from context_app.compilation import selectors, services
-from context_app.compilation.models import CompiledContext, ContextCompilation
+from context_app.compilation.models import ContextCompilation, StoredContext
 from nexum.core import world
 from nexum.core.compilation import events as compilation_events
 from nexum.core.compilation import rules as compilation_rules
@@ -67,7 +67,7 @@ class CompileInput(StrictInput):
 # --- output -----------------------------------------------------------------------------------------------
 
 
-def context_fields(context: CompiledContext) -> dict[str, Any]:
+def context_fields(context: StoredContext) -> dict[str, Any]:
     """A compiled context as the API shows it, but for ``excluded`` (``context_json`` adds it)."""
     return {
         "digest": context.digest,
@@ -91,9 +91,9 @@ def context_fields(context: CompiledContext) -> dict[str, Any]:
     }
 
 
-def context_json(context: CompiledContext) -> str:
+def context_json(context: StoredContext) -> str:
     """The context as JSON text, ``excluded`` written by the compiler from its exclusion runs
-    (``CompiledContext.excluded_json``): a large world's tens of thousands of records cost no object each."""
+    (``StoredContext.excluded_json``): a large world's tens of thousands of records cost no object each."""
     excluded = selectors.compiled_result(context).excluded_json()
     return _with_member(_json(context_fields(context)), "excluded", excluded)
 

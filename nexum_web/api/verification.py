@@ -23,9 +23,8 @@ from rest_framework.response import Response
 
 from context_app.world.artifacts import stored_text
 from nexum.core.gate import CHECK_TYPES, MAX_CHECKS, ON_FAILURE_CHOICES
-from nexum.core.trust import TRUST_CLASSES
 from nexum.core.verification import MAX_ANSWER_CHARS, MAX_DERIVED_FROM
-from nexum_web.api.auth import OperatorOnly
+from nexum_web.api.auth import TRUST_CLASS_CHOICES, OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.tasks import StrictSerializer
 from verification_app import selectors, services
@@ -100,7 +99,7 @@ class CompleteRequestSerializer(StrictSerializer):
 class ContractRegisterSerializer(StrictSerializer):
     contract = ContractField()
     trust_class = serializers.ChoiceField(
-        choices=TRUST_CLASSES,
+        choices=TRUST_CLASS_CHOICES,
         required=False,
         help_text="lowers the contract's origin, which the server sets to the operator's ceiling"
         " (repository_authored); above it is 403, below repository_authored is refused (422)",

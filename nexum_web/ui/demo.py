@@ -25,7 +25,7 @@ from django.conf import settings
 from context_app.catalog.management.commands.load_model_catalog import DEFAULT_CATALOG
 from context_app.catalog.models import CatalogCard, ModelOverlay
 from context_app.catalog.services import model_catalog_replace, model_overlay_set
-from context_app.compilation.models import CompiledContext
+from context_app.compilation.models import StoredContext
 from context_app.compilation.services import context_compile
 from context_app.resolution import services as resolution
 from context_app.resolution.models import Grant, Source, TaskContext, TaskQuestions
@@ -378,7 +378,7 @@ def _resolve(project_id: str, tasks: dict[str, Task], log: Callable[[str], None]
 
 
 def _compile(project_id: str, tasks: dict[str, Task], log: Callable[[str], None]) -> None:
-    if CompiledContext.objects.filter(project_id=project_id).exists():
+    if StoredContext.objects.filter(project_id=project_id).exists():
         return
     plan = [
         ("s3", "quick", {"context_tokens": 1024}),

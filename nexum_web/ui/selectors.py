@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from context_app.compilation.models import CompiledContext, ContextCompilation
+from context_app.compilation.models import ContextCompilation, StoredContext
 from context_app.resolution import selectors as resolution_selectors
 from context_app.resolution.models import Escalation, Source
 from nexum.core.errors import DomainError
@@ -128,7 +128,7 @@ def dashboard(limit: int = 8) -> dict[str, Any]:
     compiles = list(ContextCompilation.objects.filter(status="done").order_by("-compiled_position")[:limit])
     contexts = {
         (c.project_id, c.digest): c.pk
-        for c in CompiledContext.objects.filter(digest__in=[c.digest for c in compiles]).only(
+        for c in StoredContext.objects.filter(digest__in=[c.digest for c in compiles]).only(
             "id", "project_id", "digest"
         )
     }

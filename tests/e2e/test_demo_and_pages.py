@@ -85,11 +85,11 @@ def test_every_admin_page_and_the_escalation_ui_answer_without_error(
         else:
             assert meta.label == "auth.Group", f"the demo has no {meta.label}"
     pages += [reverse("ui:escalation", args=[e.id]) for e in Escalation.objects.all()]
-    from context_app.compilation.models import CompiledContext
+    from context_app.compilation.models import StoredContext
 
-    contexts = list(CompiledContext.objects.order_by("position"))
-    pages.append(reverse("admin:compilation_compiledcontext_replay", args=[contexts[0].pk]))
-    pages.append(reverse("admin:compilation_compiledcontext_diff", args=[contexts[0].pk, contexts[1].pk]))
+    contexts = list(StoredContext.objects.order_by("position"))
+    pages.append(reverse("admin:compilation_storedcontext_replay", args=[contexts[0].pk]))
+    pages.append(reverse("admin:compilation_storedcontext_diff", args=[contexts[0].pk, contexts[1].pk]))
     pages += [
         f"/admin/eventstore/event/?q={term}" for term in ("task-", "TaskStarted", "1", "nothing-like-it")
     ]

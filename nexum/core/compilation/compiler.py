@@ -51,13 +51,13 @@ from nexum.core.errors import ValidationFailed
 from nexum.core.memo import remembered
 from nexum.core.relevance import bm25_scores, terms_of
 from nexum.core.tokens import TokenCounter
-from nexum.core.trust import TRUST_CLASSES, TrustClass
+from nexum.core.trust import TrustClass
 
 COMPILER_VERSION = 1
 
 
-_TRUST_RANK = {name: rank for rank, name in enumerate(TRUST_CLASSES)}
-_QUOTE_BELOW = _TRUST_RANK[TrustClass.agent_reported.name]
+_TRUST_RANK = {trust.name: int(trust) for trust in TrustClass}
+_QUOTE_BELOW = int(TrustClass.agent_reported)
 
 EVIDENCE_KINDS = ("diagnostic", "code")
 STATE_KINDS = ("failure", "decision", "fact", "artifact", "progress")
