@@ -66,6 +66,7 @@ INSTALLED_APPS = [
     "context_app.compilation",
     "verification_app",
     "nexum.work",
+    "nexum_web",
     "nexum_web.ui",
 ]
 

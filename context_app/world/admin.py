@@ -11,6 +11,7 @@ from django.http import HttpRequest
 
 from context_app.world.models import Tool, ToolScope, WorldItem
 from nexum.eventstore.admin import ReadOnlyAdmin
+from tasks_app.models import Task
 
 
 class _ScopeFilter(admin.SimpleListFilter):
@@ -19,8 +20,6 @@ class _ScopeFilter(admin.SimpleListFilter):
     column: str
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        from tasks_app.models import Task
-
         ids = list(
             WorldItem.objects.exclude(**{self.column: None})
             .order_by(self.column)

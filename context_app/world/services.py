@@ -31,6 +31,7 @@ from nexum.core.events import Event
 from nexum.core.text import require_storable
 from nexum.eventstore import store
 from nexum.tokenization import CachedCounter, counter_for
+from tasks_app import selectors as task_selectors
 
 _ID_NAMESPACE = uuid.UUID("6b3c1f0e-5d2a-4c8e-9a71-0f4e2b8d9c13")
 SCHEMA_MAX_CHARS = 100_000
@@ -69,8 +70,6 @@ def scope_resolve(*, project_id: str, goal_id: str | None = None, task_id: str |
     """
     if (goal_id is None) == (task_id is None):
         raise ValidationFailed("an item belongs to exactly one goal or one task", field="scope")
-    from tasks_app import selectors as task_selectors
-
     if goal_id is not None:
         goal = task_selectors.goal_get(project_id=project_id, goal_id=_uuid_text(goal_id, "goal_id"))
         return Scope(project_id, str(goal.id), None)
