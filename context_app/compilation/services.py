@@ -170,7 +170,7 @@ def context_compile_request(
             metadata={"actor": actor},
             project_id=str(project_id),
         )
-        send_on_commit(COMPILE, request_id)
+    send_on_commit(COMPILE, request_id)
     return ContextCompilation.objects.get(request_id=request_id)
 
 

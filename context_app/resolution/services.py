@@ -57,6 +57,7 @@ from nexum.eventstore import store
 from nexum.source_policy import SourceNotAllowed
 from nexum.sources import SourceRefused, build_source, fetch
 from nexum.tokenization import DEFAULT_ENCODING, counter_for
+from nexum.work.dispatch import BrokerUnavailable, publish
 from tasks_app import selectors as task_selectors
 from tasks_app.models import Project, Task
 
@@ -448,6 +449,19 @@ def bundle_resolve(
         )
     resolve = Resolve.objects.get(id=resolve_id)
     return ResolveOutcome(resolve, selectors.bundle_content(digest=resolve.bundle_digest))
+
+
+def bundle_resolve_request(*, project_id: str, task_id: str, request_id: str, actor: str) -> None:
+    """Queue ``bundle_resolve`` for a worker, by ids (R10); the request id makes a redelivery harmless.
+
+    Unlike a compile or a completion, nothing is recorded before the worker runs it, so there is nothing for
+    the dispatcher to send again: a broker that is down is ``BrokerUnavailable`` (503), with nothing queued or
+    written. In process (Celery eager) it runs now."""
+    from context_app.resolution.tasks import resolve_context  # the task module imports this one
+
+    ids = {"project_id": project_id, "task_id": task_id, "request_id": request_id, "actor": actor}
+    if not publish(resolve_context, kwargs=ids):
+        raise BrokerUnavailable("the broker is unreachable: nothing was queued; send the request again later")
 
 
 def resolve_id_for(*, task_id: str, request_id: str) -> str:

@@ -17,12 +17,9 @@ from rest_framework.views import APIView
 
 from context_app.resolution import selectors, services
 from context_app.resolution.models import Escalation, Grant, Resolve, Source, TaskContext, TaskQuestions
-from context_app.resolution.tasks import resolve_context
 from nexum.core.resolution import events as resolution_events
 from nexum.core.resolution.resolver import ResolveBudget
-from nexum.core.trust import TRUST_CLASSES
-from nexum.work.dispatch import BrokerUnavailable, publish
-from nexum_web.api.auth import OperatorOnly
+from nexum_web.api.auth import TRUST_CLASS_CHOICES, OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.tasks import StrictSerializer
 from tasks_app.selectors import goal_get, task_get
@@ -33,7 +30,7 @@ class ProvenanceMixin(serializers.Serializer):
     content below ``repository_authored``."""
 
     content_trust = serializers.ChoiceField(
-        choices=TRUST_CLASSES,
+        choices=TRUST_CLASS_CHOICES,
         required=False,
         help_text="trust class of the content this request derives from",
     )
@@ -332,9 +329,9 @@ class TaskQuestionsView(APIView):
 
 
 class TaskResolveView(APIView):
-    """Resolve the task's context (R2–R8): a Celery task carrying ids only, run in process by default and
-    answered with the bundle; ``async: true`` queues it (202) — read the result at ``/tasks/{id}/bundle``;
-    with the broker down that is 503 ``broker_unavailable`` and nothing is queued or written."""
+    """Resolve the task's context (R2–R8), answered with the bundle; ``async: true`` queues it for a worker
+    (202) — read the result at ``/tasks/{id}/bundle``; with the broker down that is 503 ``broker_unavailable``
+    and nothing is queued or written."""
 
     @extend_schema(
         request=ResolveRequestSerializer,
@@ -354,36 +351,27 @@ class TaskResolveView(APIView):
                 max_items=data.get("max_items", default.max_items),
                 max_tokens=data.get("max_tokens", default.max_tokens),
             )
-        if custom:
-            # Request-specific options are not ids: such a resolve runs here, synchronously.
-            outcome = services.bundle_resolve(
-                project_id=request.user.project_id,
+        if data["run_async"] and not custom:
+            services.bundle_resolve_request(
+                project_id=str(request.user.project_id),
                 task_id=str(task.id),
-                actor=request.user.actor,
                 request_id=request_id,
-                requested=custom.get("sources"),
-                query=custom.get("query"),
-                budget=custom.get("budget"),
+                actor=request.user.actor,
             )
-            return Response(_resolve_body(outcome.resolve, outcome.bundle))
-        ids = {
-            "project_id": str(request.user.project_id),
-            "task_id": str(task.id),
-            "request_id": request_id,
-            "actor": request.user.actor,
-        }
-        if data["run_async"]:
-            # Nothing is recorded before the worker runs: a broker that is down is a 503, nothing written.
-            if not publish(resolve_context, kwargs=ids):
-                raise BrokerUnavailable(
-                    "the broker is unreachable: nothing was queued; send the request again later"
-                )
             return Response(
                 {"request_id": request_id, "task_id": str(task.id)}, status=status.HTTP_202_ACCEPTED
             )
-        digest = resolve_context.apply(kwargs=ids, throw=True).get()
-        resolve = Resolve.objects.get(id=services.resolve_id_for(task_id=str(task.id), request_id=request_id))
-        return Response(_resolve_body(resolve, selectors.bundle_content(digest=digest)))
+        # Request-specific options are not ids: such a resolve always runs here, synchronously.
+        outcome = services.bundle_resolve(
+            project_id=request.user.project_id,
+            task_id=str(task.id),
+            actor=request.user.actor,
+            request_id=request_id,
+            requested=custom.get("sources"),
+            query=custom.get("query"),
+            budget=custom.get("budget"),
+        )
+        return Response(_resolve_body(outcome.resolve, outcome.bundle))
 
 
 class PlanGateOverrideView(APIView):

@@ -152,16 +152,14 @@ def test_a_redelivered_compile_message_stores_and_appends_nothing_twice(auth):
 
 
 def test_a_refused_queued_compile_is_recorded_as_failed(auth, monkeypatch):
-    with transaction.atomic():
-        queued = services.context_compile_request(
-            project_id=auth.project_id, task_id=str(auth.task.id), model_word="quick", actor="test"
-        )
-
     def too_small(**kwargs):
         raise BudgetTooSmall("the pinned content needs 900 tokens even when cut; 10 left", field="budget")
 
     monkeypatch.setattr(services, "compile_task", too_small)
-    compile_requested.run(str(queued.request_id))
+    with transaction.atomic():  # in process (Celery eager) the request runs as soon as it is recorded
+        queued = services.context_compile_request(
+            project_id=auth.project_id, task_id=str(auth.task.id), model_word="quick", actor="test"
+        )
     row = ContextCompilation.objects.get(request_id=queued.request_id)
     assert row.status == "failed" and row.error["code"] == "budget_too_small"
     assert not StoredContext.objects.exists()
