@@ -6,12 +6,14 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from nexum_web.api import catalog, compilation, resolution, tasks, verification, views, world
+from nexum_web.api import catalog, compilation, resolution, stream, tasks, verification, views, world
 from nexum_web.api.errors import json_not_found, json_server_error
+from nexum_web.mcp.http import mcp_endpoint
 
 api_v1 = [
     path("health", views.HealthView.as_view(), name="health"),
     path("events", views.EventFeedView.as_view(), name="event-feed"),
+    path("events/stream", stream.EventStreamView.as_view(), name="event-stream"),
     path("goals", tasks.GoalListCreateView.as_view(), name="goals"),
     path("goals/<str:goal_id>", tasks.GoalDetailView.as_view(), name="goal"),
     path("tasks", tasks.TaskListView.as_view(), name="tasks"),
@@ -86,6 +88,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("escalations/", include("nexum_web.ui.urls")),
     path("api/v1/", include((api_v1, "api"), namespace="v1")),
+    path("mcp", mcp_endpoint, name="mcp"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path(
         "api/docs/",

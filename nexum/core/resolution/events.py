@@ -27,6 +27,8 @@ RESOLVE_CANCEL = "cancel"
 RESOLVE_GAP_CLOSED = "gap_closed"
 """Closed by the system: a later resolve no longer shows the gap."""
 RESOLUTION_ACTIONS = (RESOLVE_SUPPLY_FACT, RESOLVE_PICK_SIDE, RESOLVE_GRANT_SOURCE, RESOLVE_CANCEL)
+SETTLING_ACTIONS = (RESOLVE_PICK_SIDE, RESOLVE_SUPPLY_FACT)
+"""The resolutions of a conflict that settle it for the whole goal (see ``rules.Settlement``)."""
 
 ESCALATION_OPEN = "open"
 ESCALATION_RESOLVED = "resolved"
