@@ -12,10 +12,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from nexum.api.auth import OperatorOnly
+from nexum_web.api.auth import OperatorOnly
 from nexum_web.webhooks import services
 from nexum_web.webhooks.models import SHOWN_FIELDS, Webhook, WebhookAttempt, WebhookDelivery
-from tasks_app.api import StrictSerializer
+from nexum_web.api.tasks import StrictSerializer
 
 DELIVERIES_MAX_LIMIT = 200
 OPERATOR_ONLY = OperatorOnly("configuring webhooks")

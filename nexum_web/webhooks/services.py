@@ -34,7 +34,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 from django.utils import timezone
 
-from nexum.api.views import StoredEventSerializer
+from nexum_web.api.views import StoredEventSerializer
 from nexum.core.errors import NotFound
 from nexum.eventstore import store
 from nexum.ids import uuid_or_none
