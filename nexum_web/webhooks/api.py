@@ -13,9 +13,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from nexum_web.api.auth import OperatorOnly
+from nexum_web.api.tasks import StrictSerializer
 from nexum_web.webhooks import services
 from nexum_web.webhooks.models import SHOWN_FIELDS, Webhook, WebhookAttempt, WebhookDelivery
-from nexum_web.api.tasks import StrictSerializer
 
 DELIVERIES_MAX_LIMIT = 200
 OPERATOR_ONLY = OperatorOnly("configuring webhooks")

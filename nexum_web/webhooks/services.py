@@ -34,13 +34,13 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 from django.utils import timezone
 
-from nexum_web.api.views import StoredEventSerializer
 from nexum.core.errors import NotFound
 from nexum.eventstore import store
 from nexum.ids import uuid_or_none
 from nexum.source_policy import DEFAULT_PORTS, HTTP_ALLOW_SETTING, ConfinementRefused, SourcePolicy
 from nexum.sources import PinnedHTTPConnection, PinnedHTTPSConnection
 from nexum.work.leases import Lease
+from nexum_web.api.views import StoredEventSerializer
 from nexum_web.webhooks import signing
 from nexum_web.webhooks.models import DELIVERED, FAILED, PENDING, Webhook, WebhookAttempt, WebhookDelivery
 from tasks_app.selectors import project_get
