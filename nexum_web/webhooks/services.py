@@ -12,9 +12,10 @@ An attempt (``delivery_attempt``, under the delivery's lease) POSTs the event, s
 the same allowlist as ``http_json`` sources (``NEXUM_SOURCE_HTTP_ALLOW``: the host is vetted and the
 connection made to the vetted address, no redirect followed), records the attempt, and either marks the
 delivery delivered (a 2xx), or schedules the next attempt after ``NEXUM_WEBHOOK_BACKOFF_S`` × 2^(n-1) (at
-most ``NEXUM_WEBHOOK_BACKOFF_MAX_S``), or gives up after ``NEXUM_WEBHOOK_MAX_ATTEMPTS``. A scheduled retry is
-sent with a countdown; the dispatcher sends it again if that message is lost. So each event reaches a
-receiver that answers at least once, with the same ``Nexum-Event-Id`` (its log position) every time.
+most ``NEXUM_WEBHOOK_BACKOFF_MAX_S``), or gives up after ``NEXUM_WEBHOOK_MAX_ATTEMPTS``. The dispatcher
+sends a retry once it is due (``requested_at``) and unleased, as it sends any request a broker lost: one
+send path. So each event reaches a receiver that answers at least once, with the same ``Nexum-Event-Id`` (its
+log position) every time.
 """
 
 from __future__ import annotations
@@ -240,24 +241,9 @@ def delivery_attempt(*, delivery_id: str, lease: Lease | None = None) -> str:
             answer.status or answer.error,
             changes["requested_at"],
         )
-        _send_later(str(delivery.id), changes["requested_at"])
     elif state == FAILED:
         logger.warning("webhook delivery %s gave up after %d attempts", delivery.id, number)
     return state
-
-
-def _send_later(delivery_id: str, due: datetime) -> None:
-    """Send the next attempt when it is due (a worker holds the message until then). In process there is no
-    one to hold it: the dispatcher's next pass after ``due`` sends it."""
-    from nexum_web.webhooks.tasks import webhook_deliver
-
-    if webhook_deliver.app.conf.task_always_eager:
-        return
-    countdown = max((due - timezone.now()).total_seconds(), 0)
-    try:
-        webhook_deliver.apply_async(args=(delivery_id,), countdown=countdown)
-    except Exception as error:  # the broker is down: the dispatcher sends it once it is back
-        logger.warning("could not schedule webhook delivery %s: %s", delivery_id, error)
 
 
 def post(url: str, body: bytes, headers: dict[str, str], *, timeout_s: float) -> Answer:
