@@ -225,6 +225,12 @@ def _failure_text(completion: Completion) -> str:
 # --- the command line --------------------------------------------------------------------------------------
 
 
+def _server_workspace_root() -> Path:
+    """Where the server keeps its projects' workspaces, read from the environment as its settings do."""
+    data_dir = Path(os.environ.get("NEXUM_DATA_DIR", "data"))
+    return Path(os.environ.get("NEXUM_WORKSPACE_ROOT", data_dir / "workspace"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default=os.environ.get("NEXUM_URL", "http://127.0.0.1:8000"))
@@ -238,8 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workspace",
         type=Path,
-        default=Path(os.environ.get("NEXUM_WORKSPACE_ROOT", "data/workspace")) / "demo",
-        help="the project's workspace folder as the server sees it (default: data/workspace/demo)",
+        default=_server_workspace_root() / "demo",
+        help="the demo project's workspace folder as the server sees it (default: data/workspace/demo)",
     )
     parser.add_argument("--model", default=MODEL_WORD, help="the catalog word to compile for")
     args = parser.parse_args(argv)

@@ -8,4 +8,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nexum.settings")
 
 app = Celery("nexum")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["nexum.eventstore", "tasks_app", "context_app", "verification_app"])
+app.autodiscover_tasks(
+    ["nexum.eventstore", "tasks_app", "context_app", "verification_app", "nexum_web.webhooks"]
+)

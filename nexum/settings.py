@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "nexum_web",
     "nexum_web.ui",
     "nexum_web.mcp",
+    "nexum_web.webhooks",
 ]
 
 MIDDLEWARE = [
@@ -313,7 +314,15 @@ NEXUM_DISPATCH_BACKOFF_MAX_S = float(os.environ.get("NEXUM_DISPATCH_BACKOFF_MAX_
 NEXUM_WORK_KINDS = [
     "verification_app.tasks.COMPLETION",
     "context_app.compilation.tasks.COMPILE",
+    "nexum_web.webhooks.tasks.DELIVERY",
 ]
+# Webhooks (nexum_web/webhooks): a delivery is retried NEXUM_WEBHOOK_BACKOFF_S × 1, 2, 4 … s after a failed
+# attempt (at most NEXUM_WEBHOOK_BACKOFF_MAX_S), and given up after NEXUM_WEBHOOK_MAX_ATTEMPTS attempts; an
+# attempt waits NEXUM_WEBHOOK_TIMEOUT_S for the answer. Their URLs' hosts must be on NEXUM_SOURCE_HTTP_ALLOW.
+NEXUM_WEBHOOK_MAX_ATTEMPTS = _env_int("NEXUM_WEBHOOK_MAX_ATTEMPTS", 10)
+NEXUM_WEBHOOK_BACKOFF_S = float(os.environ.get("NEXUM_WEBHOOK_BACKOFF_S", "10"))
+NEXUM_WEBHOOK_BACKOFF_MAX_S = float(os.environ.get("NEXUM_WEBHOOK_BACKOFF_MAX_S", "3600"))
+NEXUM_WEBHOOK_TIMEOUT_S = float(os.environ.get("NEXUM_WEBHOOK_TIMEOUT_S", "10"))
 # A task that meets a database error retries up to this many times, waiting 1, 2, 4 … s, at most the max:
 # with the defaults the retries span about two minutes of outage, then the dispatcher takes over.
 NEXUM_TASK_MAX_RETRIES = _env_int("NEXUM_TASK_MAX_RETRIES", 8)

@@ -762,7 +762,7 @@ class TicketsJsonSource(Source):
 # --- http_json --------------------------------------------------------------------------------------------
 
 
-class _PinnedHTTPConnection(http.client.HTTPConnection):
+class PinnedHTTPConnection(http.client.HTTPConnection):
     """Connects to the address the policy vetted (``vetted_address``) instead of resolving the host again,
     so the name cannot resolve to another address between the check and the connection (DNS rebinding).
     The Host header and, for HTTPS, the TLS server name stay the URL's host."""
@@ -774,7 +774,7 @@ class _PinnedHTTPConnection(http.client.HTTPConnection):
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-class _PinnedHTTPSConnection(http.client.HTTPSConnection, _PinnedHTTPConnection):
+class PinnedHTTPSConnection(http.client.HTTPSConnection, PinnedHTTPConnection):
     """HTTPS over the vetted address: ``HTTPSConnection.connect`` wraps the socket the pinned connect made."""
 
 
@@ -864,7 +864,7 @@ class HttpJsonSource(Source):
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise self._timed_out()
-        connection_class = _PinnedHTTPSConnection if parts.scheme == "https" else _PinnedHTTPConnection
+        connection_class = PinnedHTTPSConnection if parts.scheme == "https" else PinnedHTTPConnection
         connection = connection_class(parts.hostname, port, timeout=remaining)
         connection.vetted_address = address
         target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))

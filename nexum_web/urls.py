@@ -9,6 +9,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 from nexum_web.api import catalog, compilation, resolution, stream, tasks, verification, views, world
 from nexum_web.api.errors import json_not_found, json_server_error
 from nexum_web.mcp.http import mcp_endpoint
+from nexum_web.webhooks import api as webhooks_api
 
 api_v1 = [
     path("health", views.HealthView.as_view(), name="health"),
@@ -80,6 +81,13 @@ api_v1 = [
     path("contexts/<str:digest>/replay", compilation.ContextReplayView.as_view(), name="context-replay"),
     path(
         "contexts/<str:digest>/diff/<str:other>", compilation.ContextDiffView.as_view(), name="context-diff"
+    ),
+    path("webhooks", webhooks_api.WebhookListCreateView.as_view(), name="webhooks"),
+    path("webhooks/<str:webhook_id>", webhooks_api.WebhookDetailView.as_view(), name="webhook"),
+    path(
+        "webhooks/<str:webhook_id>/deliveries",
+        webhooks_api.WebhookDeliveryListView.as_view(),
+        name="webhook-deliveries",
     ),
 ]
 

@@ -89,6 +89,9 @@ def dispatch_due(*, now: datetime | None = None, limit: int = 500) -> DispatchPa
     """One pass of the dispatcher (see the module docstring)."""
     now = now or timezone.now()
     outcome = DispatchPass()
+    for kind in work_kinds():
+        if kind.prepare is not None:
+            kind.prepare(now=now)
     after = timedelta(seconds=settings.NEXUM_DISPATCH_AFTER_S)
     for request in selectors.pending_requests(requested_before=now - after, limit=limit):
         work = request.work

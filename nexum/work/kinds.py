@@ -4,7 +4,8 @@ A kind names the Celery task that answers one request (it takes the request id o
 of that kind live: a read model whose rows carry ``requested_at``, ``project_id`` and ``task_id``, and the
 condition that says a row is still pending. Each app declares its kinds beside its tasks; settings list them
 (``NEXUM_WORK_KINDS``), so the dispatcher, ``nexum_requeue`` and the dashboard know every kind without
-importing the apps.
+importing the apps. A kind whose requests derive from the log rather than from an API call (webhook
+deliveries) names ``prepare``: the dispatcher calls it at the start of each pass to record the requests due.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class WorkKind:
     model: type[Model]
     id_field: str
     pending: Q
+    prepare: Any = None  # ``prepare(now=...)``: record this kind's requests due from the log (and send them)
 
     def key(self, request_id: object) -> str:
         return f"{self.name}:{request_id}"

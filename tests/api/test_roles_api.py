@@ -546,6 +546,11 @@ def test_the_schema_says_which_operations_need_an_operator(api):
         ("/api/v1/tasks/{task_id}/plan-gate/override", "post"),
         ("/api/v1/tasks/{task_id}/unblock", "post"),
         ("/api/v1/tasks/{task_id}/cancel", "post"),
+        ("/api/v1/webhooks", "get"),
+        ("/api/v1/webhooks", "post"),
+        ("/api/v1/webhooks/{webhook_id}", "get"),
+        ("/api/v1/webhooks/{webhook_id}", "delete"),
+        ("/api/v1/webhooks/{webhook_id}/deliveries", "get"),
     }
     marked = {
         (path, method)

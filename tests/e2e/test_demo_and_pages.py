@@ -73,6 +73,18 @@ def test_every_admin_page_and_the_escalation_ui_answer_without_error(
     roles = dict(AgentToken.objects.filter(project__slug="demo").values_list("name", "role"))
     assert roles == {"demo-agent": "agent", "demo-operator": "operator"}
 
+    # The demo has no webhook (it would need a receiver on the allowlist): one with a delivery recorded.
+    from context_app.world.services import progress_record, scope_resolve
+    from nexum_web.webhooks.services import deliveries_record, webhook_register
+
+    settings.NEXUM_SOURCE_HTTP_ALLOW = ["127.0.0.1:9"]
+    demo = AgentToken.objects.filter(project__slug="demo").first().project
+    webhook_register(project_id=str(demo.id), url="http://127.0.0.1:9/hook", actor="admin:test")
+    goal = demo.tasks.filter(is_goal=True).first()
+    scope = scope_resolve(project_id=str(demo.id), goal_id=str(goal.id))
+    progress_record(scope=scope, text="a note after the webhook", actor="agent:demo-agent")
+    assert deliveries_record() == 1
+
     request = RequestFactory().get("/admin/")
     request.user = staff_user
     pages = [reverse("admin:index"), reverse("ui:escalations"), reverse("ui:escalations") + "?state=all"]

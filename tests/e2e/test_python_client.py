@@ -150,3 +150,10 @@ def test_errors_arrive_typed_with_code_field_and_request_id(live_server, world):
         assert (forbidden.value.code, forbidden.value.field) == ("forbidden", "contracts")
         with pytest.raises(NotFound):
             agent.task("00000000-0000-0000-0000-000000000000")
+
+
+def test_lists_are_iterated_page_by_page(live_server, world):
+    with Nexum(live_server.url, world["agent"]) as agent:
+        made = {_goal_task(agent) for _ in range(3)}
+        assert {task.id for task in agent.tasks(limit=1)} == made
+        assert [task.state for task in agent.tasks(state="pending", limit=2)] == ["pending"] * 3

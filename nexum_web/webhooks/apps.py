@@ -1,0 +1,8 @@
+from django.apps import AppConfig
+
+
+class WebhooksConfig(AppConfig):
+    name = "nexum_web.webhooks"
+    label = "webhooks"
+    verbose_name = "Webhooks"
+    default_auto_field = "django.db.models.BigAutoField"
