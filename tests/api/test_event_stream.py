@@ -71,6 +71,8 @@ def test_the_stream_is_bounded_and_refuses_bad_input_in_the_error_shape(api, cli
     started = time.monotonic()
     text = read(api.get(STREAM, {"timeout": 60}))  # clamped to NEXUM_EVENT_STREAM_MAX_S (1 s in tests)
     assert time.monotonic() - started < 5 and text.startswith("retry:")
+    started = time.monotonic()
+    assert api.head(STREAM).status_code == 200 and time.monotonic() - started < 1
 
     bad = api.get(STREAM, HTTP_LAST_EVENT_ID="-3", HTTP_ACCEPT="text/event-stream")
     assert bad.status_code == 400 and bad["Content-Type"] == "application/json"
