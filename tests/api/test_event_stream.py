@@ -67,10 +67,11 @@ def test_the_stream_resumes_after_last_event_id_within_the_project(api, other_ap
 
 
 @pytest.mark.django_db
-def test_the_stream_is_bounded_and_refuses_bad_input_in_the_error_shape(api, client):
+def test_the_stream_is_bounded_and_refuses_bad_input_in_the_error_shape(api, client, settings):
+    settings.NEXUM_EVENT_STREAM_MAX_S = 1
     response = api.get(STREAM, {"timeout": 60})
     started = time.monotonic()
-    text = read(response)  # the timeout is clamped to NEXUM_EVENT_STREAM_MAX_S (1 s in tests)
+    text = read(response)  # held open while idle, the timeout clamped to NEXUM_EVENT_STREAM_MAX_S
     assert time.monotonic() - started < 5 and text.startswith("retry:")
     started = time.monotonic()
     assert api.head(STREAM).status_code == 200 and time.monotonic() - started < 1
@@ -97,8 +98,9 @@ EVENTS_PER_WRITER = 15
 
 
 def test_every_event_once_in_order_across_reconnects_while_four_writers_append(
-    live_server, transactional_db, project
+    live_server, transactional_db, project, settings
 ):
+    settings.NEXUM_EVENT_STREAM_MAX_S = 1
     project_id = str(project.id)
     key = agent_token_issue(project_id=project_id, name="reader", role="agent", actor="test").key
     goal = goal_create(
