@@ -105,7 +105,7 @@ class EventStreamView(APIView):
         resume = _last_event_id(request)
         after = query.validated_data["after"] if resume is None else resume
         limit = settings.NEXUM_EVENT_STREAM_MAX_S
-        timeout = min(query.validated_data.get("timeout", limit), limit)
+        timeout = 0 if request.method == "HEAD" else min(query.validated_data.get("timeout", limit), limit)
         frames = _frames(request.user.project_id, after, time.monotonic() + timeout)
         response = StreamingHttpResponse(frames, content_type="text/event-stream; charset=utf-8")
         response["Cache-Control"] = "no-cache"

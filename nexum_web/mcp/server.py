@@ -91,7 +91,7 @@ async def _list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> 
         tools=[
             types.Tool(
                 name=spec.name,
-                description=spec.description,
+                description=f"(operator) {spec.description}" if spec.operator else spec.description,
                 input_schema=schemas[spec.name],
                 annotations=types.ToolAnnotations(read_only_hint=spec.method == "GET"),
             )

@@ -89,11 +89,6 @@ def compile_summary(body: dict[str, Any]) -> dict[str, Any]:
     context = body.get("context") if isinstance(body, dict) else None
     if not isinstance(context, dict):
         return body
-    summary: dict[str, dict[str, int]] = {}
-    for item in context.get("excluded", []):
-        reason = "over budget" if _BUDGET_REASON.fullmatch(item["reason"]) else item["reason"]
-        per_kind = summary.setdefault(item["kind"], {})
-        per_kind[reason] = per_kind.get(reason, 0) + 1
     kept = (
         "digest",
         "model",
@@ -109,9 +104,18 @@ def compile_summary(body: dict[str, Any]) -> dict[str, Any]:
         **{name: context.get(name) for name in kept},
         "included": len(context.get("included", [])),
         "truncated": context.get("truncated", []),
-        "excluded": {"count": len(context.get("excluded", [])), "by_kind_and_reason": summary},
+        "excluded": _exclusion_counts(context.get("excluded", [])),
         "resource": f"nexum://contexts/{context.get('digest')}",
     }
+
+
+def _exclusion_counts(excluded: list[dict[str, Any]]) -> dict[str, Any]:
+    by_kind: dict[str, dict[str, int]] = {}
+    for item in excluded:
+        reason = "over budget" if _BUDGET_REASON.fullmatch(item["reason"]) else item["reason"]
+        per_kind = by_kind.setdefault(item["kind"], {})
+        per_kind[reason] = per_kind.get(reason, 0) + 1
+    return {"count": len(excluded), "by_kind_and_reason": by_kind}
 
 
 _AS_AGENT = "Recorded as you; its trust class is at most your token's ceiling (agent_reported for an agent)."
@@ -216,8 +220,8 @@ TOOLS: dict[str, ToolSpec] = {
         ),
         ToolSpec(
             "set_contract",
-            "(operator) Register or replace a task's verification contract. An agent token is refused: the "
-            "executing agent never sets its own bar.",
+            "Register or replace a task's verification contract. An agent token is refused: the executing "
+            "agent never sets its own bar.",
             "PUT",
             "/api/v1/tasks/{task_id}/contract",
             operator=True,
