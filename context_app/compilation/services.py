@@ -416,16 +416,10 @@ def task_compact(*, task: Task, threshold: int, encoding: str, actor: str) -> Wo
     folded = compilation.plan_fold(candidates, threshold=threshold)
     if not folded:
         return None
-    texts = dict(
-        WorldItem.objects.filter(id__in=[uuid.UUID(c.id) for c in folded]).values_list("id", "rendered")
-    )
-    entries = [(c.kind, texts[uuid.UUID(c.id)]) for c in folded]
     path = summarizer_path()
-    summarize = import_string(path)
-    max_tokens = min(compilation.summary_token_cap(threshold), SUMMARY_MAX_TOKENS)
-    summary = str(summarize(entries, max_tokens=max_tokens, counter=counter))[: world.TEXT_MAX].strip()
-    if not summary:
-        summary = f"Summary of {len(folded)} earlier entries."
+    folded, summary = _summarized(folded, candidates, threshold, import_string(path), counter)
+    if not folded:
+        return None
     # The summary is as trusted as the least trusted entry it folds (an agent's notes stay agent_reported).
     lowest = min(TrustClass.parse(trust[c.id]) for c in folded)
     trust_class = min(lowest, TrustClass.repository_authored).name
@@ -459,6 +453,35 @@ def task_compact(*, task: Task, threshold: int, encoding: str, actor: str) -> Wo
             project_id=str(task.project_id),
         )
     return item
+
+
+def _summarized(
+    folded: list[compilation.FoldCandidate],
+    candidates: Sequence[compilation.FoldCandidate],
+    threshold: int,
+    summarize: compilation.Summarizer,
+    counter: Any,
+) -> tuple[list[compilation.FoldCandidate], str]:
+    """The planned fold with its summary, or, when the summarizer finds no useful summary within its budget
+    (an empty answer), the oldest half of it, and so on down to two entries; none when even that fails (a
+    fold without a useful summary does not happen)."""
+    total = sum(candidate.tokens for candidate in candidates)
+    kept = total - sum(candidate.tokens for candidate in folded)
+    while len(folded) >= 2:
+        budget = compilation.summary_budget(
+            threshold=threshold, kept_tokens=kept, folded_tokens=sum(c.tokens for c in folded)
+        )
+        budget = min(budget, SUMMARY_MAX_TOKENS)
+        texts = dict(
+            WorldItem.objects.filter(id__in=[uuid.UUID(c.id) for c in folded]).values_list("id", "rendered")
+        )
+        entries = [(c.kind, texts[uuid.UUID(c.id)]) for c in folded]
+        summary = str(summarize(entries, max_tokens=budget, counter=counter))[: world.TEXT_MAX].strip()
+        if summary and counter.count(summary) <= budget:
+            return folded, summary
+        kept += sum(c.tokens for c in folded[len(folded) // 2 :])
+        folded = folded[: len(folded) // 2]
+    return [], ""
 
 
 # --- helpers ----------------------------------------------------------------------------------------------

@@ -187,7 +187,10 @@ def test_compaction_folds_the_oldest_progress_and_tool_calls(auth):
         assert WorldItem.objects.filter(id=item_id).exists()
         assert ("progress", item_id) not in {tuple(pair) for pair in outcome.context.included}
     summary = WorldItem.objects.get(id=fold.summary_id)
-    assert summary.kind == "progress" and summary.text.startswith("Summary of")
+    assert summary.kind == "progress"
+    notes = len(fold.folded_ids) - 1
+    assert summary.text.startswith(f"Earlier work, folded ({notes} progress notes, 1 tool call):")
+    assert summary.text.count("\n- ") == len(fold.folded_ids)  # a line of every folded entry
     assert ("progress", str(summary.id)) in {tuple(pair) for pair in outcome.context.included}
     assert FoldedItem.objects.filter(fold_id=fold.fold_id).count() == len(fold.folded_ids)
     # under the threshold now: a second compile folds nothing more
@@ -246,6 +249,20 @@ def test_a_pluggable_summarizer(auth, settings):
     fold = CompactionFold.objects.get()
     assert WorldItem.objects.get(id=fold.summary_id).text.startswith("FOLDED")
     assert fold.summarizer.endswith("shout")
+
+
+LONG_NOTE = (
+    "Read the whole middleware chain from the request parser to the token check and wrote down every place "
+    "where the expiry is parsed, compared or logged, so the fix touches one function only."
+)
+
+
+def just_under(task, encoding: str) -> int:
+    """A compaction threshold just under the task's own progress and tool calls: a fold, with room for a
+    summary."""
+    counter = counter_for(encoding)
+    own = selectors.task_candidates(task=task, encoding=encoding, counter=counter).compacted_items()
+    return sum(item.token_count for item in own) - 1
 
 
 def shout(entries, *, max_tokens, counter):
@@ -358,7 +375,9 @@ def test_the_in_process_candidate_list_follows_every_change_of_the_world(auth):
     assert services.context_replay(project_id=auth.project_id, digest=older.digest).matches
     assert str(newer.id) not in candidates()
     # Folding leaves the folded items out and brings the summary in.
-    summary = services.task_compact(task=auth.task, threshold=1, encoding=encoding, actor="test")
+    summary = services.task_compact(
+        task=auth.task, threshold=just_under(auth.task, encoding), encoding=encoding, actor="test"
+    )
     assert summary is not None
     folded = set(FoldedItem.objects.filter(task_id=auth.task.id).values_list("item_id", flat=True))
     after_fold = candidates()
@@ -413,7 +432,10 @@ def test_the_candidate_list_kept_up_to_date_equals_one_read_from_scratch(auth, m
     world.fact_retract(project_id=auth.project_id, fact_id=str(newer.id), reason="wrong", actor="test")
     world.decision_record(scope=goal_scope, text="keep HS256", rationale="compatibility", actor="test")
     check()
-    assert services.task_compact(task=task, threshold=1, encoding=encoding, actor="test") is not None
+    for note in ("Compared the signature with hmac.compare_digest; the old code used ==.", LONG_NOTE):
+        world.progress_record(scope=task_scope, text=note, actor="test")
+    threshold = just_under(task, encoding)
+    assert services.task_compact(task=task, threshold=threshold, encoding=encoding, actor="test") is not None
     check()
     settings.NEXUM_ITEM_ENCODINGS = []  # recorded without a stored count: counted from its text
     uncounted = world.fact_record(scope=task_scope, text="the cookie store is Redis", actor="test")
