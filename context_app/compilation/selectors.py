@@ -21,6 +21,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.db import connection
@@ -51,6 +52,7 @@ from nexum.core.compiler import (
     Step,
     Truncation,
 )
+from nexum.core.durations import human_age
 from nexum.core.errors import NotFound
 from nexum.core.memo import remembered
 from nexum.core.tokens import TokenCounter
@@ -60,6 +62,10 @@ from tasks_app.models import Task
 from verification_app import selectors as verification_selectors
 
 RANKED_KINDS = ("fact", "tool_call")  # ranked by relevance: their terms are needed
+TOOL_CALL_ORIGIN = "the task's tool-call log"
+CHECK_RUN_ORIGIN = "verification gate, latest completion request"
+REQUEST_EVIDENCE_ORIGIN = "supplied with the compile request"
+JUST_NOW_SECONDS = 60
 CHECK_OUTPUT_CHARS = 4000
 
 
@@ -425,7 +431,7 @@ def _items_of(rows: Sequence[tuple[Any, ...]], counter: TokenCounter) -> list[Co
             bool(verified),
             tuple(map(intern, terms.split(" "))) if terms else (),  # interned: a vocabulary repeats
             trust_class,
-            source or None,
+            source or (TOOL_CALL_ORIGIN if kind == "tool_call" else None),
         )
         items[index] = item
         if tokens is None:
@@ -483,7 +489,7 @@ def request_evidence_items(evidence: Sequence[Mapping[str, Any]], counter: Token
             entry["text"],
             counter=counter,
             trust_class=entry.get("trust_class") or world.DEFAULT_TRUST_CLASS,
-            origin=entry.get("origin") or None,
+            origin=entry.get("origin") or REQUEST_EVIDENCE_ORIGIN,
         )
         for entry in evidence
     ]
@@ -499,15 +505,20 @@ def _check_run_evidence(task_id: str, counter: TokenCounter) -> list[ContextItem
         verdict = "passed" if run["passed"] else "failed"
         head = f"Check {run['name']}: {verdict}" + (f" ({run['reason']})" if run["reason"] else "")
         text = f"{head}\n{output}".strip() if output.strip() else head
-        items.append(ContextItem.from_text("diagnostic", f"check:{run['name']}", text, counter=counter))
+        items.append(
+            ContextItem.from_text(
+                "diagnostic", f"check:{run['name']}", text, counter=counter, origin=CHECK_RUN_ORIGIN
+            )
+        )
     return items
 
 
 def _bundle_items(task_id: str, counter: TokenCounter) -> tuple[str | None, list[ContextItem]]:
-    """The resolver's latest bundle: its facts and code, each with its trust class and origin (a stale item's
-    origin says so, as the resolver recorded it: "stale: observed 3 years ago (TTL 30 days)"), minus the
-    items a human rejected when settling a conflict. Returns the bundle's digest too (recorded on the
-    compiled context)."""
+    """The resolver's latest bundle: its facts and code, each with its trust class, origin
+    (``source:locator``) and when it was observed, measured against the resolve's own time ("observed 2
+    days ago"; a stale item says so as the resolver recorded it: "stale: observed 3 years ago (TTL 30
+    days)"), minus the items a human rejected when settling a conflict. Returns the bundle's digest too
+    (recorded on the compiled context). No clock is read: a replay renders the same words."""
     bundle = resolution_selectors.latest_bundle(task_id=task_id)
     if bundle is None:
         return None, []
@@ -518,12 +529,27 @@ def _bundle_items(task_id: str, counter: TokenCounter) -> tuple[str | None, list
             entry.text,
             counter=counter,
             trust_class=entry.trust_class,
-            origin=f"{entry.origin}; stale: {entry.stale_reason}" if entry.stale_reason else entry.origin,
+            origin=entry.origin,
+            observed=observed_words(entry.observed_at, bundle.resolved_at, entry.stale_reason),
         )
         for entry in bundle.usable_items
         if entry.text.strip()
     ]
     return bundle.digest, items
+
+
+def observed_words(observed_at: str | None, resolved_at: datetime | None, stale_reason: str | None) -> str:
+    """When a retrieved item was observed, as people say it, against the time of the resolve that read it
+    ("observed 2 days ago", "observed just now" under a minute), and why it is stale when it is."""
+    observed = "observed at an unknown time"
+    if observed_at and resolved_at is not None:
+        age = (resolved_at - datetime.fromisoformat(observed_at)).total_seconds()
+        observed = "observed just now" if age < JUST_NOW_SECONDS else f"observed {human_age(age)}"
+    if not stale_reason:
+        return observed
+    if stale_reason.startswith("observed "):  # the resolver's own words already say when
+        return f"stale: {stale_reason}"
+    return f"{observed} · stale: {stale_reason}"
 
 
 # --- stored contexts --------------------------------------------------------------------------------------
@@ -574,6 +600,7 @@ def compiled_result(context: CompiledContext) -> CompiledResult:
         encoding=context.encoding,
         digest=context.digest,
         exclusion_runs_json=context.exclusion_runs,
+        compiler_version=context.compiler_version,
     )
 
 

@@ -37,6 +37,7 @@ from context_app.models import WorldItem
 from context_app.services import Scope, progress_record
 from nexum.core import compilation, world
 from nexum.core.budgets import ModelBudget
+from nexum.core.compiler import COMPILER_VERSION
 from nexum.core.compiler import CompiledContext as CompiledResult
 from nexum.core.compiler import compile_context as run_compiler
 from nexum.core.digests import digest_of
@@ -294,15 +295,25 @@ def _compile_and_record(
 
 
 def compile_task(
-    *, task: Task, budget: ModelBudget, encoding: str, evidence: Sequence[Mapping[str, Any]] = ()
+    *,
+    task: Task,
+    budget: ModelBudget,
+    encoding: str,
+    evidence: Sequence[Mapping[str, Any]] = (),
+    version: int | None = None,
 ) -> tuple[CompiledResult, str | None]:
-    """Compile ``task`` with ``budget`` against the read models as they are (no writes)."""
+    """Compile ``task`` with ``budget`` against the read models as they are (no writes), rendered by the
+    compiler's ``version`` (an older one to replay a context stored by it; by default the current one)."""
     counter = counter_for(encoding)
     task_input = selectors.compile_input_for(
         task=task, encoding=encoding, counter=counter, extra_evidence=evidence
     )
     result = run_compiler(
-        task_input.compile_input, budget=budget, counter=counter, load_texts=selectors.item_text_loader
+        task_input.compile_input,
+        budget=budget,
+        counter=counter,
+        load_texts=selectors.item_text_loader,
+        version=COMPILER_VERSION if version is None else version,
     )
     return result, task_input.bundle_digest
 
@@ -366,8 +377,8 @@ def _store_context(
 
 
 def context_replay(*, project_id: str, digest: str) -> ReplayOutcome:
-    """Recompile a stored context's task as of the log position it was compiled at, with the budget and
-    request evidence it recorded, and compare digests. Writes nothing."""
+    """Recompile a stored context's task as of the log position it was compiled at, with the budget, request
+    evidence and compiler version it recorded, and compare digests. Writes nothing."""
     context = selectors.context_get(project_id=project_id, digest=digest)
     evidence = (
         selectors.evidence_get(project_id=project_id, digest=context.evidence_digest)
@@ -377,7 +388,13 @@ def context_replay(*, project_id: str, digest: str) -> ReplayOutcome:
     budget = ModelBudget(**context.budget)
     with projections.state_as_of(context.position):
         task = Task.objects.get(id=context.task_id)
-        result, _ = compile_task(task=task, budget=budget, encoding=context.encoding, evidence=evidence)
+        result, _ = compile_task(
+            task=task,
+            budget=budget,
+            encoding=context.encoding,
+            evidence=evidence,
+            version=context.compiler_version,
+        )
     return ReplayOutcome(
         digest=context.digest,
         replayed_digest=result.digest,

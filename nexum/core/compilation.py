@@ -153,6 +153,8 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
 MIN_LINE_WORDS = 3
 """A folded entry's line keeps at least this many words of its sentence, or the summary does not fit."""
 _ELLIPSIS = "…"
+EXTEND_MAX_ENTRIES = 64
+"""Up to this many entries, the words a common cut leaves over go to the newest lines first."""
 
 
 def plural(count: int, singular: str, plural_form: str | None = None) -> str:
@@ -164,11 +166,13 @@ def extractive_summary(entries: Sequence[tuple[str, str]], *, max_tokens: int, c
     """The default summarizer: deterministic and extractive. A header counting the folded entries, then one
     line per entry, oldest first: its most informative sentence (``most_informative_sentence``). When the
     lines do not fit in ``max_tokens`` every line is cut to the same number of words (the most that fit,
-    with a mark where a sentence was cut); when not even ``MIN_LINE_WORDS`` per entry fit, the answer is
-    empty: no summary that keeps a line of every entry fits, and the fold does not happen.
+    with a mark where a sentence was cut), and what that leaves goes to the newest lines first; when not
+    even ``MIN_LINE_WORDS`` per entry fit, the answer is empty: no summary that keeps a line of every entry
+    fits, and the fold does not happen.
 
-    The text is counted a logarithmic number of times (a binary search on the words per line), so a fold
-    of many thousand entries stays fast."""
+    The text is counted a logarithmic number of times (binary searches on words per line; the leftover is
+    shared out only for folds of up to ``EXTEND_MAX_ENTRIES``), so a fold of many thousand entries stays
+    fast."""
     if not entries or max_tokens < 1:
         return ""
     header = summary_header(entries)
@@ -179,8 +183,11 @@ def extractive_summary(entries: Sequence[tuple[str, str]], *, max_tokens: int, c
     if 2 * len(entries) > max_tokens:
         return ""
 
-    def render(cap: int) -> str:
-        lines = [" ".join(line) if len(line) <= cap else " ".join(line[:cap]) + _ELLIPSIS for line in words]
+    def render(cap: int, caps: Mapping[int, int] | None = None) -> str:
+        lines = []
+        for index, line in enumerate(words):
+            keep = caps.get(index, cap) if caps else cap
+            lines.append(" ".join(line) if len(line) <= keep else " ".join(line[:keep]) + _ELLIPSIS)
         return "\n".join([header, *(f"- {line}" for line in lines)])
 
     longest = max(map(len, words))
@@ -196,7 +203,20 @@ def extractive_summary(entries: Sequence[tuple[str, str]], *, max_tokens: int, c
             low = middle
         else:
             high = middle - 1
-    return render(low)
+    if len(words) > EXTEND_MAX_ENTRIES:
+        return render(low)
+    # What the common cut leaves goes to the lines it cut, newest first, each as far as it fits.
+    caps: dict[int, int] = {}
+    for index in reversed(range(len(words))):
+        more, most = low, len(words[index])
+        while more < most:
+            middle = (more + most + 1) // 2
+            if counter.count(render(low, {**caps, index: middle})) <= max_tokens:
+                more = middle
+            else:
+                most = middle - 1
+        caps[index] = more
+    return render(low, caps)
 
 
 def summary_header(entries: Sequence[tuple[str, str]]) -> str:

@@ -118,6 +118,18 @@ def test_replay_at_an_older_position_yields_the_older_digest(auth):
     assert projections.snapshot() == live  # replay wrote nothing
 
 
+def test_a_context_stored_by_the_previous_renderer_still_replays_to_its_digest(auth, monkeypatch):
+    """Version 2 renders origin lines; a context version 1 stored replays with version 1's renderer."""
+    with monkeypatch.context() as old:
+        old.setattr(services, "COMPILER_VERSION", 1)
+        before = compile_for(auth, "frontier").context
+    assert before.compiler_version == 1
+    now = compile_for(auth, "frontier").context
+    assert now.compiler_version == 2 and now.digest != before.digest
+    for context in (before, now):
+        assert services.context_replay(project_id=auth.project_id, digest=context.digest).matches
+
+
 def test_replay_uses_the_recorded_budget_after_the_overlay_changed(auth):
     older = compile_for(auth, "local").context
     model_overlay_set(project_id=auth.project_id, word="local", overlay={"context_tokens": 16000}, actor="op")

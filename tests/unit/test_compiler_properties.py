@@ -44,6 +44,8 @@ def items(draw: st.DrawFn, kind: str, max_size: int) -> tuple[ContextItem, ...]:
                 st.booleans(),
                 st.sampled_from(TRUST),
                 st.none() | ids,
+                st.none()
+                | st.sampled_from(["observed 2 days ago", "stale: observed 3 years ago (TTL 30 days)"]),
                 st.sampled_from([1, 1, 1, 1, 1, 1, 1, 1, 4, 20]),  # now and then a stored count that lies
             ),
             max_size=max_size,
@@ -51,7 +53,7 @@ def items(draw: st.DrawFn, kind: str, max_size: int) -> tuple[ContextItem, ...]:
         )
     )
     built = []
-    for item_id, text, position, verified, trust, origin, understated_by in entries:
+    for item_id, text, position, verified, trust, origin, observed, understated_by in entries:
         item = ContextItem.from_text(
             kind,
             item_id,
@@ -61,6 +63,7 @@ def items(draw: st.DrawFn, kind: str, max_size: int) -> tuple[ContextItem, ...]:
             verified=verified,
             trust_class=trust,
             origin=origin,
+            observed=observed,
         )
         built.append(replace(item, token_count=item.token_count // understated_by))
     return tuple(built)
