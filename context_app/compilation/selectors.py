@@ -40,7 +40,7 @@ from context_app.resolution import selectors as resolution_selectors
 from context_app.selectors import tool_specs, tools_for_scope
 from nexum.core import world
 from nexum.core.budgets import ModelBudget
-from nexum.core.compilation import COMPACTED_KINDS, ContextDiff, diff_contexts
+from nexum.core.compilation import COMPACTED_KINDS, ContextDiff, diff_contexts, folds_required
 from nexum.core.compiler import (
     CompiledContext as CompiledResult,
 )
@@ -48,6 +48,7 @@ from nexum.core.compiler import (
     CompileInput,
     ContextItem,
     ExclusionRun,
+    Fold,
     SectionTokens,
     Step,
     Truncation,
@@ -62,7 +63,6 @@ from tasks_app.models import Task
 from verification_app import selectors as verification_selectors
 
 RANKED_KINDS = ("fact", "tool_call")  # ranked by relevance: their terms are needed
-TOOL_CALL_ORIGIN = "the task's tool-call log"
 CHECK_RUN_ORIGIN = "verification gate, latest completion request"
 REQUEST_EVIDENCE_ORIGIN = "supplied with the compile request"
 JUST_NOW_SECONDS = 60
@@ -86,12 +86,19 @@ def compile_input_for(
     encoding: str,
     counter: TokenCounter,
     extra_evidence: Sequence[Mapping[str, Any]] = (),
+    compaction_threshold: int | None = None,
 ) -> TaskContextInput:
-    """Goal, step, constraints and criteria from the task graph; state items of the goal and task (folded
-    ones left out, the summaries in); tools as the task sees them; evidence from tool calls, the latest
-    check runs, the resolver's bundle and ``extra_evidence``."""
+    """Goal, step, constraints and criteria from the task graph; state items of the goal and task; the
+    task's folds with the items they folded and their summaries (the compiler shows one or the other: the
+    folds ``compaction_threshold`` needs as summaries, the others as their entries when they fit); tools
+    as the task sees them; evidence from tool calls, the latest check runs, the resolver's bundle and
+    ``extra_evidence``."""
     goal = task if task.is_goal else Task.objects.get(id=task.goal_id)
-    sections = task_candidates(task=task, encoding=encoding, counter=counter).sections
+    candidates = task_candidates(task=task, encoding=encoding, counter=counter)
+    sections = candidates.sections
+    folds, folded_progress, folded_calls, required = _folds(
+        task, candidates, encoding, counter, compaction_threshold
+    )
     bundle_digest, bundle_items = _bundle_items(str(task.id), counter)
     facts = _joined(sections["fact"], tuple(item for item in bundle_items if item.kind == "fact"))
     extra = (
@@ -99,7 +106,7 @@ def compile_input_for(
         *(item for item in bundle_items if item.kind != "fact"),
         *request_evidence_items(extra_evidence, counter),
     )
-    evidence = _joined(sections["diagnostic"], extra)
+    evidence = _joined(_joined(sections["diagnostic"], folded_calls), extra)
     constraints = list(dict.fromkeys([*goal.constraints, *(() if task.is_goal else task.constraints)]))
     compile_input = CompileInput(
         goal=goal.objective,
@@ -110,8 +117,10 @@ def compile_input_for(
         decisions=sections["decision"],
         facts=facts,
         artifacts=sections["artifact"],
-        progress=sections["progress"],
+        progress=_joined(sections["progress"], folded_progress),
         evidence=evidence,
+        folds=folds,
+        folds_required=required,
         tools=tuple(
             tool_specs(
                 tools_for_scope(
@@ -123,6 +132,43 @@ def compile_input_for(
         ),
     )
     return TaskContextInput(compile_input, bundle_digest)
+
+
+def _folds(
+    task: Task, candidates: TaskCandidates, encoding: str, counter: TokenCounter, threshold: int | None
+) -> tuple[tuple[Fold, ...], tuple[ContextItem, ...], tuple[ContextItem, ...], int]:
+    """The task's folds (oldest first), the progress notes and tool calls they folded (which the candidate
+    list leaves out), and how many folds ``threshold`` needs shown as summaries (``folds_required``)."""
+    if not candidates.folded:
+        return (), (), (), 0
+    rows = list(
+        CompactionFold.objects.filter(task_id=task.id)
+        .order_by("position")
+        .values_list("summary_id", "folded_ids")
+    )
+    originals = _items_of(_changed_rows(task, encoding, -1, ids=candidates.folded), counter)
+    own = {item.id: item for item in candidates.compacted_items()}
+    own.update((item.id, item) for item in originals)
+    folds = tuple(
+        Fold(
+            (own[str(summary_id)].kind, str(summary_id)),
+            tuple((own[item_id].kind, item_id) for item_id in folded_ids if item_id in own),
+        )
+        for summary_id, folded_ids in rows
+        if str(summary_id) in own
+    )
+    required = folds_required(
+        own_tokens={item_id: item.token_count for item_id, item in own.items()},
+        folds=[(fold.summary[1], [item_id for _, item_id in fold.folded]) for fold in folds],
+        threshold=threshold,
+    )
+    ordered = sorted(originals, key=lambda item: item.id)
+    return (
+        folds,
+        tuple(item for item in ordered if item.kind == "progress"),
+        tuple(item for item in ordered if item.kind == "diagnostic"),
+        required,
+    )
 
 
 def _joined(base: tuple[ContextItem, ...], extra: tuple[ContextItem, ...]) -> tuple[ContextItem, ...]:
@@ -166,19 +212,18 @@ def _id_text() -> RawSQL:
     return RawSQL(f"{table}.id::text" if connection.vendor == "postgresql" else f"{table}.id", ())
 
 
-def _changed_rows(task: Task, encoding: str, since: int) -> list[tuple[Any, ...]]:
+def _changed_rows(
+    task: Task, encoding: str, since: int, ids: Iterable[str] | None = None
+) -> list[tuple[Any, ...]]:
     """The metadata of every item the task sees whose row changed after log position ``since`` (whatever
     its status now), in one query on the ``(goal_id, changed_position)`` index, which covers it on PostgreSQL
     (a goal id is unique across projects, so no other index can serve it): id as text, kind, stored token
     count of ``encoding`` as an integer, line count, position, verified, trust class, origin, whether it is
     the task's own (a boolean: no UUID object per row), status, and the terms of the kinds ranked by
-    relevance (empty for the others)."""
+    relevance (empty for the others). With ``ids``, the rows of those items instead, whenever they changed."""
+    where = Q(changed_position__gt=since) if ids is None else Q(id__in=[uuid.UUID(item) for item in ids])
     rows = (
-        WorldItem.objects.filter(
-            _seen_by(task),
-            goal_id=task.goal_id,
-            changed_position__gt=since,
-        )
+        WorldItem.objects.filter(_seen_by(task), where, goal_id=task.goal_id)
         .annotate(
             item_text_id=_id_text(),
             tokens=stored_tokens(encoding),
@@ -431,7 +476,7 @@ def _items_of(rows: Sequence[tuple[Any, ...]], counter: TokenCounter) -> list[Co
             bool(verified),
             tuple(map(intern, terms.split(" "))) if terms else (),  # interned: a vocabulary repeats
             trust_class,
-            source or (TOOL_CALL_ORIGIN if kind == "tool_call" else None),
+            f"tool call: {source}" if kind == "tool_call" else source or None,
         )
         items[index] = item
         if tokens is None:

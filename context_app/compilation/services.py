@@ -250,12 +250,17 @@ def _compile_and_record(
         project_id=project_id, word=word, overrides=overrides, compaction=compaction
     )
     encoding = choice.card.encoding
-    if choice.compaction_enabled and choice.auto_compact_tokens:
-        task_compact(task=task, threshold=choice.auto_compact_tokens, encoding=encoding, actor=actor)
+    threshold = choice.auto_compact_tokens if choice.compaction_enabled else None
+    if threshold:
+        task_compact(task=task, threshold=threshold, encoding=encoding, actor=actor)
     position = store.head_position()
     evidence_digest = _store_evidence(project_id, evidence)
     result, bundle_digest = compile_task(
-        task=task, budget=choice.budget, encoding=encoding, evidence=evidence
+        task=task,
+        budget=choice.budget,
+        encoding=encoding,
+        evidence=evidence,
+        compaction_threshold=threshold or None,
     )
     context = _store_context(
         task=task,
@@ -284,6 +289,7 @@ def _compile_and_record(
                 tool_tokens=result.tool_tokens,
                 included_count=len(result.included),
                 excluded_count=context.excluded_count,
+                compaction_threshold=threshold or None,
             )
         ],
         expected_version=expected_version,
@@ -301,12 +307,19 @@ def compile_task(
     encoding: str,
     evidence: Sequence[Mapping[str, Any]] = (),
     version: int | None = None,
+    compaction_threshold: int | None = None,
 ) -> tuple[CompiledResult, str | None]:
     """Compile ``task`` with ``budget`` against the read models as they are (no writes), rendered by the
-    compiler's ``version`` (an older one to replay a context stored by it; by default the current one)."""
+    compiler's ``version`` (an older one to replay a context stored by it; by default the current one).
+    The task's folds that ``compaction_threshold`` needs show their summaries; the others show their
+    entries when those fit (C11: a fold is per model budget)."""
     counter = counter_for(encoding)
     task_input = selectors.compile_input_for(
-        task=task, encoding=encoding, counter=counter, extra_evidence=evidence
+        task=task,
+        encoding=encoding,
+        counter=counter,
+        extra_evidence=evidence,
+        compaction_threshold=compaction_threshold,
     )
     result = run_compiler(
         task_input.compile_input,
@@ -386,6 +399,7 @@ def context_replay(*, project_id: str, digest: str) -> ReplayOutcome:
         else []
     )
     budget = ModelBudget(**context.budget)
+    threshold = _recorded_threshold(context)
     with projections.state_as_of(context.position):
         task = Task.objects.get(id=context.task_id)
         result, _ = compile_task(
@@ -394,6 +408,7 @@ def context_replay(*, project_id: str, digest: str) -> ReplayOutcome:
             encoding=context.encoding,
             evidence=evidence,
             version=context.compiler_version,
+            compaction_threshold=threshold,
         )
     return ReplayOutcome(
         digest=context.digest,
@@ -401,6 +416,14 @@ def context_replay(*, project_id: str, digest: str) -> ReplayOutcome:
         matches=result.digest == context.digest,
         position=context.position,
     )
+
+
+def _recorded_threshold(context: CompiledContext) -> int | None:
+    """The compaction threshold the compile that stored ``context`` honoured (its ``ContextCompiled``)."""
+    for stored in store.read_stream(compilation.compile_stream(str(context.request_id))):
+        if isinstance(stored.event, compilation.ContextCompiled):
+            return stored.event.compaction_threshold
+    return None
 
 
 # --- compaction (C11) -------------------------------------------------------------------------------------

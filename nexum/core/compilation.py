@@ -76,6 +76,9 @@ class ContextCompiled(Event):
     tool_tokens: int = 0
     included_count: int = 0
     excluded_count: int = 0
+    compaction_threshold: int | None = None
+    """The ``auto_compact_tokens`` the compile honoured (``None``: compaction off or no threshold): which
+    folds it showed as summaries follows from it, so a replay needs it."""
 
 
 @event_type("ContextCompileFailed")
@@ -143,6 +146,29 @@ def summary_budget(*, threshold: int, kept_tokens: int, folded_tokens: int) -> i
     """Tokens a fold's summary may take: what the threshold leaves beside the entries kept, and less than
     the entries it replaces (a summary as long as its entries shrinks nothing)."""
     return max(0, min(threshold - kept_tokens, folded_tokens - 1))
+
+
+def folds_required(
+    *,
+    own_tokens: Mapping[str, int],
+    folds: Sequence[tuple[str, Sequence[str]]],
+    threshold: int | None,
+) -> int:
+    """How many of a task's folds (oldest first, each ``(summary_id, folded_ids)``) a compile must show as
+    summaries to keep the task's progress notes and tool calls within ``threshold``: the fewest, oldest
+    first, after which they are (all of them when even then they are not; none without a threshold).
+    ``own_tokens`` holds the tokens of every one of those items, folded or not, and of the summaries."""
+    if threshold is None or not folds:
+        return 0
+    # Every fold applied: no folded item shows (a summary folded again is one), then the newest unapplied.
+    shown = set(own_tokens).difference(*(folded_ids for _, folded_ids in folds))
+    totals = [sum(own_tokens[item_id] for item_id in shown)]
+    for summary_id, folded_ids in reversed(folds):
+        shown.discard(summary_id)
+        shown.update(item_id for item_id in folded_ids if item_id in own_tokens)
+        totals.append(sum(own_tokens[item_id] for item_id in shown))
+    totals.reverse()  # totals[k]: the oldest k folds applied
+    return next((applied for applied, total in enumerate(totals) if total <= threshold), len(folds))
 
 
 Summarizer = Callable[..., str]

@@ -197,11 +197,25 @@ class ToolSpec:
     score: float | None = None
 
 
+class Fold(NamedTuple):
+    """A compaction fold (C11): the summary item that stands for the ``folded`` items, each as ``(kind, id)``
+    in the compiler's kinds (a tool call is a ``diagnostic``)."""
+
+    summary: tuple[str, str]
+    folded: tuple[tuple[str, str], ...]
+
+
 @dataclass(frozen=True)
 class CompileInput:
     """Everything one compile reads, besides the budget and the token counter.
 
     ``evidence`` holds items of kind ``diagnostic`` or ``code``; each state list holds items of its own kind.
+
+    ``folds`` are the task's folds, oldest first, and the lists hold the folded items and the summaries
+    alike. The compile shows each fold's summary or its entries, never both: the oldest ``folds_required``
+    folds (what this model's compaction threshold needs) always show their summaries; of the others, the
+    entries are shown when all of them fit, and otherwise the oldest folds give way to their summaries until
+    those left unfolded fit whole (``compile_context``).
     """
 
     goal: str
@@ -217,6 +231,8 @@ class CompileInput:
     tools: tuple[ToolSpec, ...] = ()
     evidence_share: float = 0.6
     charge_tool_schemas: bool = True
+    folds: tuple[Fold, ...] = ()
+    folds_required: int = 0
 
     def __post_init__(self) -> None:
         for name in (
@@ -229,6 +245,7 @@ class CompileInput:
             "progress",
             "evidence",
             "tools",
+            "folds",
         ):
             value = getattr(self, name)
             if not isinstance(value, tuple):
@@ -371,7 +388,13 @@ def compile_context(
     version: int = COMPILER_VERSION,
 ) -> CompiledContext:
     """Compile the context for one model call. Pure: the same arguments give the same result. ``version``
-    is the renderer's (``COMPILER_VERSIONS``): an older one only to replay a context stored by it.
+    is the renderer's (``COMPILER_VERSIONS``): an older one only to replay a context stored by it (version 1
+    shows every fold's summary, as it did).
+
+    With folds, the compile is tried with the folds from ``folds_required`` on unfolded, then with one more
+    folded each time, oldest first, until every entry of the folds left unfolded is included (with all
+    folded it always is): a larger budget shows the entries a smaller one folded. Items a fold hides are
+    listed as excluded, saying which summary or entries stand in for them.
 
     Raises ``ValidationFailed`` for malformed input (wrong kinds, duplicate ids, a bad budget or tool schema),
     ``BudgetTooSmall`` when not even the cut pinned skeleton fits, ``MissingItemText`` when an included item
@@ -381,11 +404,84 @@ def compile_context(
         raise ValidationFailed("the budget needs context_tokens >= 1 and tool_count >= 0", field="budget")
     if version not in COMPILER_VERSIONS:
         raise ValidationFailed(f"unknown compiler version {version!r}", field="compiler_version")
+    folds = compile_input.folds
+    required = compile_input.folds_required
+    if isinstance(required, bool) or not isinstance(required, int) or not 0 <= required <= len(folds):
+        raise ValidationFailed("folds_required must be from 0 to the number of folds", field="folds_required")
+    if not folds:
+        return _compile(compile_input, budget, counter, load_texts, version, ())
+    start = len(folds) if version < 2 else required
+    for applied in range(start, len(folds) + 1):
+        view, hidden = _fold_view(compile_input, applied)
+        records = () if version < 2 else hidden
+        result = _compile(view, budget, counter, load_texts, version, records)
+        included = set(result.included)
+        out = {(kind, item_id) for kind, item_id, _, _ in hidden}
+        if all(key in included for fold in folds[applied:] for key in fold.folded if key not in out):
+            return result
+    raise AssertionError("unreachable: with every fold applied no entry is left to show")
+
+
+def _fold_view(
+    compile_input: CompileInput, applied: int
+) -> tuple[CompileInput, tuple[tuple[str, str, int, str], ...]]:
+    """The input with the oldest ``applied`` folds showing their summaries and the others their entries,
+    and the items hidden, each with its stored tokens and the reason (``(kind, id, tokens, reason)``). A
+    summary a later fold folded again is an entry of that fold: shown when that fold is not applied and
+    its own fold is."""
+    folds = compile_input.folds
+    hidden: dict[tuple[str, str], str] = {}
+    for number, fold in enumerate(folds):
+        if number < applied:
+            why = (
+                "this model's compaction"
+                if number < compile_input.folds_required
+                else "its entries did not fit"
+            )
+            for key in fold.folded:
+                hidden[key] = f"folded into summary {fold.summary[1]} ({why})"
+        else:
+            hidden.setdefault(fold.summary, f"its {len(fold.folded)} folded entries are shown instead")
+    key = frozenset(hidden)
+    progress = remembered(compile_input.progress, ("fold-view", key), partial(_without, hidden=key))
+    evidence = remembered(compile_input.evidence, ("fold-view", key), partial(_without, hidden=key))
+    view = dataclasses.replace(
+        compile_input, progress=progress, evidence=evidence, folds=(), folds_required=0
+    )
+    tokens = {
+        (item.kind, item.id): item.token_count
+        for item in (*compile_input.progress, *compile_input.evidence)
+        if (item.kind, item.id) in hidden
+    }
+    records = tuple(
+        (kind, item_id, tokens.get((kind, item_id), 0), hidden[(kind, item_id)])
+        for kind, item_id in sorted(hidden)
+    )
+    return view, records
+
+
+def _without(
+    items: tuple[ContextItem, ...], *, hidden: frozenset[tuple[str, str]]
+) -> tuple[ContextItem, ...]:
+    return tuple(item for item in items if (item.kind, item.id) not in hidden)
+
+
+def _compile(
+    compile_input: CompileInput,
+    budget: ModelBudget,
+    counter: TokenCounter,
+    load_texts: TextLoader | None,
+    version: int,
+    hidden: Sequence[tuple[str, str, int, str]],
+) -> CompiledContext:
+    """One compile of a view without folds; ``hidden`` are the items the folds took out, recorded first."""
     evidence_by_kind = _check_items(compile_input)
     context_budget = budget.context_tokens
     step = compile_input.step
     query = frozenset(terms_of(" ".join((compile_input.goal, step.objective, *step.inputs))))
     exclusions = _Exclusions()
+    for kind, item_id, tokens, reason in hidden:
+        exclusions.add(kind, item_id, tokens, 0, reason)
 
     tool_names, tool_tokens = _pack_tools(compile_input, budget, counter, query, exclusions)
 
