@@ -9,6 +9,7 @@ from nexum.core.compilation import (
     FoldCandidate,
     diff_contexts,
     extractive_summary,
+    folds_required,
     most_informative_sentence,
     plan_fold,
     plural,
@@ -114,6 +115,18 @@ def test_the_summary_is_never_an_empty_body_and_never_over_budget(entries, max_t
         assert counter.count("\n".join(["Earlier work, folded (…):", *shortest])) + len(entries) > max_tokens
     full = extractive_summary(entries, max_tokens=10_000, counter=counter)
     assert full and len(full.splitlines()) == len(entries) + 1
+
+
+def test_the_folds_a_threshold_needs_are_the_fewest_oldest_first():
+    own = {"a": 30, "b": 30, "s1": 10, "c": 30, "d": 30, "s2": 8, "e": 20}
+    folds = [("s1", ["a", "b"]), ("s2", ["s1", "c", "d"])]  # the second folded the first's summary again
+    # all unfolded: a b c d e = 140; first applied: s1 c d e = 90; both: s2 e = 28
+    assert folds_required(own_tokens=own, folds=folds, threshold=None) == 0
+    assert folds_required(own_tokens=own, folds=folds, threshold=200) == 0
+    assert folds_required(own_tokens=own, folds=folds, threshold=100) == 1
+    assert folds_required(own_tokens=own, folds=folds, threshold=50) == 2
+    assert folds_required(own_tokens=own, folds=folds, threshold=10) == 2  # all, even when not enough
+    assert folds_required(own_tokens=own, folds=[], threshold=10) == 0
 
 
 def test_the_diff_names_entries_and_reasons():
