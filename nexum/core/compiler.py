@@ -474,14 +474,12 @@ def _compile(
     version: int,
     hidden: Sequence[tuple[str, str, int, str]],
 ) -> CompiledContext:
-    """One compile of a view without folds; ``hidden`` are the items the folds took out, recorded first."""
+    """One compile of a view without folds; ``hidden`` are the items the folds took out, recorded last."""
     evidence_by_kind = _check_items(compile_input)
     context_budget = budget.context_tokens
     step = compile_input.step
     query = frozenset(terms_of(" ".join((compile_input.goal, step.objective, *step.inputs))))
     exclusions = _Exclusions()
-    for kind, item_id, tokens, reason in hidden:
-        exclusions.add(kind, item_id, tokens, 0, reason)
 
     tool_names, tool_tokens = _pack_tools(compile_input, budget, counter, query, exclusions)
 
@@ -536,6 +534,8 @@ def _compile(
                 f"needed {entry.cost} tokens, 0 left (the counted prompt block was {overflow} over budget)",
             )
 
+    for kind, item_id, tokens, reason in hidden:
+        exclusions.add(kind, item_id, tokens, 0, reason)
     context = CompiledContext(
         prompt_block=prompt_block,
         tools=tool_names,
