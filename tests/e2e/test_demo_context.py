@@ -10,9 +10,9 @@ import json
 import pytest
 
 from context_app.compilation import services as compilation
-from context_app.compilation.models import CompactionFold, CompiledContext
-from context_app.models import WorldItem
+from context_app.compilation.models import CompactionFold, StoredContext
 from context_app.resolution import selectors as resolution_selectors
+from context_app.world.models import WorldItem
 from nexum.tokenization import counter_for
 
 pytestmark = [pytest.mark.django_db]
@@ -50,13 +50,13 @@ def test_the_s3_summary_names_what_was_tried_and_frontier_shows_the_original_not
         assert f"- {header}" in context.prompt_block and f"  - {TRIED}" in context.prompt_block
         assert all(f"- {text}\n" not in context.prompt_block for _, text in notes)
     # the stored frontier compile of the demo (made after quick's fold) already showed the notes
-    stored = CompiledContext.objects.filter(task_id=s3.id, model_word="frontier").first()
+    stored = StoredContext.objects.filter(task_id=s3.id, model_word="frontier").first()
     assert stored is not None and f"- {notes[0][1]}" in stored.prompt_block
     assert CompactionFold.objects.filter(task_id=s3.id).count() == 1  # the fold stays; the compiler chooses
 
 
 def test_every_retrieved_item_carries_its_origin_line_and_budgets_hold(demo_world):
-    contexts = list(CompiledContext.objects.filter(project_id=demo_world.project.id))
+    contexts = list(StoredContext.objects.filter(project_id=demo_world.project.id))
     assert len(contexts) >= 4
     retrieved_seen = 0
     for context in contexts:

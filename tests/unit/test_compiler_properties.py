@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nexum.core.budgets import ModelBudget
-from nexum.core.compiler import (
+from nexum.core.compilation.compiler import (
     CompiledContext,
     CompileInput,
     ContextItem,
