@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nexum.core.compilation.rules import (
@@ -14,6 +14,7 @@ from nexum.core.compilation.rules import (
     plan_fold,
     plural,
     summary_budget,
+    summary_header,
     term_frequency,
 )
 
@@ -38,6 +39,7 @@ def test_the_oldest_are_folded_leaving_the_newest_within_half():
     assert [c.id for c in folded] == [f"i{n:03d}" for n in range(7)]
 
 
+@settings(deadline=None)
 @given(st.lists(st.integers(0, 500), max_size=60), st.integers(1, 5000))
 def test_a_fold_leaves_room_for_its_summary(tokens, threshold):
     items = candidates(tokens)
@@ -98,6 +100,7 @@ entry_texts = st.text(
 ).filter(lambda text: text.strip())
 
 
+@settings(deadline=None)
 @given(
     st.lists(st.tuples(st.sampled_from(["progress", "tool_call"]), entry_texts), min_size=1, max_size=30),
     st.integers(1, 2000),
@@ -111,8 +114,8 @@ def test_the_summary_is_never_an_empty_body_and_never_over_budget(entries, max_t
         assert len(lines) == len(entries) + 1 and all(line.startswith("- ") for line in lines[1:])
         assert all(counter.count(line) >= 2 for line in lines[1:])  # a bullet and at least a word
     else:  # only when not even the shortest useful lines fit
-        shortest = [" ".join(" ".join(text.split()).split()[:3]) for _, text in entries]
-        assert counter.count("\n".join(["Earlier work, folded (…):", *shortest])) + len(entries) > max_tokens
+        shortest = [f"- {' '.join(' '.join(text.split()).split()[:3])}" for _, text in entries]
+        assert counter.count("\n".join([summary_header(entries), *shortest])) > max_tokens
     full = extractive_summary(entries, max_tokens=10_000, counter=counter)
     assert full and len(full.splitlines()) == len(entries) + 1
 
