@@ -233,6 +233,7 @@ def naive_compile(task: Task) -> None:
                     tuple(world.item_terms(text)),
                     item.trust_class,
                     item.origin,
+                    item.observed,
                     text,
                 )
             )

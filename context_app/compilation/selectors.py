@@ -21,6 +21,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.db import connection
@@ -44,11 +45,13 @@ from nexum.core.compilation.compiler import (
     CompileInput,
     ContextItem,
     ExclusionRun,
+    Fold,
     SectionTokens,
     Step,
     Truncation,
 )
-from nexum.core.compilation.rules import COMPACTED_KINDS, ContextDiff, diff_contexts
+from nexum.core.compilation.rules import COMPACTED_KINDS, ContextDiff, diff_contexts, folds_required
+from nexum.core.durations import human_age
 from nexum.core.errors import NotFound
 from nexum.core.memo import remembered
 from nexum.core.tokens import TokenCounter
@@ -58,6 +61,9 @@ from tasks_app.models import Task
 from verification_app import selectors as verification_selectors
 
 RANKED_KINDS = ("fact", "tool_call")  # ranked by relevance: their terms are needed
+CHECK_RUN_ORIGIN = "verification gate, latest completion request"
+REQUEST_EVIDENCE_ORIGIN = "supplied with the compile request"
+JUST_NOW_SECONDS = 60
 CHECK_OUTPUT_CHARS = 4000
 
 
@@ -78,12 +84,19 @@ def compile_input_for(
     encoding: str,
     counter: TokenCounter,
     extra_evidence: Sequence[Mapping[str, Any]] = (),
+    compaction_threshold: int | None = None,
 ) -> TaskContextInput:
-    """Goal, step, constraints and criteria from the task graph; state items of the goal and task (folded
-    ones left out, the summaries in); tools as the task sees them; evidence from tool calls, the latest
-    check runs, the resolver's bundle and ``extra_evidence``."""
+    """Goal, step, constraints and criteria from the task graph; state items of the goal and task; the
+    task's folds with the items they folded and their summaries (the compiler shows one or the other: the
+    folds ``compaction_threshold`` needs as summaries, the others as their entries when they fit); tools
+    as the task sees them; evidence from tool calls, the latest check runs, the resolver's bundle and
+    ``extra_evidence``."""
     goal = task if task.is_goal else Task.objects.get(id=task.goal_id)
-    sections = task_candidates(task=task, encoding=encoding, counter=counter).sections
+    candidates = task_candidates(task=task, encoding=encoding, counter=counter)
+    sections = candidates.sections
+    folds, folded_progress, folded_calls, required = _folds(
+        task, candidates, encoding, counter, compaction_threshold
+    )
     bundle_digest, bundle_items = _bundle_items(str(task.id), counter)
     facts = _joined(sections["fact"], tuple(item for item in bundle_items if item.kind == "fact"))
     extra = (
@@ -91,7 +104,7 @@ def compile_input_for(
         *(item for item in bundle_items if item.kind != "fact"),
         *request_evidence_items(extra_evidence, counter),
     )
-    evidence = _joined(sections["diagnostic"], extra)
+    evidence = _joined(_joined(sections["diagnostic"], folded_calls), extra)
     constraints = list(dict.fromkeys([*goal.constraints, *(() if task.is_goal else task.constraints)]))
     compile_input = CompileInput(
         goal=goal.objective,
@@ -102,8 +115,10 @@ def compile_input_for(
         decisions=sections["decision"],
         facts=facts,
         artifacts=sections["artifact"],
-        progress=sections["progress"],
+        progress=_joined(sections["progress"], folded_progress),
         evidence=evidence,
+        folds=folds,
+        folds_required=required,
         tools=tuple(
             tool_specs(
                 tools_for_scope(
@@ -115,6 +130,43 @@ def compile_input_for(
         ),
     )
     return TaskContextInput(compile_input, bundle_digest)
+
+
+def _folds(
+    task: Task, candidates: TaskCandidates, encoding: str, counter: TokenCounter, threshold: int | None
+) -> tuple[tuple[Fold, ...], tuple[ContextItem, ...], tuple[ContextItem, ...], int]:
+    """The task's folds (oldest first), the progress notes and tool calls they folded (which the candidate
+    list leaves out), and how many folds ``threshold`` needs shown as summaries (``folds_required``)."""
+    if not candidates.folded:
+        return (), (), (), 0
+    rows = list(
+        CompactionFold.objects.filter(task_id=task.id)
+        .order_by("position")
+        .values_list("summary_id", "folded_ids")
+    )
+    originals = _items_of(_changed_rows(task, encoding, -1, ids=candidates.folded), counter)
+    own = {item.id: item for item in candidates.compacted_items()}
+    own.update((item.id, item) for item in originals)
+    folds = tuple(
+        Fold(
+            (own[str(summary_id)].kind, str(summary_id)),
+            tuple((own[item_id].kind, item_id) for item_id in folded_ids if item_id in own),
+        )
+        for summary_id, folded_ids in rows
+        if str(summary_id) in own
+    )
+    required = folds_required(
+        own_tokens={item_id: item.token_count for item_id, item in own.items()},
+        folds=[(fold.summary[1], [item_id for _, item_id in fold.folded]) for fold in folds],
+        threshold=threshold,
+    )
+    ordered = sorted(originals, key=lambda item: item.id)
+    return (
+        folds,
+        tuple(item for item in ordered if item.kind == "progress"),
+        tuple(item for item in ordered if item.kind == "diagnostic"),
+        required,
+    )
 
 
 def _joined(base: tuple[ContextItem, ...], extra: tuple[ContextItem, ...]) -> tuple[ContextItem, ...]:
@@ -158,19 +210,18 @@ def _id_text() -> RawSQL:
     return RawSQL(f"{table}.id::text" if connection.vendor == "postgresql" else f"{table}.id", ())
 
 
-def _changed_rows(task: Task, encoding: str, since: int) -> list[tuple[Any, ...]]:
+def _changed_rows(
+    task: Task, encoding: str, since: int, ids: Iterable[str] | None = None
+) -> list[tuple[Any, ...]]:
     """The metadata of every item the task sees whose row changed after log position ``since`` (whatever
     its status now), in one query on the ``(goal_id, changed_position)`` index, which covers it on PostgreSQL
     (a goal id is unique across projects, so no other index can serve it): id as text, kind, stored token
     count of ``encoding`` as an integer, line count, position, verified, trust class, origin, whether it is
     the task's own (a boolean: no UUID object per row), status, and the terms of the kinds ranked by
-    relevance (empty for the others)."""
+    relevance (empty for the others). With ``ids``, the rows of those items instead, whenever they changed."""
+    where = Q(changed_position__gt=since) if ids is None else Q(id__in=[uuid.UUID(item) for item in ids])
     rows = (
-        WorldItem.objects.filter(
-            _seen_by(task),
-            goal_id=task.goal_id,
-            changed_position__gt=since,
-        )
+        WorldItem.objects.filter(_seen_by(task), where, goal_id=task.goal_id)
         .annotate(
             item_text_id=_id_text(),
             tokens=stored_tokens(encoding),
@@ -423,7 +474,7 @@ def _items_of(rows: Sequence[tuple[Any, ...]], counter: TokenCounter) -> list[Co
             bool(verified),
             tuple(map(intern, terms.split(" "))) if terms else (),  # interned: a vocabulary repeats
             trust_class,
-            source or None,
+            f"tool call: {source}" if kind == "tool_call" else source or None,
         )
         items[index] = item
         if tokens is None:
@@ -481,7 +532,7 @@ def request_evidence_items(evidence: Sequence[Mapping[str, Any]], counter: Token
             entry["text"],
             counter=counter,
             trust_class=entry.get("trust_class") or world.DEFAULT_TRUST_CLASS,
-            origin=entry.get("origin") or None,
+            origin=entry.get("origin") or REQUEST_EVIDENCE_ORIGIN,
         )
         for entry in evidence
     ]
@@ -497,15 +548,20 @@ def _check_run_evidence(task_id: str, counter: TokenCounter) -> list[ContextItem
         verdict = "passed" if run["passed"] else "failed"
         head = f"Check {run['name']}: {verdict}" + (f" ({run['reason']})" if run["reason"] else "")
         text = f"{head}\n{output}".strip() if output.strip() else head
-        items.append(ContextItem.from_text("diagnostic", f"check:{run['name']}", text, counter=counter))
+        items.append(
+            ContextItem.from_text(
+                "diagnostic", f"check:{run['name']}", text, counter=counter, origin=CHECK_RUN_ORIGIN
+            )
+        )
     return items
 
 
 def _bundle_items(task_id: str, counter: TokenCounter) -> tuple[str | None, list[ContextItem]]:
-    """The resolver's latest bundle: its facts and code, each with its trust class and origin (a stale item's
-    origin says so, as the resolver recorded it: "stale: observed 3 years ago (TTL 30 days)"), minus the
-    items a human rejected when settling a conflict. Returns the bundle's digest too (recorded on the
-    compiled context)."""
+    """The resolver's latest bundle: its facts and code, each with its trust class, origin
+    (``source:locator``) and when it was observed, measured against the resolve's own time ("observed 2
+    days ago"; a stale item says so as the resolver recorded it: "stale: observed 3 years ago (TTL 30
+    days)"), minus the items a human rejected when settling a conflict. Returns the bundle's digest too
+    (recorded on the compiled context). No clock is read: a replay renders the same words."""
     bundle = resolution_selectors.latest_bundle(task_id=task_id)
     if bundle is None:
         return None, []
@@ -516,12 +572,27 @@ def _bundle_items(task_id: str, counter: TokenCounter) -> tuple[str | None, list
             entry.text,
             counter=counter,
             trust_class=entry.trust_class,
-            origin=f"{entry.origin}; stale: {entry.stale_reason}" if entry.stale_reason else entry.origin,
+            origin=entry.origin,
+            observed=observed_words(entry.observed_at, bundle.resolved_at, entry.stale_reason),
         )
         for entry in bundle.usable_items
         if entry.text.strip()
     ]
     return bundle.digest, items
+
+
+def observed_words(observed_at: str | None, resolved_at: datetime | None, stale_reason: str | None) -> str:
+    """When a retrieved item was observed, as people say it, against the time of the resolve that read it
+    ("observed 2 days ago", "observed just now" under a minute), and why it is stale when it is."""
+    observed = "observed at an unknown time"
+    if observed_at and resolved_at is not None:
+        age = (resolved_at - datetime.fromisoformat(observed_at)).total_seconds()
+        observed = "observed just now" if age < JUST_NOW_SECONDS else f"observed {human_age(age)}"
+    if not stale_reason:
+        return observed
+    if stale_reason.startswith("observed "):  # the resolver's own words already say when
+        return f"stale: {stale_reason}"
+    return f"{observed} · stale: {stale_reason}"
 
 
 # --- stored contexts --------------------------------------------------------------------------------------
@@ -572,6 +643,7 @@ def compiled_result(context: StoredContext) -> CompiledContext:
         encoding=context.encoding,
         digest=context.digest,
         exclusion_runs_json=context.exclusion_runs,
+        compiler_version=context.compiler_version,
     )
 
 

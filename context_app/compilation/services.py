@@ -46,7 +46,7 @@ from nexum.core import world
 from nexum.core.budgets import ModelBudget
 from nexum.core.compilation import events as compilation_events
 from nexum.core.compilation import rules as compilation_rules
-from nexum.core.compilation.compiler import CompiledContext, ContextItem
+from nexum.core.compilation.compiler import COMPILER_VERSION, CompiledContext, ContextItem
 from nexum.core.compilation.compiler import compile_context as run_compiler
 from nexum.core.digests import digest_of
 from nexum.core.errors import ConcurrencyError, DomainError, NotFound, ValidationFailed
@@ -254,7 +254,11 @@ def _compile_and_record(
         )
         if not folds:
             result, bundle_digest = compile_task(
-                task=task, budget=choice.budget, encoding=encoding, evidence=evidence
+                task=task,
+                budget=choice.budget,
+                encoding=encoding,
+                evidence=evidence,
+                compaction_threshold=threshold or None,
             )
     record = partial(
         _record,
@@ -263,6 +267,7 @@ def _compile_and_record(
         evidence=evidence,
         request_id=request_id,
         expected_version=expected_version,
+        compaction_threshold=threshold or None,
     )
     if not folds:
         try:
@@ -283,7 +288,11 @@ def _compile_and_record(
         task_compact(task=task, threshold=threshold, encoding=encoding, actor=actor)
         position = store.head_position()
         result, bundle_digest = compile_task(
-            task=task, budget=choice.budget, encoding=encoding, evidence=evidence
+            task=task,
+            budget=choice.budget,
+            encoding=encoding,
+            evidence=evidence,
+            compaction_threshold=threshold,
         )
         return record(result=result, bundle_digest=bundle_digest, position=position, actor=actor)
 
@@ -310,6 +319,7 @@ def _record(
     bundle_digest: str | None,
     position: int,
     actor: str,
+    compaction_threshold: int | None,
 ) -> CompileOutcome:
     """Store the compiled context by digest and append ``ContextCompiled`` (the caller's transaction)."""
     project_id = str(task.project_id)
@@ -341,6 +351,7 @@ def _record(
                 tool_tokens=result.tool_tokens,
                 included_count=len(result.included),
                 excluded_count=context.excluded_count,
+                compaction_threshold=compaction_threshold,
             )
         ],
         expected_version=expected_version,
@@ -352,15 +363,32 @@ def _record(
 
 
 def compile_task(
-    *, task: Task, budget: ModelBudget, encoding: str, evidence: Sequence[Mapping[str, Any]] = ()
+    *,
+    task: Task,
+    budget: ModelBudget,
+    encoding: str,
+    evidence: Sequence[Mapping[str, Any]] = (),
+    version: int | None = None,
+    compaction_threshold: int | None = None,
 ) -> tuple[CompiledContext, str | None]:
-    """Compile ``task`` with ``budget`` against the read models as they are (no writes)."""
+    """Compile ``task`` with ``budget`` against the read models as they are (no writes), rendered by the
+    compiler's ``version`` (an older one to replay a context stored by it; by default the current one).
+    The task's folds that ``compaction_threshold`` needs show their summaries; the others show their
+    entries when those fit (C11: a fold is per model budget)."""
     counter = counter_for(encoding)
     task_input = selectors.compile_input_for(
-        task=task, encoding=encoding, counter=counter, extra_evidence=evidence
+        task=task,
+        encoding=encoding,
+        counter=counter,
+        extra_evidence=evidence,
+        compaction_threshold=compaction_threshold,
     )
     result = run_compiler(
-        task_input.compile_input, budget=budget, counter=counter, load_texts=selectors.item_text_loader
+        task_input.compile_input,
+        budget=budget,
+        counter=counter,
+        load_texts=selectors.item_text_loader,
+        version=COMPILER_VERSION if version is None else version,
     )
     return result, task_input.bundle_digest
 
@@ -424,8 +452,8 @@ def _store_context(
 
 
 def context_replay(*, project_id: str, digest: str) -> ReplayOutcome:
-    """Recompile a stored context's task as of the log position it was compiled at, with the budget and
-    request evidence it recorded, and compare digests. Writes nothing."""
+    """Recompile a stored context's task as of the log position it was compiled at, with the budget, request
+    evidence and compiler version it recorded, and compare digests. Writes nothing."""
     context = selectors.context_get(project_id=project_id, digest=digest)
     evidence = (
         selectors.evidence_get(project_id=project_id, digest=context.evidence_digest)
@@ -433,15 +461,31 @@ def context_replay(*, project_id: str, digest: str) -> ReplayOutcome:
         else []
     )
     budget = ModelBudget(**context.budget)
+    threshold = _recorded_threshold(context)
     with projections.state_as_of(context.position):
         task = Task.objects.get(id=context.task_id)
-        result, _ = compile_task(task=task, budget=budget, encoding=context.encoding, evidence=evidence)
+        result, _ = compile_task(
+            task=task,
+            budget=budget,
+            encoding=context.encoding,
+            evidence=evidence,
+            version=context.compiler_version,
+            compaction_threshold=threshold,
+        )
     return ReplayOutcome(
         digest=context.digest,
         replayed_digest=result.digest,
         matches=result.digest == context.digest,
         position=context.position,
     )
+
+
+def _recorded_threshold(context: StoredContext) -> int | None:
+    """The compaction threshold the compile that stored ``context`` honoured (its ``ContextCompiled``)."""
+    for stored in store.read_stream(compilation_events.compile_stream(str(context.request_id))):
+        if isinstance(stored.event, compilation_events.ContextCompiled):
+            return stored.event.compaction_threshold
+    return None
 
 
 # --- compaction (C11) -------------------------------------------------------------------------------------
@@ -464,16 +508,11 @@ def task_compact(*, task: Task, threshold: int, encoding: str, actor: str) -> Wo
     if not folded:
         return None
     trust = {item.id: item.trust_class for item in own}
-    texts = dict(
-        WorldItem.objects.filter(id__in=[uuid.UUID(c.id) for c in folded]).values_list("id", "rendered")
-    )
-    entries = [(c.kind, texts[uuid.UUID(c.id)]) for c in folded]
     path = summarizer_path()
-    summarize = import_string(path)
-    max_tokens = min(compilation_rules.summary_token_cap(threshold), SUMMARY_MAX_TOKENS)
-    summary = str(summarize(entries, max_tokens=max_tokens, counter=counter))[: world.TEXT_MAX].strip()
-    if not summary:
-        summary = f"Summary of {len(folded)} earlier entries."
+    total = sum(item.token_count for item in own)
+    folded, summary = _summarized(folded, total, threshold, import_string(path), counter)
+    if not folded:
+        return None
     # The summary is as trusted as the least trusted entry it folds (an agent's notes stay agent_reported).
     lowest = min(TrustClass.parse(trust[c.id]) for c in folded)
     trust_class = min(lowest, TrustClass.repository_authored).name
@@ -507,6 +546,34 @@ def task_compact(*, task: Task, threshold: int, encoding: str, actor: str) -> Wo
             project_id=str(task.project_id),
         )
     return item
+
+
+def _summarized(
+    folded: list[compilation_rules.FoldCandidate],
+    total: int,
+    threshold: int,
+    summarize: compilation_rules.Summarizer,
+    counter: Any,
+) -> tuple[list[compilation_rules.FoldCandidate], str]:
+    """The planned fold with its summary, or, when the summarizer finds no useful summary within its budget
+    (an empty answer), the oldest half of it, and so on down to two entries; none when even that fails (a
+    fold without a useful summary does not happen)."""
+    kept = total - sum(candidate.tokens for candidate in folded)
+    while len(folded) >= 2:
+        budget = compilation_rules.summary_budget(
+            threshold=threshold, kept_tokens=kept, folded_tokens=sum(c.tokens for c in folded)
+        )
+        budget = min(budget, SUMMARY_MAX_TOKENS)
+        texts = dict(
+            WorldItem.objects.filter(id__in=[uuid.UUID(c.id) for c in folded]).values_list("id", "rendered")
+        )
+        entries = [(c.kind, texts[uuid.UUID(c.id)]) for c in folded]
+        summary = str(summarize(entries, max_tokens=budget, counter=counter))[: world.TEXT_MAX].strip()
+        if summary and counter.count(summary) <= budget:
+            return folded, summary
+        kept += sum(c.tokens for c in folded[len(folded) // 2 :])
+        folded = folded[: len(folded) // 2]
+    return [], ""
 
 
 def _compacted_items(*, task: Task, encoding: str) -> list[ContextItem]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db.models import QuerySet
@@ -210,6 +211,8 @@ class LatestBundle:
     complete: bool
     stop_reason: str
     items: tuple[BundleEntry, ...]
+    resolved_at: datetime | None = None
+    """When the resolve was recorded: what the items' ages are measured against."""
 
     @property
     def usable_items(self) -> tuple[BundleEntry, ...]:
@@ -251,4 +254,5 @@ def latest_bundle(*, task_id: str | uuid.UUID) -> LatestBundle | None:
         complete=bool(head.complete),
         stop_reason=head.stop_reason,
         items=entries,
+        resolved_at=head.resolved_at,
     )

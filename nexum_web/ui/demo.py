@@ -124,9 +124,9 @@ def _catalog(project_id: str, log: Callable[[str], None]) -> None:
         log("overlay: local lowered to a 64K window, compaction at 24K")
     if not ModelOverlay.objects.filter(project_id=project_id, word="cheap").exists():
         model_overlay_set(
-            project_id=project_id, word="cheap", overlay={"auto_compact_tokens": 64}, actor=OPERATOR
+            project_id=project_id, word="cheap", overlay={"auto_compact_tokens": 80}, actor=OPERATOR
         )
-        log("overlay: cheap (the quick model) compacts a task's progress past 64 tokens")
+        log("overlay: cheap (the quick model) compacts a task's progress past 80 tokens")
 
 
 def _tools(project_id: str, log: Callable[[str], None]) -> None:

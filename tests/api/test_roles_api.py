@@ -343,9 +343,8 @@ def test_compile_evidence_is_capped_at_the_callers_ceiling_and_agent_items_rende
     )
     assert compiled.status_code == 200, compiled.content
     prompt = compiled.json()["context"]["prompt_block"]
-    assert (
-        "- Read the deploy script" in prompt and "- 3 tests failed" in prompt
-    )  # not quoted as untrusted data
+    assert "- Read the deploy script" in prompt  # not quoted as untrusted data
+    assert "- [supplied with the compile request]\n  3 tests failed" in prompt
     items = api.get("/api/v1/items", {"task": world.s1, "own": "true", "kind": "progress"}).json()["items"]
     assert [item["trust_class"] for item in items] == ["agent_reported"]
 

@@ -118,6 +118,18 @@ def test_replay_at_an_older_position_yields_the_older_digest(auth):
     assert projections.snapshot() == live  # replay wrote nothing
 
 
+def test_a_context_stored_by_the_previous_renderer_still_replays_to_its_digest(auth, monkeypatch):
+    """Version 2 renders origin lines; a context version 1 stored replays with version 1's renderer."""
+    with monkeypatch.context() as old:
+        old.setattr(services, "COMPILER_VERSION", 1)
+        before = compile_for(auth, "frontier").context
+    assert before.compiler_version == 1
+    now = compile_for(auth, "frontier").context
+    assert now.compiler_version == 2 and now.digest != before.digest
+    for context in (before, now):
+        assert services.context_replay(project_id=auth.project_id, digest=context.digest).matches
+
+
 def test_replay_uses_the_recorded_budget_after_the_overlay_changed(auth):
     older = compile_for(auth, "local").context
     model_overlay_set(project_id=auth.project_id, word="local", overlay={"context_tokens": 16000}, actor="op")
@@ -185,7 +197,10 @@ def test_compaction_folds_the_oldest_progress_and_tool_calls(auth):
         assert WorldItem.objects.filter(id=item_id).exists()
         assert ("progress", item_id) not in {tuple(pair) for pair in outcome.context.included}
     summary = WorldItem.objects.get(id=fold.summary_id)
-    assert summary.kind == "progress" and summary.text.startswith("Summary of")
+    assert summary.kind == "progress"
+    notes = len(fold.folded_ids) - 1
+    assert summary.text.startswith(f"Earlier work, folded ({notes} progress notes, 1 tool call):")
+    assert summary.text.count("\n- ") == len(fold.folded_ids)  # a line of every folded entry
     assert ("progress", str(summary.id)) in {tuple(pair) for pair in outcome.context.included}
     assert FoldedItem.objects.filter(fold_id=fold.fold_id).count() == len(fold.folded_ids)
     # under the threshold now: a second compile folds nothing more
@@ -244,6 +259,20 @@ def test_a_pluggable_summarizer(auth, settings):
     fold = CompactionFold.objects.get()
     assert WorldItem.objects.get(id=fold.summary_id).text.startswith("FOLDED")
     assert fold.summarizer.endswith("shout")
+
+
+LONG_NOTE = (
+    "Read the whole middleware chain from the request parser to the token check and wrote down every place "
+    "where the expiry is parsed, compared or logged, so the fix touches one function only."
+)
+
+
+def just_under(task, encoding: str) -> int:
+    """A compaction threshold just under the task's own progress and tool calls: a fold, with room for a
+    summary."""
+    counter = counter_for(encoding)
+    own = selectors.task_candidates(task=task, encoding=encoding, counter=counter).compacted_items()
+    return sum(item.token_count for item in own) - 1
 
 
 def shout(entries, *, max_tokens, counter):
@@ -356,7 +385,9 @@ def test_the_in_process_candidate_list_follows_every_change_of_the_world(auth):
     assert services.context_replay(project_id=auth.project_id, digest=older.digest).matches
     assert str(newer.id) not in candidates()
     # Folding leaves the folded items out and brings the summary in.
-    summary = services.task_compact(task=auth.task, threshold=1, encoding=encoding, actor="test")
+    summary = services.task_compact(
+        task=auth.task, threshold=just_under(auth.task, encoding), encoding=encoding, actor="test"
+    )
     assert summary is not None
     folded = set(FoldedItem.objects.filter(task_id=auth.task.id).values_list("item_id", flat=True))
     after_fold = candidates()
@@ -411,7 +442,10 @@ def test_the_candidate_list_kept_up_to_date_equals_one_read_from_scratch(auth, m
     world.fact_retract(project_id=auth.project_id, fact_id=str(newer.id), reason="wrong", actor="test")
     world.decision_record(scope=goal_scope, text="keep HS256", rationale="compatibility", actor="test")
     check()
-    assert services.task_compact(task=task, threshold=1, encoding=encoding, actor="test") is not None
+    for note in ("Compared the signature with hmac.compare_digest; the old code used ==.", LONG_NOTE):
+        world.progress_record(scope=task_scope, text=note, actor="test")
+    threshold = just_under(task, encoding)
+    assert services.task_compact(task=task, threshold=threshold, encoding=encoding, actor="test") is not None
     check()
     settings.NEXUM_ITEM_ENCODINGS = []  # recorded without a stored count: counted from its text
     uncounted = world.fact_record(scope=task_scope, text="the cookie store is Redis", actor="test")

@@ -701,7 +701,8 @@ def test_a_stale_answer_for_a_low_risk_step_is_included_and_marked(project, http
     context = compilation.context_compile(
         project_id=str(project.id), task_id=str(task.id), model_word="frontier", actor="agent:a"
     ).context
-    assert f"calendar:{item['locator']}; stale: {item['stale_reason']}" in context.prompt_block
+    origin = json.dumps(f"calendar:{item['locator']}")
+    assert f"[untrusted data from {origin} · stale: {item['stale_reason']} — " in context.prompt_block
     assert compilation.context_replay(project_id=str(project.id), digest=context.digest).matches
 
 

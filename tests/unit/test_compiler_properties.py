@@ -13,6 +13,7 @@ from nexum.core.compilation.compiler import (
     CompiledContext,
     CompileInput,
     ContextItem,
+    Fold,
     Step,
     ToolSpec,
     compile_context,
@@ -51,6 +52,8 @@ def items(draw: st.DrawFn, kind: str, max_size: int) -> tuple[ContextItem, ...]:
                 st.booleans(),
                 st.sampled_from(TRUST),
                 st.none() | ids,
+                st.none()
+                | st.sampled_from(["observed 2 days ago", "stale: observed 3 years ago (TTL 30 days)"]),
                 st.sampled_from([1, 1, 1, 1, 1, 1, 1, 1, 4, 20]),  # now and then a stored count that lies
             ),
             max_size=max_size,
@@ -58,7 +61,7 @@ def items(draw: st.DrawFn, kind: str, max_size: int) -> tuple[ContextItem, ...]:
         )
     )
     built = []
-    for item_id, text, position, verified, trust, origin, understated_by in entries:
+    for item_id, text, position, verified, trust, origin, observed, understated_by in entries:
         item = ContextItem.from_text(
             kind,
             item_id,
@@ -68,6 +71,7 @@ def items(draw: st.DrawFn, kind: str, max_size: int) -> tuple[ContextItem, ...]:
             verified=verified,
             trust_class=trust,
             origin=origin,
+            observed=observed,
         )
         built.append(replace(item, token_count=item.token_count // understated_by))
     return tuple(built)
@@ -260,3 +264,54 @@ def test_budget_holds_even_when_every_stored_count_is_zero(case: tuple[CompileIn
     assert set(result.included) | excluded == {(item.kind, item.id) for item in candidates(lying)}
     assert set(result.included).isdisjoint(excluded)
     assert_pinned_present(lying, result)
+
+
+@PROPERTY_SETTINGS
+@given(
+    compiles(),
+    st.lists(word_texts.filter(str.strip), min_size=2, max_size=8),
+    st.integers(0, 1),
+    st.integers(0, 4),
+)
+def test_a_fold_shows_its_summary_or_its_entries_never_both(
+    case: tuple[CompileInput, ModelBudget], notes: list[str], required: int, calls: int
+) -> None:
+    """C11, per model: whatever the budget, a fold shows its summary or its entries (all of them), never
+    both; a fold the threshold needs always shows its summary; the budget holds and the digest is stable."""
+    compile_input, model_budget = case
+    entries = tuple(
+        ContextItem.from_text("progress", f"fold-note-{n}", text, counter=COUNTER, position=-100 + n)
+        for n, text in enumerate(notes)
+    )
+    tool_calls = tuple(
+        ContextItem.from_text(
+            "diagnostic", f"fold-call-{n}", f"Called t{n}: ok", counter=COUNTER, position=-50
+        )
+        for n in range(calls)
+    )
+    summary = ContextItem.from_text(
+        "progress",
+        "fold-summary",
+        "Earlier work, folded:\n- " + "\n- ".join(notes),
+        counter=COUNTER,
+        position=-1,
+    )
+    folded = tuple((item.kind, item.id) for item in (*entries, *tool_calls))
+    folding = replace(
+        compile_input,
+        progress=(*compile_input.progress, *entries, summary),
+        evidence=(*compile_input.evidence, *tool_calls),
+        folds=(Fold(("progress", "fold-summary"), folded),),
+        folds_required=required,
+    )
+    result = compile_with(folding, model_budget)
+    included = set(result.included)
+    shown = included & set(folded)
+    assert ("progress", "fold-summary") not in included or not shown
+    assert not shown or shown == set(folded)
+    if required:
+        assert not shown
+    assert COUNTER.count(result.prompt_block) + result.tool_tokens <= model_budget.context_tokens
+    excluded = {(record.kind, record.id) for record in result.excluded if record.kind != "tool"}
+    assert included | excluded == {(item.kind, item.id) for item in candidates(folding)}
+    assert compile_with(folding, model_budget).digest == result.digest

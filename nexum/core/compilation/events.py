@@ -68,6 +68,9 @@ class ContextCompiled(Event):
     tool_tokens: int = 0
     included_count: int = 0
     excluded_count: int = 0
+    compaction_threshold: int | None = None
+    """The ``auto_compact_tokens`` the compile honoured (``None``: compaction off or no threshold): which
+    folds it showed as summaries follows from it, so a replay needs it."""
 
 
 @event_type("ContextCompileFailed")
