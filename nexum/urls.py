@@ -81,6 +81,9 @@ api_v1 = [
     path("tasks/<str:task_id>/compile", compile_api.TaskCompileView.as_view(), name="task-compile"),
     path("compiles/<str:request_id>", compile_api.CompileRequestView.as_view(), name="compile-request"),
     path("contexts/<str:digest>", compile_api.ContextDetailView.as_view(), name="context"),
+    path(
+        "contexts/<str:digest>/excluded", compile_api.ContextExcludedView.as_view(), name="context-excluded"
+    ),
     path("contexts/<str:digest>/replay", compile_api.ContextReplayView.as_view(), name="context-replay"),
     path(
         "contexts/<str:digest>/diff/<str:other>", compile_api.ContextDiffView.as_view(), name="context-diff"

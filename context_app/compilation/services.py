@@ -70,6 +70,8 @@ class CompileOutcome:
     request_id: str
     context: CompiledContext
     compilation: ContextCompilation
+    result: CompiledResult | None = None
+    """The compiler's result, when this request compiled it (not when it returns an earlier answer)."""
 
 
 @dataclass(frozen=True)
@@ -351,7 +353,8 @@ def _record(
         metadata={"actor": actor},
         project_id=project_id,
     )
-    return CompileOutcome(request_id, context, ContextCompilation.objects.get(request_id=request_id))
+    answer = ContextCompilation.objects.get(request_id=request_id)
+    return CompileOutcome(request_id, context, answer, result if answer.digest == result.digest else None)
 
 
 def compile_task(

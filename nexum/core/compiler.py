@@ -35,7 +35,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from itertools import compress, count, repeat
+from itertools import compress, count, islice, repeat
 from json.encoder import encode_basestring as _json_string  # what json.dumps writes for a str
 from operator import attrgetter, ge
 from typing import Any, NamedTuple
@@ -295,18 +295,49 @@ class CompiledContext:
             rows.extend(map(make, zip(repeat(run.kind), run.ids, run.tokens_needed, left, _reasons(run))))
         return tuple(rows)
 
-    def excluded_json(self) -> str:
+    def exclusion_summary(self) -> dict[str, Any]:
+        """What was left out, without an entry per item: the total, the count per reason code
+        (``reason_code``), and each run's kind, reason, tokens left and size, in the order of ``excluded``."""
+        by_reason: dict[str, int] = {}
+        for run in self.exclusion_runs:
+            code = reason_code(run)
+            by_reason[code] = by_reason.get(code, 0) + len(run.ids)
+        return {
+            "count": sum(by_reason.values()),
+            "by_reason": dict(sorted(by_reason.items())),
+            "runs": [
+                {
+                    "kind": run.kind,
+                    "reason": run.reason,
+                    "tokens_left": run.tokens_left,
+                    "count": len(run.ids),
+                }
+                for run in self.exclusion_runs
+            ],
+        }
+
+    def excluded_json(self, start: int = 0, stop: int | None = None) -> str:
         """``excluded`` as a JSON array of objects (``kind``, ``id``, ``tokens_needed``, ``tokens_left``,
         ``reason``), written straight from the runs: a context of a large world excludes tens of thousands of
-        items, and building an object per record (and collecting them) cost more than the compile."""
+        items, and building an object per record (and collecting them) cost more than the compile. ``start``
+        and ``stop`` slice the list as ``excluded[start:stop]`` would (a page of it)."""
         parts: list[str] = []
+        offset = 0
         for run in self.exclusion_runs:
+            first, offset = offset, offset + len(run.ids)
+            low, high = (
+                max(start - first, 0),
+                len(run.ids) if stop is None else min(stop - first, len(run.ids)),
+            )
+            if low >= high:
+                continue
             head = f'{{"kind":{_json_string(run.kind)},"id":'
             tail = f',"tokens_left":{run.tokens_left},"reason":'
+            reasons = islice(_reasons(run, _json_string), low, high)
             parts.extend(
                 f'{head}{item_id},"tokens_needed":{tokens}{tail}{reason}}}'
                 for item_id, tokens, reason in zip(
-                    map(_json_string, run.ids), run.tokens_needed, _reasons(run, _json_string), strict=True
+                    map(_json_string, run.ids[low:high]), run.tokens_needed[low:high], reasons, strict=True
                 )
             )
         return "[" + ",".join(parts) + "]"
@@ -413,11 +444,7 @@ def compile_context(
             else:
                 state_tokens -= entry.cost
             exclusions.add(
-                entry.item.kind,
-                entry.item.id,
-                entry.cost,
-                0,
-                f"needed {entry.cost} tokens, 0 left (the counted prompt block was {overflow} over budget)",
+                entry.item.kind, entry.item.id, entry.cost, 0, _counted_block_reason(entry.cost, overflow)
             )
 
     context = CompiledContext(
@@ -523,13 +550,11 @@ def _pack_tools(
         charged = cost if compile_input.charge_tool_schemas else 0
         left = half - tokens
         if tool.name in seen:
-            exclusions.add("tool", tool.name, cost, left, "duplicate")
+            exclusions.add("tool", tool.name, cost, left, DUPLICATE_TOOL)
         elif len(names) >= budget.tool_count:
-            exclusions.add("tool", tool.name, cost, left, f"tool budget of {budget.tool_count} tools is full")
+            exclusions.add("tool", tool.name, cost, left, _tool_count_reason(budget.tool_count))
         elif charged > left:
-            exclusions.add(
-                "tool", tool.name, charged, left, f"needed {charged} tokens, {left} left for tools"
-            )
+            exclusions.add("tool", tool.name, charged, left, _tool_tokens_reason(charged, left))
         else:
             names.append(tool.name)
             seen.add(tool.name)
@@ -752,6 +777,39 @@ def _reasons(run: ExclusionRun, write: Callable[[str], str] = str) -> Iterable[s
 
 def _budget_reason(needed: int, left: int) -> str:
     return f"needed {needed} tokens, {left} left"
+
+
+def _tool_count_reason(tool_count: int) -> str:
+    return f"tool budget of {tool_count} tools is full"
+
+
+def _tool_tokens_reason(needed: int, left: int) -> str:
+    return f"needed {needed} tokens, {left} left for tools"
+
+
+def _counted_block_reason(needed: int, overflow: int) -> str:
+    return f"needed {needed} tokens, 0 left (the counted prompt block was {overflow} over budget)"
+
+
+DUPLICATE_TOOL = "duplicate"
+REASON_CODES = ("token_budget", "counted_block", "tool_count", "tool_tokens", "duplicate_tool")
+
+
+def reason_code(run: ExclusionRun) -> str:
+    """Why a run's items were left out, as one of ``REASON_CODES``: over the token budget by their metadata
+    cost (``token_budget``) or once the block was counted (``counted_block``), past the model's tool count
+    (``tool_count``) or the tools' token share (``tool_tokens``), or a tool given twice
+    (``duplicate_tool``)."""
+    reason = run.reason
+    if reason is None:
+        return "token_budget"
+    if reason == DUPLICATE_TOOL:
+        return "duplicate_tool"
+    if reason.endswith(" tools is full"):
+        return "tool_count"
+    if reason.endswith(" left for tools"):
+        return "tool_tokens"
+    return "counted_block"
 
 
 def _lower_costs(section: str, items: Sequence[ContextItem], costs: _Costs) -> tuple[int, ...]:
