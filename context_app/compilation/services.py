@@ -39,6 +39,7 @@ from django.utils.module_loading import import_string
 
 from context_app.catalog import selectors as catalog_selectors
 from context_app.compilation import selectors
+from context_app.compilation.candidates import CANDIDATES
 from context_app.compilation.models import CompiledContext, CompileEvidence, ContextCompilation
 from context_app.models import WorldItem
 from context_app.services import Scope, progress_record
@@ -366,7 +367,11 @@ def compile_task(
         task=task, encoding=encoding, counter=counter, extra_evidence=evidence
     )
     result = run_compiler(
-        task_input.compile_input, budget=budget, counter=counter, load_texts=selectors.item_text_loader
+        task_input.compile_input,
+        budget=budget,
+        counter=counter,
+        load_texts=selectors.item_text_loader,
+        sections=task_input.sections,
     )
     return result, task_input.bundle_digest
 
@@ -520,9 +525,7 @@ def _compacted_items(*, task: Task, encoding: str) -> list[ContextItem]:
     process, brought up to date from the rows changed since), so this reads no item row."""
     if task.is_goal:
         return []
-    return selectors.task_candidates(
-        task=task, encoding=encoding, counter=counter_for(encoding)
-    ).compacted_items()
+    return CANDIDATES.refresh(task=task, encoding=encoding, counter=counter_for(encoding)).compacted_items()
 
 
 def _fold_plan(own: Sequence[ContextItem], threshold: int) -> list[compilation.FoldCandidate]:

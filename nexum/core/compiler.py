@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
@@ -48,7 +49,6 @@ from nexum.core.digests import (
     sha256_hex,
 )
 from nexum.core.errors import ValidationFailed
-from nexum.core.memo import remembered
 from nexum.core.relevance import bm25_scores, terms_of
 from nexum.core.tokens import TokenCounter
 from nexum.core.trust import TRUST_CLASSES, TrustClass
@@ -101,7 +101,7 @@ class MissingItemText(ValidationFailed):
     code = "missing_item_text"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class ContextItem:
     """One world-state or evidence item as the compiler sees it: metadata, with the text loaded on demand.
 
@@ -383,8 +383,13 @@ def compile_context(
     budget: ModelBudget,
     counter: TokenCounter,
     load_texts: TextLoader | None = None,
+    sections: RankedSections | None = None,
 ) -> CompiledContext:
     """Compile the context for one model call. Pure: the same arguments give the same result.
+
+    ``sections`` are the input's evidence and state sections ranked (``rank_sections(compile_input,
+    counter)``, or equal values kept by a caller that compiles the same large world again); computed here
+    when not given.
 
     Raises ``ValidationFailed`` for malformed input (wrong kinds, duplicate ids, a bad budget or tool schema),
     ``BudgetTooSmall`` when not even the cut pinned skeleton fits, ``MissingItemText`` when an included item
@@ -392,10 +397,10 @@ def compile_context(
     """
     if budget.context_tokens < 1 or budget.tool_count < 0:
         raise ValidationFailed("the budget needs context_tokens >= 1 and tool_count >= 0", field="budget")
-    evidence_by_kind = _check_items(compile_input)
+    if sections is None:
+        sections = rank_sections(compile_input, counter)
     context_budget = budget.context_tokens
-    step = compile_input.step
-    query = frozenset(terms_of(" ".join((compile_input.goal, step.objective, *step.inputs))))
+    query = query_of(compile_input)
     exclusions = _Exclusions()
 
     tool_names, tool_tokens = _pack_tools(compile_input, budget, counter, query, exclusions)
@@ -408,19 +413,10 @@ def compile_context(
     costs = _Costs(counter)
 
     evidence_allowance = math.floor(remaining * compile_input.evidence_share)
-    evidence_sections = [
-        ("evidence", _relevant_evidence(compile_input.evidence, evidence_by_kind, kind, query))
-        for kind in EVIDENCE_KINDS
-    ]
+    evidence_sections = [("evidence", getattr(sections, kind)) for kind in EVIDENCE_KINDS]
     evidence, evidence_tokens = _first_fit(evidence_sections, evidence_allowance, costs, exclusions)
 
-    state_sections = [
-        ("failure", remembered(compile_input.failures, ("newest",), _newest_first)),
-        ("decision", remembered(compile_input.decisions, ("newest",), _newest_first)),
-        ("fact", remembered(compile_input.facts, ("facts", query), partial(_facts_in_order, query=query))),
-        ("artifact", remembered(compile_input.artifacts, ("newest",), _newest_first)),
-        ("progress", remembered(compile_input.progress, ("newest",), _newest_first)),
-    ]
+    state_sections = [(kind, getattr(sections, kind)) for kind in STATE_KINDS]
     state, state_tokens = _first_fit(state_sections, remaining - evidence_tokens, costs, exclusions)
 
     texts = _load_texts([entry.item for entry in (*evidence, *state)], load_texts)
@@ -476,41 +472,101 @@ _by_kind = attrgetter("kind")
 _by_position = attrgetter("position")
 
 
-def _check_items(compile_input: CompileInput) -> dict[str, tuple[ContextItem, ...]]:
-    """Validate kinds and id uniqueness (per kind); return the evidence split by kind."""
-    lists: list[tuple[str, tuple[ContextItem, ...], str]] = [
-        ("failures", compile_input.failures, "failure"),
-        ("decisions", compile_input.decisions, "decision"),
-        ("facts", compile_input.facts, "fact"),
-        ("artifacts", compile_input.artifacts, "artifact"),
-        ("progress", compile_input.progress, "progress"),
-    ]
-    for name, items, kind in lists:
-        remembered(items, ("valid", name, kind), partial(_check_kind, name=name, kind=kind))
-    return remembered(compile_input.evidence, ("evidence",), _split_evidence)
-
-
-def _check_kind(items: Sequence[ContextItem], *, name: str, kind: str) -> bool:
+def _check_kind(items: Sequence[ContextItem], *, name: str, kind: str) -> None:
     if set(map(_by_kind, items)) - {kind}:
         raise ValidationFailed(f"{name} may only hold items of kind {kind}", field=name)
     _check_unique_ids(name, items)
-    return True
-
-
-def _split_evidence(evidence: Sequence[ContextItem]) -> dict[str, tuple[ContextItem, ...]]:
-    split = {kind: tuple(item for item in evidence if item.kind == kind) for kind in EVIDENCE_KINDS}
-    if sum(map(len, split.values())) != len(evidence):
-        raise ValidationFailed(
-            f"evidence may only hold items of kind {' or '.join(EVIDENCE_KINDS)}", field="evidence"
-        )
-    for items in split.values():
-        _check_unique_ids("evidence", items)
-    return split
 
 
 def _check_unique_ids(name: str, items: Sequence[ContextItem]) -> None:
     if len(set(map(_by_id, items))) != len(items):
         raise ValidationFailed(f"{name}: two items of one kind share an id", field=name)
+
+
+# --- ranked sections (C4, C5: the order in which items are tried, with their costs) ------------------------
+
+
+class RankedSection(NamedTuple):
+    """One section's candidates in the order the compiler tries them, with their ids and their costs from
+    metadata (an ``array`` of integers: a large world's costs take no object each)."""
+
+    items: tuple[ContextItem, ...]
+    ids: tuple[str, ...]
+    costs: Sequence[int]
+
+
+class RankedSections(NamedTuple):
+    """The evidence (``diagnostic``, ``code``) and state sections of one compile input, each ranked."""
+
+    diagnostic: RankedSection
+    code: RankedSection
+    failure: RankedSection
+    decision: RankedSection
+    fact: RankedSection
+    artifact: RankedSection
+    progress: RankedSection
+
+
+SECTION_FIELDS = {
+    "failure": "failures",
+    "decision": "decisions",
+    "fact": "facts",
+    "artifact": "artifacts",
+    "progress": "progress",
+}
+
+
+def query_of(compile_input: CompileInput) -> frozenset[str]:
+    """The relevance terms of the goal and the step (what facts and evidence are ranked against)."""
+    step = compile_input.step
+    return frozenset(terms_of(" ".join((compile_input.goal, step.objective, *step.inputs))))
+
+
+def verified_label_tokens(counter: TokenCounter) -> int:
+    """What the verified label adds to a verified fact's cost in the counter's encoding."""
+    return counter.count(VERIFIED_LABEL)
+
+
+def rank_section(
+    kind: str, items: tuple[ContextItem, ...], *, query: frozenset[str], verified_label: int
+) -> RankedSection:
+    """``items`` (all of ``kind``, ids unique) validated and ranked: evidence by relevance to ``query``,
+    facts verified first then by relevance, the other state kinds newest first; ties by id."""
+    name = SECTION_FIELDS.get(kind, "evidence")
+    _check_kind(items, name=name, kind=kind)
+    if kind in EVIDENCE_KINDS:
+        ordered = _by_relevance(items, query)
+    elif kind == "fact":
+        ordered = _facts_in_order(items, query)
+    else:
+        ordered = _newest_first(items)
+    return RankedSection(
+        ordered, tuple(map(_by_id, ordered)), _lower_costs(ordered, verified_label if kind == "fact" else 0)
+    )
+
+
+def evidence_by_kind(evidence: Sequence[ContextItem]) -> dict[str, tuple[ContextItem, ...]]:
+    """The evidence split by kind; any other kind is refused."""
+    split = {kind: tuple(item for item in evidence if item.kind == kind) for kind in EVIDENCE_KINDS}
+    if sum(map(len, split.values())) != len(evidence):
+        raise ValidationFailed(
+            f"evidence may only hold items of kind {' or '.join(EVIDENCE_KINDS)}", field="evidence"
+        )
+    return split
+
+
+def rank_sections(compile_input: CompileInput, counter: TokenCounter) -> RankedSections:
+    """Every evidence and state section of ``compile_input`` ranked (``rank_section``)."""
+    query = query_of(compile_input)
+    label = verified_label_tokens(counter)
+    evidence = evidence_by_kind(compile_input.evidence)
+    state = {kind: getattr(compile_input, field) for kind, field in SECTION_FIELDS.items()}
+    return RankedSections(
+        **{
+            kind: rank_section(kind, items, query=query, verified_label=label)
+            for kind, items in (*evidence.items(), *state.items())
+        }
+    )
 
 
 # --- tools (C2) ------------------------------------------------------------------------------------------
@@ -714,7 +770,6 @@ class _Costs:
             section: counter.count(f"## {title}\n") + HEADER_OVERHEAD
             for section, title in SECTION_TITLES.items()
         }
-        self.verified = counter.count(VERIFIED_LABEL)
         self.footer = counter.count(UNTRUSTED_FOOTER) + LINE_OVERHEAD
 
     def quoted_extra(self, item: ContextItem) -> int:
@@ -812,21 +867,27 @@ def reason_code(run: ExclusionRun) -> str:
     return "counted_block"
 
 
-def _lower_costs(section: str, items: Sequence[ContextItem], costs: _Costs) -> tuple[int, ...]:
-    """Each item's cost from metadata: stored tokens, bullet, indented continuation lines, the verified label.
-    Quoted items cost more (``_Costs.quoted_extra``), added only when such an item would otherwise fit."""
+def _lower_costs(items: Sequence[ContextItem], verified_label: int) -> array[int]:
+    """Each item's cost from metadata: stored tokens, bullet, indented continuation lines, and for a verified
+    fact the label (``verified_label`` tokens; 0 for other sections). Quoted items cost more
+    (``_Costs.quoted_extra``), added only when such an item would otherwise fit."""
     base = ITEM_OVERHEAD - LINE_OVERHEAD
-    if section == "fact" and costs.verified:
-        label = costs.verified
-        return tuple(
-            item.token_count + LINE_OVERHEAD * item.line_count + base + (label if item.verified else 0)
-            for item in items
+    if verified_label:
+        return array(
+            "q",
+            (
+                item.token_count
+                + LINE_OVERHEAD * item.line_count
+                + base
+                + (verified_label if item.verified else 0)
+                for item in items
+            ),
         )
-    return tuple(item.token_count + LINE_OVERHEAD * item.line_count + base for item in items)
+    return array("q", (item.token_count + LINE_OVERHEAD * item.line_count + base for item in items))
 
 
 def _first_fit(
-    sections: Sequence[tuple[str, Sequence[ContextItem]]],
+    sections: Sequence[tuple[str, RankedSection]],
     allowance: int,
     costs: _Costs,
     exclusions: _Exclusions,
@@ -839,15 +900,13 @@ def _first_fit(
     included: list[_Entry] = []
     left = max(0, allowance)
     started: set[str] = set()
-    for section, items in sections:
+    for section, ranked in sections:
+        items, ids = ranked.items, ranked.ids
         if not items:
             continue
         kind = items[0].kind
         header = 0 if section in started else costs.headers[section]
-        lows = list(
-            remembered(items, ("costs", section, costs.verified), partial(_lower_costs, section, costs=costs))
-        )
-        ids = remembered(items, ("ids",), _ids_of)
+        lows = list(ranked.costs)
         room = left - header
         # Indexes of items whose lower cost fits the room, found by C-level iterators that share one cursor:
         # after an inclusion the filter restarts, with the smaller room, where the last one stopped.
@@ -874,23 +933,9 @@ def _first_fit(
     return included, max(0, allowance) - left
 
 
-def _ids_of(items: Iterable[ContextItem]) -> tuple[str, ...]:
-    return tuple(map(_by_id, items))
-
-
 def _newest_first(items: Iterable[ContextItem]) -> tuple[ContextItem, ...]:
     """Highest position first, equal positions by id (two stable sorts: cheaper than tuple keys)."""
     return tuple(sorted(sorted(items, key=_by_id), key=_by_position, reverse=True))
-
-
-def _relevant_evidence(
-    evidence: tuple[ContextItem, ...],
-    by_kind: Mapping[str, tuple[ContextItem, ...]],
-    kind: str,
-    query: frozenset[str],
-) -> tuple[ContextItem, ...]:
-    """The evidence of ``kind``, most relevant first (BM25 over the items of that kind), ties by id."""
-    return remembered(evidence, ("relevance", kind, query), lambda _: _by_relevance(by_kind[kind], query))
 
 
 def _by_relevance(items: Sequence[ContextItem], query: frozenset[str]) -> tuple[ContextItem, ...]:
