@@ -89,11 +89,13 @@ def compile_summary(body: dict[str, Any]) -> dict[str, Any]:
     context = body.get("context") if isinstance(body, dict) else None
     if not isinstance(context, dict):
         return body
+    exclusions = context.get("exclusions") or {}
     summary: dict[str, dict[str, int]] = {}
-    for item in context.get("excluded", []):
-        reason = "over budget" if _BUDGET_REASON.fullmatch(item["reason"]) else item["reason"]
-        per_kind = summary.setdefault(item["kind"], {})
-        per_kind[reason] = per_kind.get(reason, 0) + 1
+    for run in exclusions.get("runs", []):  # a run without a reason: each needed more tokens than were left
+        reason = run["reason"]
+        reason = "over budget" if reason is None or _BUDGET_REASON.fullmatch(reason) else reason
+        per_kind = summary.setdefault(run["kind"], {})
+        per_kind[reason] = per_kind.get(reason, 0) + run["count"]
     kept = (
         "digest",
         "model",
@@ -109,7 +111,7 @@ def compile_summary(body: dict[str, Any]) -> dict[str, Any]:
         **{name: context.get(name) for name in kept},
         "included": len(context.get("included", [])),
         "truncated": context.get("truncated", []),
-        "excluded": {"count": len(context.get("excluded", [])), "by_kind_and_reason": summary},
+        "excluded": {"count": exclusions.get("count", 0), "by_kind_and_reason": summary},
         "resource": f"nexum://contexts/{context.get('digest')}",
     }
 
@@ -258,7 +260,7 @@ RESOURCES = [
     ResourceSpec(
         "nexum://contexts/{digest}",
         "compiled context",
-        "A stored compiled context: prompt block, tools, included and excluded items with reasons, budget.",
+        "A stored compiled context: prompt block, tools, included items, exclusions per reason, budget.",
         "/api/v1/contexts/{digest}",
     ),
     ResourceSpec(
