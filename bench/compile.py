@@ -48,11 +48,11 @@ from worlds import build_world  # noqa: E402  (bench/worlds.py, beside this scri
 
 from context_app.compilation import selectors, services  # noqa: E402
 from context_app.compilation.candidates import CANDIDATES, task_items  # noqa: E402
-from context_app.models import WorldItem  # noqa: E402
-from context_app.services import progress_record, scope_resolve, tool_call_record  # noqa: E402
+from context_app.world.models import WorldItem  # noqa: E402
+from context_app.world.services import progress_record, scope_resolve, tool_call_record  # noqa: E402
 from nexum.core import world  # noqa: E402
-from nexum.core.compiler import CompileInput, ContextItem  # noqa: E402
-from nexum.core.compiler import compile_context as run_compiler  # noqa: E402
+from nexum.core.compilation.compiler import CompileInput, ContextItem  # noqa: E402
+from nexum.core.compilation.compiler import compile_context as run_compiler  # noqa: E402
 from nexum.tokenization import counter_for, default_registry  # noqa: E402
 from tasks_app.models import Task  # noqa: E402
 

@@ -13,8 +13,8 @@ then rolled back) the list is read whole. Rows never leave a goal, each change o
 equal world for the task.
 
 ``CandidateCache.ranked`` keeps, per task and section, the section ranked and costed for the compiler
-(``nexum.core.compiler.rank_section``) while the section's candidates, the extra items joined to it and the
-query stay the same: the memo covers every task in the cache and leaves with it.
+(``nexum.core.compilation.compiler.rank_section``) while the section's candidates, the extra items joined
+to it and the query stay the same: the memo covers every task in the cache and leaves with it.
 
 Memory. Entries are evicted least recently used once the estimated total passes ``NEXUM_COMPILE_CACHE_MB``
 (default 256). An entry is charged for its references (8 bytes per slot of its tuples, sets and cost
@@ -42,10 +42,10 @@ from django.db.models import BooleanField, Case, ExpressionWrapper, F, Q, QueryS
 from django.db.models.expressions import RawSQL
 
 from context_app.compilation.models import CompactionFold, FoldedItem
-from context_app.models import WorldItem
+from context_app.world.models import WorldItem
 from nexum.core import world
-from nexum.core.compilation import COMPACTED_KINDS
-from nexum.core.compiler import ContextItem, RankedSection
+from nexum.core.compilation.compiler import ContextItem, RankedSection
+from nexum.core.compilation.rules import COMPACTED_KINDS
 from nexum.core.tokens import TokenCounter
 from nexum.eventstore.models import Event
 from tasks_app.models import Task

@@ -15,9 +15,9 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from nexum.eventstore.models import Event as EventRow
-from nexum.mcp.calls import Caller
-from nexum.mcp.server import NEXUM_REFUSED, calling_as, server
-from nexum.mcp.tools import compile_summary
+from nexum_web.mcp.calls import Caller
+from nexum_web.mcp.server import NEXUM_REFUSED, calling_as, server
+from nexum_web.mcp.tools import compile_summary
 from tasks_app.services import agent_token_issue
 from tests.api.test_verification_api import echo_check
 from tests.integration.compile_world import load_catalog
