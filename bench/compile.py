@@ -17,19 +17,16 @@ the ``local`` card (a 70B-class model: 128K window → 24,000-token budget), it 
 * ``loop``: the service in an agent loop: before each compile (not timed) the agent records a tool call and
   a progress note, so every compile meets a world that changed since the previous one.
 
-Items are inserted fast: their events (with token counts, computed once as the services do) are appended
-1,000 at a time to one loading stream per batch, rather than one stream per item. The projections do not
-care which stream an event is in, and nothing here changes an item later. The tables are then vacuumed and
-analyzed (as autovacuum soon would after such a load): the planner knows their size, and an index-only scan
-need not visit the heap. Uses (and resets) the database named by
-DATABASE_URL; runs on SQLite too, but the figures that matter are PostgreSQL's.
+The world is bench/worlds.py's (items inserted fast, 1,000 events per append; the tables then vacuumed and
+analyzed, as autovacuum soon would after such a load: the planner knows their size, and an index-only scan
+need not visit the heap). It also prints the size of the compile's answer, compact (the default) and with
+``?excluded=full``, and how much the REST endpoint adds to the service. Uses (and resets) the database named
+by DATABASE_URL; runs on SQLite too, but the figures that matter are PostgreSQL's.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import random
 import resource
 import statistics
 import sys
@@ -47,164 +44,23 @@ django.setup()
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from rest_framework.test import APIClient  # noqa: E402
+from worlds import build_world  # noqa: E402  (bench/worlds.py, beside this script)
 
-from context_app.catalog.management.commands.load_model_catalog import DEFAULT_CATALOG  # noqa: E402
-from context_app.catalog.services import model_catalog_replace  # noqa: E402
 from context_app.compilation import selectors, services  # noqa: E402
+from context_app.compilation.candidates import CANDIDATES, task_items  # noqa: E402
 from context_app.world.models import WorldItem  # noqa: E402
-from context_app.world.services import progress_record, scope_resolve, tool_call_record, tool_define  # noqa: E402
-from nexum.core import memo, world  # noqa: E402
+from context_app.world.services import progress_record, scope_resolve, tool_call_record  # noqa: E402
+from nexum.core import world  # noqa: E402
 from nexum.core.compilation.compiler import CompileInput, ContextItem  # noqa: E402
 from nexum.core.compilation.compiler import compile_context as run_compiler  # noqa: E402
-from nexum.core.events import Event  # noqa: E402
-from nexum.eventstore import store  # noqa: E402
 from nexum.tokenization import counter_for, default_registry  # noqa: E402
 from tasks_app.models import Task  # noqa: E402
-from tasks_app.services import agent_token_issue, goal_create, project_create, task_start  # noqa: E402
 
 SIZES = [int(size) for size in os.environ.get("BENCH_SIZES", "1000,10000,50000").split(",")]
 RUNS = int(os.environ.get("BENCH_RUNS", 30))
 NAIVE_RUNS = int(os.environ.get("BENCH_NAIVE_RUNS", 5))
 REST_RUNS = int(os.environ.get("BENCH_REST_RUNS", 15))
-BATCH = 1000
 WORD = "local"
-MIX = [("fact", 30), ("progress", 25), ("tool_call", 15), ("artifact", 12), ("decision", 10), ("failure", 8)]
-_WORDS = (
-    "auth token session cookie redis cache spec rspec middleware signed hmac rotate refresh login user "
-    "password hash bcrypt database schema migration index query latency timeout retry queue worker deploy "
-    "staging production log error failure line stack trace request response header status config env "
-    "secret key store expire ttl validate parse json payload route controller model view test fixture mock"
-)
-DOMAIN = _WORDS.split(" ")
-_SYLLABLE_TEXT = "kalominerusativoxezubadefigohujakelimonu"
-_SYLLABLES = [_SYLLABLE_TEXT[i : i + 2] for i in range(0, len(_SYLLABLE_TEXT), 2)]
-# A few thousand distinct words, domain words among them: most items share a word or two with the goal.
-VOCABULARY = DOMAIN + [a + b + c for a in _SYLLABLES for b in _SYLLABLES for c in _SYLLABLES[:8]]
-
-
-def sentence(rng: random.Random, words: int) -> str:
-    return (
-        " ".join(
-            rng.choice(DOMAIN) if rng.random() < 0.1 else rng.choice(VOCABULARY) for _ in range(words)
-        ).capitalize()
-        + "."
-    )
-
-
-def text_of(rng: random.Random) -> str:
-    """10 to ~400 tokens, most short: a long tail like real notes and tool output."""
-    words = int(min(300, max(6, rng.lognormvariate(3.4, 0.8))))
-    return " ".join(sentence(rng, 12) for _ in range(max(1, words // 12)))
-
-
-def item_event(rng: random.Random, kind: str, goal_id: str, task_id: str, counter: object) -> Event:
-    scope_task = task_id if rng.random() < 0.5 or kind in ("failure", "progress", "tool_call") else None
-    text = text_of(rng)
-    common = {"item_id": str(uuid.uuid4()), "goal_id": goal_id, "task_id": scope_task, "text": text}
-    common["trust_class"] = "untrusted_retrieved" if rng.random() < 0.05 else "repository_authored"
-    if kind == "fact":
-        subject = rng.choice(VOCABULARY)
-        rendered = world.render_fact(text, subject=subject, source="docs/notes.md")
-        return world.FactRecorded(
-            **common,
-            token_counts=world.token_counts(rendered, [counter]),
-            terms=list(world.item_terms(subject, text)),
-            source="docs/notes.md",
-            subject=subject,
-            verified=rng.random() < 0.2,
-        )
-    if kind == "decision":
-        rendered = world.render_decision(text, rationale="it keeps the spec green")
-        return world.DecisionRecorded(
-            **common,
-            token_counts=world.token_counts(rendered, [counter]),
-            terms=list(world.item_terms(text)),
-            rationale="it keeps the spec green",
-        )
-    if kind == "failure":
-        rendered = world.render_failure(text, attempt=1)
-        return world.FailureRecorded(
-            **common,
-            token_counts=world.token_counts(rendered, [counter]),
-            terms=list(world.item_terms(text)),
-            attempt=1,
-        )
-    if kind == "artifact":
-        uri = f"artifact://results/{rng.randrange(10**6)}"
-        rendered = world.render_artifact(uri=uri, summary=text, excerpt="", media_type="text/plain")
-        return world.ArtifactRecorded(
-            **common,
-            token_counts=world.token_counts(rendered, [counter]),
-            terms=list(world.item_terms(text)),
-            uri=uri,
-            media_type="text/plain",
-        )
-    if kind == "progress":
-        return world.ProgressRecorded(
-            **common, token_counts=world.token_counts(text, [counter]), terms=list(world.item_terms(text))
-        )
-    digest = uuid.uuid4().hex * 2
-    rendered = world.render_tool_call(tool="rspec", arguments_digest=digest, result_summary=text)
-    return world.ToolCallRecorded(
-        **common,
-        token_counts=world.token_counts(rendered, [counter]),
-        terms=list(world.item_terms(f"rspec {text}")),
-        tool="rspec",
-        arguments_digest=digest,
-    )
-
-
-def build_world(size: int) -> tuple[str, Task, str]:
-    rng = random.Random(size)
-    project = project_create(slug=f"bench-{size}", name=f"Bench {size}", actor="bench")
-    project_id = str(project.id)
-    document = json.loads(DEFAULT_CATALOG.read_text())
-    model_catalog_replace(project_id=project_id, catalog=document, actor="bench")
-    goal = goal_create(
-        project_id=project_id,
-        objective="Fix the failing authentication spec",
-        constraints=["Do not modify the database schema"],
-        tasks=[
-            {
-                "key": "s3",
-                "objective": "Make auth_spec.rb pass: the signed session token fails validation",
-                "inputs": ["spec/auth_spec.rb", "app/models/session.rb"],
-                "success_criteria": ["bundle exec rspec spec/auth_spec.rb exits 0"],
-            }
-        ],
-        actor="bench",
-    )
-    task = Task.objects.get(goal_id=goal.id, key="s3")
-    task_start(project_id=project_id, task_id=str(task.id), actor="bench")
-    for index in range(20):
-        tool_define(
-            project_id=project_id,
-            name=f"tool_{index:02d}",
-            description=f"{sentence(rng, 10)} Works on {rng.choice(VOCABULARY)} files.",
-            schema={
-                "type": "object",
-                "properties": {"path": {"type": "string"}, "query": {"type": "string"}},
-            },
-            actor="bench",
-        )
-    counter = counter_for("cl100k_base")
-    kinds = [kind for kind, weight in MIX for _ in range(weight)]
-    for start in range(0, size, BATCH):
-        events = [
-            item_event(rng, rng.choice(kinds), str(goal.id), str(task.id), counter)
-            for _ in range(min(BATCH, size - start))
-        ]
-        store.append(
-            stream_id=f"benchload-{project_id}-{start}",
-            events=events,
-            expected_version=0,
-            project_id=project_id,
-            metadata={"actor": "bench"},
-        )
-    key = agent_token_issue(project_id=project_id, name="bench", actor="bench").key
-    with connection.cursor() as cursor:
-        cursor.execute("VACUUM ANALYZE" if connection.vendor == "postgresql" else "ANALYZE")
-    return project_id, Task.objects.get(id=task.id), key
 
 
 def naive_compile(task: Task) -> None:
@@ -213,9 +69,7 @@ def naive_compile(task: Task) -> None:
     counter = counter_for("cl100k_base")
     choice = services.catalog_selectors.budget_for(project_id=str(task.project_id), word=WORD)
     task_input = selectors.compile_input_for(task=task, encoding="cl100k_base", counter=counter)
-    texts = dict(
-        selectors._task_items(task).values_list("id", "rendered")  # every text
-    )
+    texts = dict(task_items(task).values_list("id", "rendered"))  # every text
     base = task_input.compile_input
 
     def recounted(items: tuple[ContextItem, ...]) -> tuple[ContextItem, ...]:
@@ -272,15 +126,14 @@ def p(times: list[float], q: float) -> float:
 
 
 def forget_everything(run: int) -> None:
-    selectors._TASKS.clear()
-    selectors._ITEMS.clear()
-    memo.forget()
+    CANDIDATES.clear()
     counter_for("cl100k_base")._cache.clear()
 
 
 def bench_size(size: int) -> dict[str, list[float]]:
     started = time.perf_counter()
-    project_id, task, key = build_world(size)
+    built = build_world(slug=f"bench-{size}", size=size)
+    project_id, task, key = built.project_id, built.tasks[0], built.agent_key
     loaded = time.perf_counter() - started
     items = WorldItem.objects.filter(project_id=project_id).count()
     choice = services.catalog_selectors.budget_for(project_id=project_id, word=WORD)
@@ -294,9 +147,13 @@ def bench_size(size: int) -> dict[str, list[float]]:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
 
-    def rest() -> None:
-        response = client.post(f"/api/v1/tasks/{task.id}/compile", {"model": WORD}, format="json")
+    sizes: dict[str, int] = {}
+
+    def rest(view: str = "summary") -> None:
+        query = "?excluded=full" if view == "full" else ""
+        response = client.post(f"/api/v1/tasks/{task.id}/compile{query}", {"model": WORD}, format="json")
         assert response.status_code == 200, response.content[:500]
+        sizes[view] = len(response.content)
 
     scope = scope_resolve(project_id=project_id, task_id=str(task.id))
 
@@ -314,6 +171,7 @@ def bench_size(size: int) -> dict[str, list[float]]:
         "service": timed(service, RUNS),
         "compile": timed(compile_only, RUNS),
         "rest": timed(rest, REST_RUNS),
+        "rest_full": timed(lambda: rest("full"), REST_RUNS),
         "naive": timed(lambda: naive_compile(task), NAIVE_RUNS),
         "cold": timed(service, NAIVE_RUNS, before=forget_everything),
         "loop": timed(service, RUNS, before=agent_step),
@@ -326,7 +184,16 @@ def bench_size(size: int) -> dict[str, list[float]]:
         f"block {context.prompt_tokens} + tools {context.tool_tokens} tokens"
     )
     for name, times in runs.items():
-        print(f"  {name:<8} p50 {p(times, 0.5):8.1f} ms   p95 {p(times, 0.95):8.1f} ms")
+        print(f"  {name:<9} p50 {p(times, 0.5):8.1f} ms   p95 {p(times, 0.95):8.1f} ms")
+    block = len(context.prompt_block.encode()) / 1024
+    print(
+        f"  answer   {sizes['summary'] / 1024:.1f} KiB (prompt block {block:.1f} KiB); "
+        f"with ?excluded=full {sizes['full'] / 1024:.1f} KiB (goal <= 64 KiB by default)"
+    )
+    print(
+        f"  rest - service p50 {statistics.median(runs['rest']) - statistics.median(runs['service']):.1f} ms"
+        " (goal <= 15 ms)"
+    )
     print(f"  process max RSS so far {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     naive = statistics.median(runs["naive"])
     print(

@@ -208,6 +208,9 @@ NEXUM_TOKENIZER_ENCODINGS = {
 NEXUM_ITEM_ENCODINGS = [
     name.strip() for name in os.environ.get("NEXUM_ITEM_ENCODINGS", "cl100k_base").split(",") if name.strip()
 ]
+# The compile's candidate cache (context_app/compilation/candidates.py), per process: its estimated size in
+# MiB before the least recently used tasks are dropped.
+NEXUM_COMPILE_CACHE_MB = _env_int("NEXUM_COMPILE_CACHE_MB", 256)
 # Read models, in dependency order: rebuilds clear them in reverse and replay the log through them in order.
 NEXUM_PROJECTIONS = [
     "tasks_app.projections.ProjectProjection",

@@ -78,6 +78,9 @@ api_v1 = [
     path("tasks/<str:task_id>/compile", compilation.TaskCompileView.as_view(), name="task-compile"),
     path("compiles/<str:request_id>", compilation.CompileRequestView.as_view(), name="compile-request"),
     path("contexts/<str:digest>", compilation.ContextDetailView.as_view(), name="context"),
+    path(
+        "contexts/<str:digest>/excluded", compilation.ContextExcludedView.as_view(), name="context-excluded"
+    ),
     path("contexts/<str:digest>/replay", compilation.ContextReplayView.as_view(), name="context-replay"),
     path(
         "contexts/<str:digest>/diff/<str:other>", compilation.ContextDiffView.as_view(), name="context-diff"

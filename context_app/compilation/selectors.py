@@ -2,37 +2,31 @@
 position inside ``state_as_of``), stored contexts, the compile history of a task, and the diff of two
 contexts.
 
-Speed (issue 5, item 2). Candidate items are metadata only (id, kind, the stored token count in the
-compile's encoding, line count, position, verified, trust, origin). A task's candidates are kept in process
-(``task_candidates``) and brought up to date by reading only the rows of its goal that changed since
-(``changed_position``, indexed): a compile in an agent loop reads the few items recorded since the last call,
-not the world. The texts of the items the compiler includes are fetched afterwards in one query
+Speed (issue 5, item 2; issue 15). Candidate items are metadata only, kept in process with their rankings
+and brought up to date incrementally by the candidate cache (``candidates.CANDIDATES``): a compile in an
+agent loop reads the few items recorded since the last call, not the world, and ranks again only the
+sections that changed. The texts of the items the compiler includes are fetched afterwards in one query
 (``item_text_loader``). Nothing is tokenized here but the texts that are not stored world-state items
 (check-run output, request and bundle evidence).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import sys
-import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple
+from functools import partial
+from typing import Any
 
 from django.db import connection
-from django.db.models import BooleanField, Case, ExpressionWrapper, F, Q, TextField, Value, When
-from django.db.models.expressions import RawSQL
 
+from context_app.compilation.candidates import CANDIDATES, TaskCandidates, changed_rows
 from context_app.compilation.models import (
     CompactionFold,
     CompileEvidence,
     ContextCompilation,
-    FoldedItem,
     StoredContext,
 )
 from context_app.resolution import selectors as resolution_selectors
@@ -46,21 +40,24 @@ from nexum.core.compilation.compiler import (
     ContextItem,
     ExclusionRun,
     Fold,
+    RankedSection,
+    RankedSections,
     SectionTokens,
     Step,
     Truncation,
+    evidence_by_kind,
+    query_of,
+    rank_section,
+    verified_label_tokens,
 )
-from nexum.core.compilation.rules import COMPACTED_KINDS, ContextDiff, diff_contexts, folds_required
+from nexum.core.compilation.rules import ContextDiff, diff_contexts, folds_required
 from nexum.core.durations import human_age
 from nexum.core.errors import NotFound
-from nexum.core.memo import remembered
 from nexum.core.tokens import TokenCounter
-from nexum.eventstore.models import Event
 from nexum.ids import uuid_or_none
 from tasks_app.models import Task
 from verification_app import selectors as verification_selectors
 
-RANKED_KINDS = ("fact", "tool_call")  # ranked by relevance: their terms are needed
 CHECK_RUN_ORIGIN = "verification gate, latest completion request"
 REQUEST_EVIDENCE_ORIGIN = "supplied with the compile request"
 JUST_NOW_SECONDS = 60
@@ -69,9 +66,10 @@ CHECK_OUTPUT_CHARS = 4000
 
 @dataclass(frozen=True)
 class TaskContextInput:
-    """The compiler's input for one task, and where its evidence came from."""
+    """The compiler's input for one task, its sections ranked, and where its evidence came from."""
 
     compile_input: CompileInput
+    sections: RankedSections
     bundle_digest: str | None
 
 
@@ -92,19 +90,19 @@ def compile_input_for(
     as the task sees them; evidence from tool calls, the latest check runs, the resolver's bundle and
     ``extra_evidence``."""
     goal = task if task.is_goal else Task.objects.get(id=task.goal_id)
-    candidates = task_candidates(task=task, encoding=encoding, counter=counter)
+    candidates = CANDIDATES.refresh(task=task, encoding=encoding, counter=counter)
     sections = candidates.sections
     folds, folded_progress, folded_calls, required = _folds(
         task, candidates, encoding, counter, compaction_threshold
     )
     bundle_digest, bundle_items = _bundle_items(str(task.id), counter)
-    facts = _joined(sections["fact"], tuple(item for item in bundle_items if item.kind == "fact"))
+    bundle_facts = tuple(item for item in bundle_items if item.kind == "fact")
     extra = (
+        *folded_calls,
         *_check_run_evidence(str(task.id), counter),
         *(item for item in bundle_items if item.kind != "fact"),
         *request_evidence_items(extra_evidence, counter),
     )
-    evidence = _joined(_joined(sections["diagnostic"], folded_calls), extra)
     constraints = list(dict.fromkeys([*goal.constraints, *(() if task.is_goal else task.constraints)]))
     compile_input = CompileInput(
         goal=goal.objective,
@@ -113,10 +111,10 @@ def compile_input_for(
         success_criteria=tuple(task.success_criteria),
         failures=sections["failure"],
         decisions=sections["decision"],
-        facts=facts,
+        facts=sections["fact"] + bundle_facts,
         artifacts=sections["artifact"],
-        progress=_joined(sections["progress"], folded_progress),
-        evidence=evidence,
+        progress=sections["progress"] + folded_progress,
+        evidence=sections["diagnostic"] + extra,
         folds=folds,
         folds_required=required,
         tools=tuple(
@@ -129,7 +127,10 @@ def compile_input_for(
             )
         ),
     )
-    return TaskContextInput(compile_input, bundle_digest)
+    ranked = _ranked_sections(
+        task, encoding, counter, compile_input, sections, bundle_facts, folded_progress, extra
+    )
+    return TaskContextInput(compile_input, ranked, bundle_digest)
 
 
 def _folds(
@@ -144,7 +145,7 @@ def _folds(
         .order_by("position")
         .values_list("summary_id", "folded_ids")
     )
-    originals = _items_of(_changed_rows(task, encoding, -1, ids=candidates.folded), counter)
+    originals = CANDIDATES.items_of(changed_rows(task, encoding, -1, ids=candidates.folded), counter)
     own = {item.id: item for item in candidates.compacted_items()}
     own.update((item.id, item) for item in originals)
     folds = tuple(
@@ -169,332 +170,41 @@ def _folds(
     )
 
 
-def _joined(base: tuple[ContextItem, ...], extra: tuple[ContextItem, ...]) -> tuple[ContextItem, ...]:
-    """``base + extra`` as one tuple object for the same ``base`` object and equal ``extra`` items (their
-    texts too: item equality leaves the text out), so the compiler's per-tuple work still serves a section
-    whose candidates did not change when the bundle's facts or the latest check runs are joined to it."""
-    if not extra:
-        return base
-    return remembered(base, ("joined", extra, tuple(item.text for item in extra)), lambda _: base + extra)
+def _ranked_sections(
+    task: Task,
+    encoding: str,
+    counter: TokenCounter,
+    compile_input: CompileInput,
+    sections: Mapping[str, tuple[ContextItem, ...]],
+    bundle_facts: tuple[ContextItem, ...],
+    folded_progress: tuple[ContextItem, ...],
+    extra: tuple[ContextItem, ...],
+) -> RankedSections:
+    """The input's sections ranked for the compiler (``rank_sections``), each kept by the candidate cache
+    while its candidates, the items joined to it and the query stay the same."""
+    query, label = query_of(compile_input), verified_label_tokens(counter)
+    extra_by_kind = evidence_by_kind(extra)
 
-
-def _seen_by(task: Task) -> Q:
-    """Which items of its goal a task sees: the shared ones and its own (a goal sees the shared ones)."""
-    shared = Q(task_id__isnull=True)
-    return shared if task.is_goal else shared | Q(task_id=task.id)
-
-
-def _task_items(task: Task) -> Any:
-    """The items the task sees (its goal's shared ones and its own, current facts only), folded ones out."""
-    items = WorldItem.objects.filter(
-        _seen_by(task),
-        project_id=task.project_id,
-        goal_id=task.goal_id,
-        status=world.FACT_CURRENT,
-    )
-    folded = FoldedItem.objects.filter(task_id=task.id).values("item_id")
-    return items.exclude(id__in=folded)
-
-
-def stored_tokens(encoding: str) -> RawSQL:
-    """A world item's stored token count in ``encoding`` as an integer (NULL when not counted), read by the
-    database so no ``token_counts`` JSON is decoded in Python."""
-    table = connection.ops.quote_name(WorldItem._meta.db_table)
-    if connection.vendor == "postgresql":
-        return RawSQL(f"({table}.token_counts ->> %s)::integer", (encoding,))
-    return RawSQL(f"json_extract({table}.token_counts, %s)", (f'$."{encoding}"',))
-
-
-def _id_text() -> RawSQL:
-    table = connection.ops.quote_name(WorldItem._meta.db_table)
-    return RawSQL(f"{table}.id::text" if connection.vendor == "postgresql" else f"{table}.id", ())
-
-
-def _changed_rows(
-    task: Task, encoding: str, since: int, ids: Iterable[str] | None = None
-) -> list[tuple[Any, ...]]:
-    """The metadata of every item the task sees whose row changed after log position ``since`` (whatever
-    its status now), in one query on the ``(goal_id, changed_position)`` index, which covers it on PostgreSQL
-    (a goal id is unique across projects, so no other index can serve it): id as text, kind, stored token
-    count of ``encoding`` as an integer, line count, position, verified, trust class, origin, whether it is
-    the task's own (a boolean: no UUID object per row), status, and the terms of the kinds ranked by
-    relevance (empty for the others). With ``ids``, the rows of those items instead, whenever they changed."""
-    where = Q(changed_position__gt=since) if ids is None else Q(id__in=[uuid.UUID(item) for item in ids])
-    rows = (
-        WorldItem.objects.filter(_seen_by(task), where, goal_id=task.goal_id)
-        .annotate(
-            item_text_id=_id_text(),
-            tokens=stored_tokens(encoding),
-            own=ExpressionWrapper(Q(task_id__isnull=False), output_field=BooleanField()),
-            ranked_terms=Case(
-                When(kind__in=RANKED_KINDS, then=F("terms_text")), default=Value(""), output_field=TextField()
-            ),
+    def ranked(kind: str, joined: tuple[ContextItem, ...] = ()) -> RankedSection:
+        return CANDIDATES.ranked(
+            task=task,
+            encoding=encoding,
+            kind=kind,
+            base=sections[kind],
+            extra=joined,
+            context=(query, label),
+            rank=partial(rank_section, kind, query=query, verified_label=label),
         )
-        .values_list(
-            "item_text_id",
-            "kind",
-            "tokens",
-            "line_count",
-            "position",
-            "verified",
-            "trust_class",
-            "source",
-            "own",
-            "status",
-            "ranked_terms",
-        )
-        .order_by()
+
+    return RankedSections(
+        diagnostic=ranked("diagnostic", extra_by_kind["diagnostic"]),
+        code=rank_section("code", extra_by_kind["code"], query=query, verified_label=label),
+        failure=ranked("failure"),
+        decision=ranked("decision"),
+        fact=ranked("fact", bundle_facts),
+        artifact=ranked("artifact"),
+        progress=ranked("progress", folded_progress),
     )
-    sql, params = rows.query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
-
-
-class _Marks(NamedTuple):
-    """Where a task's candidates stood: the last log position that changed a row of its goal and the
-    position of its last fold (-1: none), each with the stream and version of the event at that position
-    (its fingerprint: a position a rolled-back transaction used is gone, or, on SQLite, reused by another
-    event)."""
-
-    high: int
-    high_event: str | None
-    fold_high: int
-    fold_event: str | None
-
-
-_NO_MARKS = _Marks(-1, None, -1, None)
-
-
-def _marks(task: Task, known: _Marks) -> tuple[_Marks, _Marks]:
-    """The task's marks now, and the fingerprints of the events at the ``known`` marks' positions now, in
-    one query of index probes."""
-    items = connection.ops.quote_name(WorldItem._meta.db_table)
-    folds = connection.ops.quote_name(CompactionFold._meta.db_table)
-    events = connection.ops.quote_name(Event._meta.db_table)
-    goal_id, task_id = task.goal_id, task.id
-    if connection.vendor != "postgresql":  # SQLite keeps UUIDs as 32 hex digits
-        goal_id, task_id = uuid.UUID(str(goal_id)).hex, uuid.UUID(str(task_id)).hex
-
-    def event_at(position: str) -> str:
-        return f"(SELECT stream_id || '@' || CAST(version AS TEXT) FROM {events} WHERE position = {position})"
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT h.p, {event_at('h.p')}, f.p, {event_at('f.p')}, {event_at('%s')}, {event_at('%s')}"
-            f" FROM (SELECT MAX(changed_position) AS p FROM {items} WHERE goal_id = %s) AS h,"
-            f" (SELECT MAX(position) AS p FROM {folds} WHERE task_id = %s) AS f",
-            [known.high, known.fold_high, goal_id, task_id],
-        )
-        high, high_event, fold_high, fold_event, known_high_event, known_fold_event = cursor.fetchone()
-    now = _Marks(
-        -1 if high is None else int(high), high_event, -1 if fold_high is None else int(fold_high), fold_event
-    )
-    return now, known._replace(high_event=known_high_event, fold_event=known_fold_event)
-
-
-def _canonical_uuid(value: Any) -> str:
-    text = str(value)
-    if len(text) == 32:  # SQLite keeps UUIDs as 32 hex digits
-        return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
-    return text
-
-
-# Candidates as built from their metadata rows, keyed by the row itself (everything the item is made of), so
-# a hit is exactly the item the row describes: the tasks of one goal share the items of the rows they share.
-_ITEMS: dict[tuple[Any, ...], ContextItem] = {}
-_ITEMS_MAX = 400_000
-
-
-SECTION_KINDS = ("failure", "decision", "fact", "artifact", "progress", "diagnostic")
-
-
-@dataclass(frozen=True)
-class TaskCandidates:
-    """A task's candidate items as of one state of its goal, per compiler section (tool calls are
-    ``diagnostic``), and the ids of its own progress notes and tool calls (what compaction folds).
-
-    ``marks`` are where the world stood when it was read (``_marks``); ``folded`` the ids the task's folds
-    left out. Never changed once built: a newer
-    state is a new value that shares the sections that did not change, so the compiler's orderings of those
-    (kept per section tuple) stay valid.
-    """
-
-    marks: _Marks
-    folded: frozenset[str]
-    by_kind: Mapping[str, Mapping[str, ContextItem]]
-    sections: Mapping[str, tuple[ContextItem, ...]]
-    compacted: frozenset[str]
-
-    @property
-    def items(self) -> tuple[ContextItem, ...]:
-        return tuple(item for kind in SECTION_KINDS for item in self.sections[kind])
-
-    def compacted_items(self) -> list[ContextItem]:
-        """The task's own progress notes and tool calls (``diagnostic`` here), each with its token count."""
-        return [
-            item
-            for kind in ("progress", "diagnostic")
-            for item_id, item in self.by_kind[kind].items()
-            if item_id in self.compacted
-        ]
-
-
-_EMPTY = TaskCandidates(
-    _NO_MARKS,
-    frozenset(),
-    {kind: {} for kind in SECTION_KINDS},
-    {kind: () for kind in SECTION_KINDS},
-    frozenset(),
-)
-
-# Candidate lists kept in process per (database, encoding, task). A compile reads the task's marks; when
-# they have not moved the list is served as is, when they moved forward only the rows changed since (and
-# the folds made since) are read, by index, and applied, and when they moved back (a replay inside
-# ``state_as_of``, or read models rebuilt to an older position) the list is read whole. Rows never leave a
-# goal, each change of a row sets its ``changed_position`` to the position of its event, and folds are only
-# ever added, so equal marks mean an equal world for the task. A list read inside a transaction that wrote
-# the goal's rows (a compile that folded, then failed) may hold rows that were rolled back: its marks are
-# then positions whose events are gone (or another event's), so it is read whole again.
-_TASKS: OrderedDict[tuple[Any, ...], TaskCandidates] = OrderedDict()
-_TASKS_MAX = 32
-_TASKS_LOCK = threading.Lock()
-
-
-def task_candidates(*, task: Task, encoding: str, counter: TokenCounter) -> TaskCandidates:
-    """The candidates of ``task`` as the world stands (``TaskCandidates``), read incrementally."""
-    key = (
-        connection.alias,
-        connection.settings_dict.get("NAME"),
-        encoding,
-        str(task.id),
-        str(task.project_id),
-        str(task.goal_id),
-        task.is_goal,
-    )
-    with _TASKS_LOCK:
-        entry = _TASKS.get(key)
-    known = _NO_MARKS if entry is None else entry.marks
-    now, known_now = _marks(task, known)
-    if entry is None or known_now != known or now.high < known.high or now.fold_high < known.fold_high:
-        entry = _EMPTY  # not read yet, built on a rolled-back write, or the world moved back: read it whole
-    elif now == known:
-        with _TASKS_LOCK:
-            if key in _TASKS:
-                _TASKS.move_to_end(key)
-        return entry
-    entry = _refreshed(entry, task, encoding, counter, now)
-    with _TASKS_LOCK:
-        _TASKS[key] = entry
-        _TASKS.move_to_end(key)
-        while len(_TASKS) > _TASKS_MAX:
-            _TASKS.popitem(last=False)
-    return entry
-
-
-def candidate_items(*, task: Task, encoding: str, counter: TokenCounter) -> list[ContextItem]:
-    """Every candidate world-state item of ``task`` as metadata (``text`` None: loaded when included).
-
-    Tool calls become ``diagnostic`` evidence. An item without a stored count in ``encoding`` (recorded
-    before that encoding was configured) is counted from its rendered text.
-    """
-    return list(task_candidates(task=task, encoding=encoding, counter=counter).items)
-
-
-def _refreshed(
-    entry: TaskCandidates, task: Task, encoding: str, counter: TokenCounter, now: _Marks
-) -> TaskCandidates:
-    """``entry`` with the rows changed since its marks applied (and newly folded items taken out)."""
-    folded = entry.folded
-    by_kind = dict(entry.by_kind)
-    compacted = entry.compacted
-    touched: set[str] = set()
-
-    def writable(kind: str) -> dict[str, ContextItem]:
-        if kind not in touched:
-            touched.add(kind)
-            by_kind[kind] = dict(by_kind[kind])
-        return by_kind[kind]  # type: ignore[return-value]
-
-    if now.fold_high > entry.marks.fold_high:
-        new_folds = CompactionFold.objects.filter(task_id=task.id, position__gt=entry.marks.fold_high)
-        newly = {str(item_id) for ids in new_folds.values_list("folded_ids", flat=True) for item_id in ids}
-        folded = folded | newly
-        compacted = compacted - newly
-        for item_id in newly:
-            for kind in SECTION_KINDS:
-                if item_id in by_kind[kind]:
-                    del writable(kind)[item_id]
-    rows = _changed_rows(task, encoding, entry.marks.high) if now.high > entry.marks.high else []
-    if rows:
-        own = set(compacted)
-        live = []
-        for row in rows:
-            item_id = _canonical_uuid(row[0])
-            kind = "diagnostic" if row[1] == "tool_call" else row[1]
-            if row[9] == world.FACT_CURRENT and item_id not in folded:
-                live.append(row)
-            else:
-                if item_id in by_kind[kind]:
-                    del writable(kind)[item_id]
-                own.discard(item_id)
-        for row, item in zip(live, _items_of(live, counter), strict=True):
-            writable(item.kind)[item.id] = item
-            if row[8] and row[1] in COMPACTED_KINDS and not task.is_goal:
-                own.add(item.id)
-        compacted = frozenset(own)
-    sections = {
-        kind: tuple(by_kind[kind].values()) if kind in touched else entry.sections[kind]
-        for kind in SECTION_KINDS
-    }
-    return TaskCandidates(now, folded, by_kind, sections, compacted)
-
-
-def _items_of(rows: Sequence[tuple[Any, ...]], counter: TokenCounter) -> list[ContextItem]:
-    """The items the metadata rows describe (from ``_ITEMS`` when seen before)."""
-    pg = connection.vendor == "postgresql"
-    items: list[ContextItem | None] = list(map(_ITEMS.get, rows))
-    missing = [index for index, item in enumerate(items) if item is None]
-    if not missing:
-        return items  # type: ignore[return-value]
-    intern = sys.intern
-    if len(_ITEMS) + len(missing) > _ITEMS_MAX:
-        _ITEMS.clear()
-    uncounted: list[int] = []
-    for index in missing:
-        row = rows[index]
-        item_id, kind, tokens, lines, position, verified, trust_class, source, _, _, terms = row
-        item_id = item_id if pg else _canonical_uuid(item_id)
-        item = ContextItem(
-            "diagnostic" if kind == "tool_call" else kind,
-            item_id,
-            0 if tokens is None else int(tokens),
-            lines,
-            position,
-            bool(verified),
-            tuple(map(intern, terms.split(" "))) if terms else (),  # interned: a vocabulary repeats
-            trust_class,
-            f"tool call: {source}" if kind == "tool_call" else source or None,
-        )
-        items[index] = item
-        if tokens is None:
-            uncounted.append(index)
-        else:
-            _ITEMS[row] = item
-    if uncounted:
-        _count_uncounted(items, uncounted, counter)  # type: ignore[arg-type]
-    return items  # type: ignore[return-value]
-
-
-def _count_uncounted(items: list[ContextItem], uncounted: Sequence[int], counter: TokenCounter) -> None:
-    rendered = dict(
-        WorldItem.objects.filter(id__in=[uuid.UUID(items[index].id) for index in uncounted]).values_list(
-            "id", "rendered"
-        )
-    )
-    for index in uncounted:
-        item = items[index]
-        items[index] = dataclasses.replace(item, token_count=counter.count(rendered[uuid.UUID(item.id)]))
 
 
 def item_text_loader(items: Sequence[ContextItem]) -> dict[tuple[str, str], str]:

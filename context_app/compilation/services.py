@@ -39,6 +39,7 @@ from django.utils.module_loading import import_string
 
 from context_app.catalog import selectors as catalog_selectors
 from context_app.compilation import selectors
+from context_app.compilation.candidates import CANDIDATES
 from context_app.compilation.models import CompileEvidence, ContextCompilation, StoredContext
 from context_app.world.models import WorldItem
 from context_app.world.services import Scope, progress_record
@@ -71,6 +72,8 @@ class CompileOutcome:
     request_id: str
     context: StoredContext
     compilation: ContextCompilation
+    result: CompiledContext | None = None
+    """The compiler's result, when this request compiled it (not when it returns an earlier answer)."""
 
 
 @dataclass(frozen=True)
@@ -359,7 +362,8 @@ def _record(
         metadata={"actor": actor},
         project_id=project_id,
     )
-    return CompileOutcome(request_id, context, ContextCompilation.objects.get(request_id=request_id))
+    answer = ContextCompilation.objects.get(request_id=request_id)
+    return CompileOutcome(request_id, context, answer, result if answer.digest == result.digest else None)
 
 
 def compile_task(
@@ -389,6 +393,7 @@ def compile_task(
         counter=counter,
         load_texts=selectors.item_text_loader,
         version=COMPILER_VERSION if version is None else version,
+        sections=task_input.sections,
     )
     return result, task_input.bundle_digest
 
@@ -581,9 +586,7 @@ def _compacted_items(*, task: Task, encoding: str) -> list[ContextItem]:
     process, brought up to date from the rows changed since), so this reads no item row."""
     if task.is_goal:
         return []
-    return selectors.task_candidates(
-        task=task, encoding=encoding, counter=counter_for(encoding)
-    ).compacted_items()
+    return CANDIDATES.refresh(task=task, encoding=encoding, counter=counter_for(encoding)).compacted_items()
 
 
 def _fold_plan(own: Sequence[ContextItem], threshold: int) -> list[compilation_rules.FoldCandidate]:

@@ -24,7 +24,8 @@ from context_app.compilation.models import ContextCompilation, StoredContext
 from nexum.core import world
 from nexum.core.compilation import events as compilation_events
 from nexum.core.compilation import rules as compilation_rules
-from nexum.core.compilation.compiler import Truncation
+from nexum.core.compilation.compiler import REASON_CODES, CompiledContext, Truncation
+from nexum.core.errors import ValidationFailed
 from nexum_web.api.auth import CallerTrustField
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.world import StrictInput, StrictText
@@ -91,11 +92,42 @@ def context_fields(context: StoredContext) -> dict[str, Any]:
     }
 
 
-def context_json(context: StoredContext) -> str:
-    """The context as JSON text, ``excluded`` written by the compiler from its exclusion runs
-    (``StoredContext.excluded_json``): a large world's tens of thousands of records cost no object each."""
-    excluded = selectors.compiled_result(context).excluded_json()
-    return _with_member(_json(context_fields(context)), "excluded", excluded)
+EXCLUDED_VIEWS = ("summary", "full")
+EXCLUDED_LIMIT = 50
+EXCLUDED_MAX_LIMIT = 500
+
+
+def context_json(context: StoredContext, *, excluded: str, result: CompiledContext | None = None) -> str:
+    """The context as JSON text with ``exclusions`` (the summary: counts per reason and the runs) and, when
+    ``excluded`` is ``full``, ``excluded``: every record, written by the compiler from its exclusion runs
+    (``CompiledContext.excluded_json``), so a large world's tens of thousands of records cost no object
+    each. ``result`` is the compiler's result for this context when the caller has it (no stored runs are
+    parsed then)."""
+    compiled = result if result is not None else selectors.compiled_result(context)
+    body = _json({**context_fields(context), "exclusions": compiled.exclusion_summary()})
+    if excluded == "full":
+        body = _with_member(body, "excluded", compiled.excluded_json())
+    return body
+
+
+def excluded_view(request: Request) -> str:
+    """The ``excluded`` query parameter: ``summary`` (the default) or ``full``."""
+    value = request.query_params.get("excluded", "summary")
+    if value not in EXCLUDED_VIEWS:
+        raise ValidationFailed(f"excluded must be one of {', '.join(EXCLUDED_VIEWS)}", field="excluded")
+    return value
+
+
+def _page_bounds(request: Request, total: int) -> tuple[int, int]:
+    """``limit`` and ``cursor`` of a page of the excluded list: the cursor is the index of the first record
+    of the page, as a string (a list's own order: it never changes for a stored context)."""
+    limit_text = request.query_params.get("limit", str(EXCLUDED_LIMIT))
+    if not limit_text.isdigit() or not 1 <= int(limit_text) <= EXCLUDED_MAX_LIMIT:
+        raise ValidationFailed(f"limit must be an integer from 1 to {EXCLUDED_MAX_LIMIT}", field="limit")
+    cursor_text = request.query_params.get("cursor", "0")
+    if not cursor_text.isdigit() or len(cursor_text) > 12 or int(cursor_text) > total:
+        raise ValidationFailed("not a cursor this list gave", field="cursor")
+    return int(cursor_text), int(limit_text)
 
 
 def _json(value: Any) -> str:
@@ -127,16 +159,50 @@ def compile_request_data(row: ContextCompilation) -> dict[str, Any]:
     }
 
 
-EXCLUDED = inline_serializer(
-    "ExcludedItem",
+EXCLUDED_FIELDS = {
+    "kind": serializers.CharField(),
+    "id": serializers.CharField(),
+    "tokens_needed": serializers.IntegerField(),
+    "tokens_left": serializers.IntegerField(),
+    "reason": serializers.CharField(),
+}
+EXCLUDED = inline_serializer("ExcludedItem", EXCLUDED_FIELDS, many=True)
+EXCLUSIONS = inline_serializer(
+    "ExclusionSummary",
     {
-        "kind": serializers.CharField(),
-        "id": serializers.CharField(),
-        "tokens_needed": serializers.IntegerField(),
-        "tokens_left": serializers.IntegerField(),
-        "reason": serializers.CharField(),
+        "count": serializers.IntegerField(help_text="items and tools left out"),
+        "by_reason": serializers.DictField(
+            child=serializers.IntegerField(), help_text=f"count per reason code: {', '.join(REASON_CODES)}"
+        ),
+        "runs": inline_serializer(
+            "ExclusionRunSummary",
+            {
+                "kind": serializers.CharField(),
+                "reason": serializers.CharField(
+                    allow_null=True, help_text="null: each needed more tokens than were left"
+                ),
+                "tokens_left": serializers.IntegerField(),
+                "count": serializers.IntegerField(),
+            },
+            many=True,
+        ),
     },
-    many=True,
+)
+EXCLUDED_PAGE = inline_serializer(
+    "ExcludedPage",
+    {
+        "results": EXCLUDED,
+        "next_cursor": serializers.CharField(
+            allow_null=True, help_text="pass as ?cursor= for the next page; null on the last page"
+        ),
+    },
+)
+EXCLUDED_PARAMETER = OpenApiParameter(
+    "excluded",
+    str,
+    OpenApiParameter.QUERY,
+    enum=list(EXCLUDED_VIEWS),
+    description="`summary` (default): counts per reason and the runs; `full`: also every excluded record",
 )
 COMPILED_CONTEXT = inline_serializer(
     "CompiledContext",
@@ -151,7 +217,14 @@ COMPILED_CONTEXT = inline_serializer(
         "prompt_block": serializers.CharField(),
         "tools": serializers.ListField(child=serializers.CharField()),
         "included": serializers.ListField(child=serializers.DictField()),
-        "excluded": EXCLUDED,
+        "exclusions": EXCLUSIONS,
+        "excluded": inline_serializer(
+            "ExcludedItem",
+            EXCLUDED_FIELDS,
+            many=True,
+            required=False,
+            help_text="every excluded record, only with ?excluded=full",
+        ),
         "truncated": serializers.ListField(child=serializers.DictField()),
         "section_tokens": serializers.DictField(),
         "prompt_tokens": serializers.IntegerField(),
@@ -222,10 +295,11 @@ class TaskCompileView(APIView):
             "queued and the answer is 202 with a request id to poll at `/compiles/{request_id}`."
         ),
         request=CompileInput,
-        parameters=[IDEMPOTENCY_HEADER],
+        parameters=[IDEMPOTENCY_HEADER, EXCLUDED_PARAMETER],
         responses={200: COMPILE_ANSWER, 202: COMPILE_REQUEST},
     )
     def post(self, request: Request, task_id: str) -> HttpResponse:
+        excluded = excluded_view(request)
         payload = CompileInput(data=request.data, context={"request": request})
         payload.is_valid(raise_exception=True)
         values = payload.validated_data
@@ -248,32 +322,58 @@ class TaskCompileView(APIView):
             return Response(body, status=status.HTTP_202_ACCEPTED)
         outcome = services.context_compile(**arguments)
         answer = _json({"request_id": outcome.request_id})
-        return _json_response(_with_member(answer, "context", context_json(outcome.context)))
+        context = context_json(outcome.context, excluded=excluded, result=outcome.result)
+        return _json_response(_with_member(answer, "context", context))
 
 
 class CompileRequestView(APIView):
     @extend_schema(
         operation_id="compile_request_get",
         summary="A compile request: queued, done (with its context) or failed (with the error)",
+        parameters=[EXCLUDED_PARAMETER],
         responses={200: COMPILE_REQUEST},
     )
     def get(self, request: Request, request_id: str) -> HttpResponse:
+        excluded = excluded_view(request)
         project_id = request.user.project_id
         row = selectors.compile_request_get(project_id=project_id, request_id=request_id)
         body = _json(compile_request_data(row))
         if row.status == compilation_events.REQUEST_DONE:
             context = selectors.context_get(project_id=project_id, digest=row.digest)
-            body = _with_member(body, "context", context_json(context))
+            body = _with_member(body, "context", context_json(context, excluded=excluded))
         return _json_response(body)
 
 
 class ContextDetailView(APIView):
     @extend_schema(
-        operation_id="context_get", summary="A compiled context by digest", responses={200: COMPILED_CONTEXT}
+        operation_id="context_get",
+        summary="A compiled context by digest",
+        parameters=[EXCLUDED_PARAMETER],
+        responses={200: COMPILED_CONTEXT},
+    )
+    def get(self, request: Request, digest: str) -> HttpResponse:
+        excluded = excluded_view(request)
+        context = selectors.context_get(project_id=request.user.project_id, digest=digest)
+        return _json_response(context_json(context, excluded=excluded))
+
+
+class ContextExcludedView(APIView):
+    @extend_schema(
+        operation_id="context_excluded_list",
+        summary="Every item and tool a compiled context left out, in order, a page at a time",
+        parameters=[
+            OpenApiParameter("limit", int, OpenApiParameter.QUERY, description=f"1–{EXCLUDED_MAX_LIMIT}"),
+            OpenApiParameter("cursor", str, OpenApiParameter.QUERY, description="the previous next_cursor"),
+        ],
+        responses={200: EXCLUDED_PAGE},
     )
     def get(self, request: Request, digest: str) -> HttpResponse:
         context = selectors.context_get(project_id=request.user.project_id, digest=digest)
-        return _json_response(context_json(context))
+        start, limit = _page_bounds(request, context.excluded_count)
+        stop = start + limit
+        records = selectors.compiled_result(context).excluded_json(start, stop)
+        next_cursor = str(stop) if stop < context.excluded_count else None
+        return _json_response(f'{{"results":{records},"next_cursor":{_json(next_cursor)}}}')
 
 
 class ContextReplayView(APIView):

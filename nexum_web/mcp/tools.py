@@ -89,6 +89,13 @@ def compile_summary(body: dict[str, Any]) -> dict[str, Any]:
     context = body.get("context") if isinstance(body, dict) else None
     if not isinstance(context, dict):
         return body
+    exclusions = context.get("exclusions") or {}
+    summary: dict[str, dict[str, int]] = {}
+    for run in exclusions.get("runs", []):  # a run without a reason: each needed more tokens than were left
+        reason = run["reason"]
+        reason = "over budget" if reason is None or _BUDGET_REASON.fullmatch(reason) else reason
+        per_kind = summary.setdefault(run["kind"], {})
+        per_kind[reason] = per_kind.get(reason, 0) + run["count"]
     kept = (
         "digest",
         "model",
@@ -104,18 +111,9 @@ def compile_summary(body: dict[str, Any]) -> dict[str, Any]:
         **{name: context.get(name) for name in kept},
         "included": len(context.get("included", [])),
         "truncated": context.get("truncated", []),
-        "excluded": _exclusion_counts(context.get("excluded", [])),
+        "excluded": {"count": exclusions.get("count", 0), "by_kind_and_reason": summary},
         "resource": f"nexum://contexts/{context.get('digest')}",
     }
-
-
-def _exclusion_counts(excluded: list[dict[str, Any]]) -> dict[str, Any]:
-    by_kind: dict[str, dict[str, int]] = {}
-    for item in excluded:
-        reason = "over budget" if _BUDGET_REASON.fullmatch(item["reason"]) else item["reason"]
-        per_kind = by_kind.setdefault(item["kind"], {})
-        per_kind[reason] = per_kind.get(reason, 0) + 1
-    return {"count": len(excluded), "by_kind_and_reason": by_kind}
 
 
 _AS_AGENT = "Recorded as you; its trust class is at most your token's ceiling (agent_reported for an agent)."
@@ -262,7 +260,7 @@ RESOURCES = [
     ResourceSpec(
         "nexum://contexts/{digest}",
         "compiled context",
-        "A stored compiled context: prompt block, tools, included and excluded items with reasons, budget.",
+        "A stored compiled context: prompt block, tools, included items, exclusions per reason, budget.",
         "/api/v1/contexts/{digest}",
     ),
     ResourceSpec(

@@ -28,7 +28,7 @@ def test_compile_read_replay_and_diff(api, auth):
     context = small.json()["context"]
     assert "Fix the failing authentication spec" in context["prompt_block"]
     assert context["budget"]["context_tokens"] == 8000
-    assert all(record["reason"] for record in context["excluded"])
+    assert "excluded" not in context and context["exclusions"]["count"] > 0
     frontier = api.post(
         compile_url(auth),
         {
@@ -56,6 +56,56 @@ def test_compile_read_replay_and_diff(api, auth):
     assert diff["entered"]
     assert all(entry["reason"] for entry in diff["entered"] if not entry["id"].startswith("request:"))
     assert {"kind": "diagnostic", "id": "request:lint", "reason": None} in diff["entered"]
+
+
+def test_the_compile_answer_is_compact_and_the_full_list_is_paged(api, auth):
+    """By default the answer summarizes what was left out (counts per reason, the runs without their ids);
+    ``?excluded=full`` adds every record, and ``/contexts/{digest}/excluded`` pages through the same records
+    in the one list shape. The digest does not depend on the view."""
+    compact = api.post(compile_url(auth), {"model": "quick"}, format="json").json()["context"]
+    digest = compact["digest"]
+    full = api.get(f"/api/v1/contexts/{digest}?excluded=full").json()
+    assert {key: value for key, value in full.items() if key != "excluded"} == compact
+    summary = compact["exclusions"]
+    assert summary["count"] == len(full["excluded"]) == sum(summary["by_reason"].values())
+    assert sum(run["count"] for run in summary["runs"]) == summary["count"]
+    assert all(record["reason"] for record in full["excluded"])
+    reasons = {record["reason"] for record in full["excluded"]}
+    assert ("token_budget" in summary["by_reason"]) == any(" left" in reason for reason in reasons)
+
+    paged, cursor, pages = [], None, 0
+    while True:
+        query = "limit=7" + (f"&cursor={cursor}" if cursor else "")
+        page = api.get(f"/api/v1/contexts/{digest}/excluded?{query}")
+        assert page.status_code == 200 and set(page.json()) == {"results", "next_cursor"}
+        paged.extend(page.json()["results"])
+        pages += 1
+        cursor = page.json()["next_cursor"]
+        if cursor is None:
+            break
+    assert paged == full["excluded"] and pages == -(-len(paged) // 7)
+    assert api.get(f"/api/v1/contexts/{digest}/excluded").json()["results"] == full["excluded"][:50]
+
+    again = api.post(compile_url(auth), {"model": "quick"}, format="json").json()["context"]
+    assert again["digest"] == digest
+    full_answer = api.post(f"{compile_url(auth)}?excluded=full", {"model": "quick"}, format="json").json()
+    assert full_answer["context"]["excluded"] == full["excluded"]
+
+
+@pytest.mark.parametrize(
+    "path, field",
+    [
+        ("?excluded=all", "excluded"),
+        ("/excluded?limit=0", "limit"),
+        ("/excluded?limit=501", "limit"),
+        ("/excluded?cursor=abc", "cursor"),
+        ("/excluded?cursor=999999", "cursor"),
+    ],
+)
+def test_bad_exclusion_parameters_name_the_field(api, auth, path, field):
+    digest = api.post(compile_url(auth), {"model": "quick"}, format="json").json()["context"]["digest"]
+    answer = api.get(f"/api/v1/contexts/{digest}{path}")
+    assert answer.status_code == 400 and answer.json()["error"]["field"] == field
 
 
 def test_async_compile_and_poll(api, auth, django_capture_on_commit_callbacks):

@@ -17,6 +17,7 @@ from mcp.shared.exceptions import MCPError
 from nexum.eventstore.models import Event as EventRow
 from nexum_web.mcp.calls import Caller
 from nexum_web.mcp.server import NEXUM_REFUSED, calling_as, server
+from nexum_web.mcp.tools import compile_summary
 from tasks_app.services import agent_token_issue
 from tests.api.test_verification_api import echo_check
 from tests.integration.compile_world import load_catalog
@@ -113,6 +114,8 @@ def test_an_agent_session_lists_records_compiles_and_completes(project, planned)
     assert "Tokens expire after 15 minutes" in compiled["prompt_block"]
     assert compiled["budget"]["context_tokens"] == 8000 and compiled["total_tokens"] <= 8000
     assert set(compiled["excluded"]) == {"count", "by_kind_and_reason"}
+    per_kind = compiled["excluded"]["by_kind_and_reason"].values()
+    assert compiled["excluded"]["count"] == sum(sum(reasons.values()) for reasons in per_kind)
     [stored] = got["context"].contents
     assert json.loads(stored.text)["digest"] == compiled["digest"]
     assert got["completed"]["outcome"] == "completed"
@@ -192,3 +195,22 @@ def test_unknown_tools_and_resources_and_other_projects_ids(project, other_proje
         return refused.value
 
     assert session(intruder, steps).data["status"] == 404
+
+
+def test_the_compile_summary_counts_the_exclusion_runs_per_kind_and_reason():
+    runs = [
+        {"kind": "fact", "reason": None, "tokens_left": 40, "count": 12},
+        {"kind": "fact", "reason": None, "tokens_left": 3, "count": 5},
+        {"kind": "progress", "reason": "needed 80 tokens, 0 left", "tokens_left": 0, "count": 1},
+        {"kind": "tool", "reason": "tool budget of 4 tools is full", "tokens_left": 900, "count": 2},
+    ]
+    body = {"request_id": "r", "context": {"digest": "d", "exclusions": {"count": 20, "runs": runs}}}
+    excluded = compile_summary(body)["excluded"]
+    assert excluded == {
+        "count": 20,
+        "by_kind_and_reason": {
+            "fact": {"over budget": 17},
+            "progress": {"over budget": 1},
+            "tool": {"tool budget of 4 tools is full": 2},
+        },
+    }

@@ -8,6 +8,7 @@ from django.db import transaction
 
 from context_app.catalog.services import model_overlay_set
 from context_app.compilation import selectors, services
+from context_app.compilation.candidates import CANDIDATES, CandidateCache, task_items
 from context_app.compilation.models import (
     CompactionFold,
     ContextCompilation,
@@ -17,7 +18,8 @@ from context_app.compilation.models import (
 from context_app.compilation.tasks import compile_requested
 from context_app.world import services as world
 from context_app.world.models import WorldItem
-from nexum.core.compilation.compiler import BudgetTooSmall, ContextItem
+from nexum.core.budgets import ModelBudget
+from nexum.core.compilation.compiler import BudgetTooSmall, ContextItem, rank_section
 from nexum.core.compilation.events import compile_stream
 from nexum.core.errors import NotFound, ValidationFailed
 from nexum.eventstore import projections, store
@@ -48,6 +50,11 @@ def compile_for(auth, word: str, **kwargs):
     return services.context_compile(
         project_id=auth.project_id, task_id=str(auth.task.id), model_word=word, actor="test", **kwargs
     )
+
+
+def candidate_items(*, task, encoding, counter, cache=None):
+    """Every candidate of ``task``, as the candidate cache (the process's unless given) serves them."""
+    return list((cache or CANDIDATES).refresh(task=task, encoding=encoding, counter=counter).items)
 
 
 def compiled_events(auth) -> int:
@@ -271,7 +278,7 @@ def just_under(task, encoding: str) -> int:
     """A compaction threshold just under the task's own progress and tool calls: a fold, with room for a
     summary."""
     counter = counter_for(encoding)
-    own = selectors.task_candidates(task=task, encoding=encoding, counter=counter).compacted_items()
+    own = CANDIDATES.refresh(task=task, encoding=encoding, counter=counter).compacted_items()
     return sum(item.token_count for item in own) - 1
 
 
@@ -338,9 +345,7 @@ def test_rebuild_reproduces_the_compile_history_and_keeps_the_contexts(auth):
 
 
 def test_candidates_are_metadata_and_only_included_texts_are_loaded(auth):
-    items = selectors.candidate_items(
-        task=auth.task, encoding="cl100k_base", counter=counter_for("cl100k_base")
-    )
+    items = candidate_items(task=auth.task, encoding="cl100k_base", counter=counter_for("cl100k_base"))
     assert items and all(item.text is None for item in items)
     stored = {str(row.id): row for row in WorldItem.objects.filter(goal_id=auth.goal.id)}
     for item in items:
@@ -352,20 +357,20 @@ def test_candidates_are_metadata_and_only_included_texts_are_loaded(auth):
 
 
 def test_the_in_process_candidate_list_follows_every_change_of_the_world(auth):
-    """The candidate list kept in process (``selectors.task_candidates``) is never served stale: a
+    """The candidate list kept in process (``CandidateCache.refresh``) is never served stale: a
     fact recorded, verified, superseded or retracted, an item folded, and a replay at an older position
     inside ``state_as_of`` all see exactly the items as they stand."""
     encoding, counter = "cl100k_base", counter_for("cl100k_base")
 
     def candidates():
-        items = selectors.candidate_items(task=auth.task, encoding=encoding, counter=counter)
+        items = candidate_items(task=auth.task, encoding=encoding, counter=counter)
         return {item.id: item for item in items}
 
     scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
     older = compile_for(auth, "local").context
     first = candidates()
-    served = selectors.task_candidates(task=auth.task, encoding=encoding, counter=counter)
-    assert selectors.task_candidates(task=auth.task, encoding=encoding, counter=counter) is served
+    served = CANDIDATES.refresh(task=auth.task, encoding=encoding, counter=counter)
+    assert CANDIDATES.refresh(task=auth.task, encoding=encoding, counter=counter) is served
     fact = world.fact_record(scope=scope, text="the session cookie is signed with HS256", actor="test")
     after_record = candidates()
     assert str(fact.id) in after_record and not after_record[str(fact.id)].verified
@@ -413,19 +418,16 @@ def test_the_candidate_list_kept_up_to_date_equals_one_read_from_scratch(auth, m
     task_scope = world.scope_resolve(project_id=auth.project_id, task_id=str(task.id))
     sibling_scope = world.scope_resolve(project_id=auth.project_id, task_id=str(sibling.id))
 
-    def read(task):
-        entry = selectors.task_candidates(task=task, encoding=encoding, counter=counter)
-        return {kind: dict(items) for kind, items in entry.by_kind.items()}, entry.compacted
+    def read(task, cache=CANDIDATES):
+        entry = cache.refresh(task=task, encoding=encoding, counter=counter)
+        return entry.by_kind, entry.compacted
 
     def check():
         for viewer in (task, goal, sibling):
             kept = read(viewer)
-            seen = {str(item_id) for item_id in selectors._task_items(viewer).values_list("id", flat=True)}
+            seen = {str(item_id) for item_id in task_items(viewer).values_list("id", flat=True)}
             assert {item_id for items in kept[0].values() for item_id in items} == seen
-            with monkeypatch.context() as whole:
-                whole.setattr(selectors, "_TASKS", type(selectors._TASKS)())
-                whole.setattr(selectors, "_ITEMS", {})
-                assert read(viewer) == kept
+            assert read(viewer, CandidateCache()) == kept  # read whole
 
     check()
     fact = world.fact_record(scope=goal_scope, text="tokens are signed with HS256", actor="test")
@@ -455,24 +457,6 @@ def test_the_candidate_list_kept_up_to_date_equals_one_read_from_scratch(auth, m
     check()
 
 
-def test_a_section_joined_with_the_same_extra_items_is_the_same_tuple():
-    """The bundle's facts and the latest check runs joined to a section give one tuple object while neither
-    changes (so the compiler's per-tuple work is reused), and a new one when an extra item's text changes."""
-    counter = counter_for("cl100k_base")
-    base = tuple(ContextItem.from_text("fact", f"f{n}", f"fact {n}", counter=counter) for n in range(250))
-
-    def extra(output: str):
-        return (ContextItem.from_text("fact", "bundle:1", output, counter=counter),)
-
-    joined = selectors._joined(base, extra("Redis is required."))
-    assert joined == base + extra("Redis is required.")
-    assert selectors._joined(base, extra("Redis is required.")) is joined
-    assert extra("Redis is required!") == extra("Redis is required.")  # equal items: the text is not compared
-    assert selectors._joined(base, extra("Redis is required!")) is not joined
-    assert selectors._joined(tuple(base), ()) is base
-    assert selectors._joined(base[:100] + base[100:], extra("Redis is required.")) is not joined
-
-
 def test_a_list_read_inside_a_compile_that_failed_after_folding_is_not_kept(auth, monkeypatch):
     """A compile that folds (writing a summary and a fold) and then fails is rolled back; the candidate
     list it read inside its transaction held the summary and the fold. The next read, after more items
@@ -495,8 +479,8 @@ def test_a_list_read_inside_a_compile_that_failed_after_folding_is_not_kept(auth
     for step in range(3):
         world.progress_record(scope=task_scope, text=f"step {step} of the fix", actor="test")
     encoding, counter = "cl100k_base", counter_for("cl100k_base")
-    items = selectors.candidate_items(task=auth.task, encoding=encoding, counter=counter)
-    seen = {str(item_id) for item_id in selectors._task_items(auth.task).values_list("id", flat=True)}
+    items = candidate_items(task=auth.task, encoding=encoding, counter=counter)
+    seen = {str(item_id) for item_id in task_items(auth.task).values_list("id", flat=True)}
     assert {item.id for item in items} == seen
 
 
@@ -505,17 +489,93 @@ def test_a_list_read_inside_a_transaction_that_rolled_back_is_not_kept(auth):
     the next event reuses the rolled-back position (SQLite) or takes the next one (PostgreSQL)."""
     encoding, counter = "cl100k_base", counter_for("cl100k_base")
     task_scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
-    selectors.candidate_items(task=auth.task, encoding=encoding, counter=counter)
+    candidate_items(task=auth.task, encoding=encoding, counter=counter)
     with pytest.raises(RuntimeError), transaction.atomic():
         phantom = world.progress_record(scope=task_scope, text="never happened", actor="test")
-        items = selectors.candidate_items(task=auth.task, encoding=encoding, counter=counter)
+        items = candidate_items(task=auth.task, encoding=encoding, counter=counter)
         assert str(phantom.id) in {item.id for item in items}
         raise RuntimeError("rolled back")
     real = world.progress_record(scope=task_scope, text="happened", actor="test")
-    items = {
-        item.id for item in selectors.candidate_items(task=auth.task, encoding=encoding, counter=counter)
-    }
+    items = {item.id for item in candidate_items(task=auth.task, encoding=encoding, counter=counter)}
     assert str(real.id) in items and str(phantom.id) not in items
-    assert items == {
-        str(item_id) for item_id in selectors._task_items(auth.task).values_list("id", flat=True)
-    }
+    assert items == {str(item_id) for item_id in task_items(auth.task).values_list("id", flat=True)}
+
+
+def test_rankings_are_kept_per_task_while_the_section_and_its_joined_items_stay(auth):
+    """The candidate cache ranks a section once while its candidates, the items joined to it and the query
+    stay the same, for every task it holds, and ranks again when an extra item's text changes."""
+    cache, encoding, counter = CandidateCache(), "cl100k_base", counter_for("cl100k_base")
+    calls = []
+
+    def rank(items):
+        calls.append(items)
+        return rank_section("fact", items, query=frozenset({"redis"}), verified_label=3)
+
+    def ranked(extra_text):
+        base = cache.refresh(task=auth.task, encoding=encoding, counter=counter).sections["fact"]
+        extra = (ContextItem.from_text("fact", "bundle:1", extra_text, counter=counter),)
+        return cache.ranked(
+            task=auth.task, encoding=encoding, kind="fact", base=base, extra=extra, context=("q",), rank=rank
+        )
+
+    first = ranked("Redis is required.")
+    assert ranked("Redis is required.") is first and len(calls) == 1
+    assert ranked("Redis is required!") is not first and len(calls) == 2  # equal items, another text
+    scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    world.progress_record(scope=scope, text="a progress note leaves the facts as they were", actor="test")
+    assert ranked("Redis is required!") is not None and len(calls) == 2
+    world.fact_record(scope=scope, text="the cookie store is Redis", actor="test")
+    ranked("Redis is required!")
+    assert len(calls) == 3
+
+
+def test_the_cache_evicts_the_least_recently_used_tasks_by_memory(auth):
+    """Sized by memory: past its budget the cache drops the least recently used tasks, one at a time, and
+    keeps the rest (it is never emptied in one go); a task read again is read whole."""
+    encoding, counter = "cl100k_base", counter_for("cl100k_base")
+    goal = goal_create(
+        project_id=auth.project_id,
+        objective="Ship signed tokens",
+        tasks=[{"key": f"t{n}", "objective": f"part {n}"} for n in range(6)],
+        actor="test",
+    )
+    tasks = list(Task.objects.filter(goal_id=goal.id).exclude(id=goal.id).order_by("key"))
+    probe = CandidateCache(max_bytes=10**9)
+    for task in tasks:
+        probe.refresh(task=task, encoding=encoding, counter=counter)
+    per_task = probe.estimated_bytes() // len(tasks)
+    cache = CandidateCache(max_bytes=per_task * 4)
+    for task in tasks:
+        cache.refresh(task=task, encoding=encoding, counter=counter)
+    assert 2 <= len(cache) < len(tasks)
+    assert cache.estimated_bytes() <= per_task * 4
+    kept = len(cache)
+    newest = cache.refresh(task=tasks[-1], encoding=encoding, counter=counter)
+    assert cache.refresh(task=tasks[-1], encoding=encoding, counter=counter) is newest
+    cache.refresh(task=tasks[0], encoding=encoding, counter=counter)  # evicted: read again, another evicted
+    assert len(cache) == kept
+    assert cache.refresh(task=tasks[-1], encoding=encoding, counter=counter) is newest
+    cache.evict(task_id=str(tasks[-1].id))
+    assert cache.refresh(task=tasks[-1], encoding=encoding, counter=counter) is not newest
+
+
+def test_a_compile_from_kept_rankings_equals_one_from_an_empty_cache(auth, monkeypatch):
+    """After notes, tool calls and a new fact, the compile served from kept candidates and rankings has the
+    digest of one computed from nothing."""
+    scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    budget = compile_for(auth, "local").context.budget
+    for step in range(3):
+        world.progress_record(scope=scope, text=f"step {step}: rotated the token", actor="test")
+        world.tool_call_record(scope=scope, tool="rspec", result_summary=f"run {step}: 1 fail", actor="t")
+        compile_for(auth, "local")
+    world.fact_record(scope=scope, text="the cookie store is Redis", actor="test")
+    compile_for(auth, "local")
+    task = Task.objects.get(id=auth.task.id)
+
+    def digest() -> str:
+        result, _ = services.compile_task(task=task, budget=ModelBudget(**budget), encoding="cl100k_base")
+        return result.digest
+
+    kept = digest()
+    monkeypatch.setattr(selectors, "CANDIDATES", CandidateCache())
+    assert digest() == kept

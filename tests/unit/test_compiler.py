@@ -11,6 +11,7 @@ import pytest
 
 from nexum.core.budgets import ModelBudget
 from nexum.core.compilation.compiler import (
+    REASON_CODES,
     BudgetTooSmall,
     CompiledContext,
     CompileInput,
@@ -708,3 +709,18 @@ def test_the_excluded_records_written_as_json_are_the_records() -> None:
     result = compiled(worked_example(bulk=200, tools=tools), budget(1_500, 4))
     assert len(result.excluded) > 100 and {record.reason for record in result.excluded} > {"duplicate"}
     assert json.loads(result.excluded_json()) == [record._asdict() for record in result.excluded]
+    records = [record._asdict() for record in result.excluded]
+    for start, stop in ((0, 7), (5, 60), (len(records) - 3, len(records) + 10), (len(records), None), (3, 3)):
+        assert json.loads(result.excluded_json(start, stop)) == records[start:stop]
+
+
+def test_the_exclusion_summary_counts_every_record_by_reason_code() -> None:
+    tools = (*TOOLS, TOOLS[0])
+    result = compiled(worked_example(bulk=200, tools=tools), budget(1_500, 2))
+    summary = result.exclusion_summary()
+    assert summary["count"] == len(result.excluded)
+    assert [run["count"] for run in summary["runs"]] == [len(run.ids) for run in result.exclusion_runs]
+    codes = summary["by_reason"]
+    assert set(codes) <= set(REASON_CODES) and codes["duplicate_tool"] == 1 and codes["tool_count"] >= 1
+    budget_records = [record for record in result.excluded if record.kind != "tool"]
+    assert codes["token_budget"] == len(budget_records)

@@ -159,3 +159,24 @@ def test_webhook_signatures_verify_only_the_exact_body_within_the_tolerance():
     ]:
         with pytest.raises(InvalidSignature):
             verify(secret, payload, given, now=now)
+
+
+def test_the_excluded_list_of_a_context_is_followed_page_by_page():
+    records = [
+        {"kind": "fact", "id": f"f{n}", "tokens_needed": 9, "tokens_left": 0, "reason": "r"} for n in range(5)
+    ]
+
+    def handler(request, count):
+        assert request.url.path == "/api/v1/contexts/d1/excluded"
+        start, limit = int(request.url.params.get("cursor", 0)), int(request.url.params["limit"])
+        more = start + limit < len(records)
+        return httpx.Response(
+            200,
+            json={
+                "results": records[start : start + limit],
+                "next_cursor": str(start + limit) if more else None,
+            },
+        )
+
+    client, seen = client_for(handler)
+    assert list(client.excluded("d1", limit=2)) == records and len(seen) == 3

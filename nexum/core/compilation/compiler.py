@@ -32,10 +32,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from itertools import compress, count, repeat
+from itertools import compress, count, islice, repeat
 from json.encoder import encode_basestring as _json_string  # what json.dumps writes for a str
 from operator import attrgetter, ge
 from typing import Any, NamedTuple
@@ -48,7 +49,6 @@ from nexum.core.digests import (
     sha256_hex,
 )
 from nexum.core.errors import ValidationFailed
-from nexum.core.memo import remembered
 from nexum.core.relevance import bm25_scores, terms_of
 from nexum.core.tokens import TokenCounter
 from nexum.core.trust import TrustClass
@@ -105,7 +105,7 @@ class MissingItemText(ValidationFailed):
     code = "missing_item_text"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class ContextItem:
     """One world-state or evidence item as the compiler sees it: metadata, with the text loaded on demand.
 
@@ -328,18 +328,49 @@ class CompiledContext:
             rows.extend(map(make, zip(repeat(run.kind), run.ids, run.tokens_needed, left, _reasons(run))))
         return tuple(rows)
 
-    def excluded_json(self) -> str:
+    def exclusion_summary(self) -> dict[str, Any]:
+        """What was left out, without an entry per item: the total, the count per reason code
+        (``reason_code``), and each run's kind, reason, tokens left and size, in the order of ``excluded``."""
+        by_reason: dict[str, int] = {}
+        for run in self.exclusion_runs:
+            code = reason_code(run)
+            by_reason[code] = by_reason.get(code, 0) + len(run.ids)
+        return {
+            "count": sum(by_reason.values()),
+            "by_reason": dict(sorted(by_reason.items())),
+            "runs": [
+                {
+                    "kind": run.kind,
+                    "reason": run.reason,
+                    "tokens_left": run.tokens_left,
+                    "count": len(run.ids),
+                }
+                for run in self.exclusion_runs
+            ],
+        }
+
+    def excluded_json(self, start: int = 0, stop: int | None = None) -> str:
         """``excluded`` as a JSON array of objects (``kind``, ``id``, ``tokens_needed``, ``tokens_left``,
         ``reason``), written straight from the runs: a context of a large world excludes tens of thousands of
-        items, and building an object per record (and collecting them) cost more than the compile."""
+        items, and building an object per record (and collecting them) cost more than the compile. ``start``
+        and ``stop`` slice the list as ``excluded[start:stop]`` would (a page of it)."""
         parts: list[str] = []
+        offset = 0
         for run in self.exclusion_runs:
+            first, offset = offset, offset + len(run.ids)
+            low, high = (
+                max(start - first, 0),
+                len(run.ids) if stop is None else min(stop - first, len(run.ids)),
+            )
+            if low >= high:
+                continue
             head = f'{{"kind":{_json_string(run.kind)},"id":'
             tail = f',"tokens_left":{run.tokens_left},"reason":'
+            reasons = islice(_reasons(run, _json_string), low, high)
             parts.extend(
                 f'{head}{item_id},"tokens_needed":{tokens}{tail}{reason}}}'
                 for item_id, tokens, reason in zip(
-                    map(_json_string, run.ids), run.tokens_needed, _reasons(run, _json_string), strict=True
+                    map(_json_string, run.ids[low:high]), run.tokens_needed[low:high], reasons, strict=True
                 )
             )
         return "[" + ",".join(parts) + "]"
@@ -386,6 +417,7 @@ def compile_context(
     counter: TokenCounter,
     load_texts: TextLoader | None = None,
     version: int = COMPILER_VERSION,
+    sections: RankedSections | None = None,
 ) -> CompiledContext:
     """Compile the context for one model call. Pure: the same arguments give the same result. ``version``
     is the renderer's (``COMPILER_VERSIONS``): an older one only to replay a context stored by it (version 1
@@ -395,6 +427,10 @@ def compile_context(
     folded each time, oldest first, until every entry of the folds left unfolded is included (with all
     folded it always is): a larger budget shows the entries a smaller one folded. Items a fold hides are
     listed as excluded, saying which summary or entries stand in for them.
+
+    ``sections`` are the input's evidence and state sections ranked (``rank_sections(compile_input,
+    counter)``, or equal values kept by a caller that compiles the same large world again); computed here
+    when not given.
 
     Raises ``ValidationFailed`` for malformed input (wrong kinds, duplicate ids, a bad budget or tool schema),
     ``BudgetTooSmall`` when not even the cut pinned skeleton fits, ``MissingItemText`` when an included item
@@ -409,12 +445,13 @@ def compile_context(
     if isinstance(required, bool) or not isinstance(required, int) or not 0 <= required <= len(folds):
         raise ValidationFailed("folds_required must be from 0 to the number of folds", field="folds_required")
     if not folds:
-        return _compile(compile_input, budget, counter, load_texts, version, ())
+        return _compile(compile_input, budget, counter, load_texts, version, (), sections)
     start = len(folds) if version < 2 else required
     for applied in range(start, len(folds) + 1):
         view, hidden = _fold_view(compile_input, applied)
         records = () if version < 2 else hidden
-        result = _compile(view, budget, counter, load_texts, version, records)
+        view_sections = None if sections is None else _sections_without(sections, hidden)
+        result = _compile(view, budget, counter, load_texts, version, records, view_sections)
         included = set(result.included)
         out = {(kind, item_id) for kind, item_id, _, _ in hidden}
         if all(key in included for fold in folds[applied:] for key in fold.folded if key not in out):
@@ -443,8 +480,8 @@ def _fold_view(
         else:
             hidden.setdefault(fold.summary, f"its {len(fold.folded)} folded entries are shown instead")
     key = frozenset(hidden)
-    progress = remembered(compile_input.progress, ("fold-view", key), partial(_without, hidden=key))
-    evidence = remembered(compile_input.evidence, ("fold-view", key), partial(_without, hidden=key))
+    progress = _without(compile_input.progress, hidden=key)
+    evidence = _without(compile_input.evidence, hidden=key)
     view = dataclasses.replace(
         compile_input, progress=progress, evidence=evidence, folds=(), folds_required=0
     )
@@ -466,6 +503,27 @@ def _without(
     return tuple(item for item in items if (item.kind, item.id) not in hidden)
 
 
+def _sections_without(
+    sections: RankedSections, hidden: Sequence[tuple[str, str, int, str]]
+) -> RankedSections:
+    """``sections`` less the items a fold view hides; the rest keep their rank (each section is ranked item
+    by item, so leaving items out does not reorder the others)."""
+    out = {(kind, item_id) for kind, item_id, _, _ in hidden}
+    if not out:
+        return sections
+    kept_sections = []
+    for section in sections:
+        keep = [(item.kind, item.id) not in out for item in section.items]
+        kept_sections.append(
+            RankedSection(
+                tuple(compress(section.items, keep)),
+                tuple(compress(section.ids, keep)),
+                array("q", compress(section.costs, keep)),
+            )
+        )
+    return RankedSections(*kept_sections)
+
+
 def _compile(
     compile_input: CompileInput,
     budget: ModelBudget,
@@ -473,12 +531,13 @@ def _compile(
     load_texts: TextLoader | None,
     version: int,
     hidden: Sequence[tuple[str, str, int, str]],
+    sections: RankedSections | None,
 ) -> CompiledContext:
     """One compile of a view without folds; ``hidden`` are the items the folds took out, recorded last."""
-    evidence_by_kind = _check_items(compile_input)
+    if sections is None:
+        sections = rank_sections(compile_input, counter)
     context_budget = budget.context_tokens
-    step = compile_input.step
-    query = frozenset(terms_of(" ".join((compile_input.goal, step.objective, *step.inputs))))
+    query = query_of(compile_input)
     exclusions = _Exclusions()
 
     tool_names, tool_tokens = _pack_tools(compile_input, budget, counter, query, exclusions)
@@ -491,19 +550,10 @@ def _compile(
     costs = _Costs(counter, version)
 
     evidence_allowance = math.floor(remaining * compile_input.evidence_share)
-    evidence_sections = [
-        ("evidence", _relevant_evidence(compile_input.evidence, evidence_by_kind, kind, query))
-        for kind in EVIDENCE_KINDS
-    ]
+    evidence_sections = [("evidence", getattr(sections, kind)) for kind in EVIDENCE_KINDS]
     evidence, evidence_tokens = _first_fit(evidence_sections, evidence_allowance, costs, exclusions)
 
-    state_sections = [
-        ("failure", remembered(compile_input.failures, ("newest",), _newest_first)),
-        ("decision", remembered(compile_input.decisions, ("newest",), _newest_first)),
-        ("fact", remembered(compile_input.facts, ("facts", query), partial(_facts_in_order, query=query))),
-        ("artifact", remembered(compile_input.artifacts, ("newest",), _newest_first)),
-        ("progress", remembered(compile_input.progress, ("newest",), _newest_first)),
-    ]
+    state_sections = [(kind, getattr(sections, kind)) for kind in STATE_KINDS]
     state, state_tokens = _first_fit(state_sections, remaining - evidence_tokens, costs, exclusions)
 
     texts = _load_texts([entry.item for entry in (*evidence, *state)], load_texts)
@@ -527,11 +577,7 @@ def _compile(
             else:
                 state_tokens -= entry.cost
             exclusions.add(
-                entry.item.kind,
-                entry.item.id,
-                entry.cost,
-                0,
-                f"needed {entry.cost} tokens, 0 left (the counted prompt block was {overflow} over budget)",
+                entry.item.kind, entry.item.id, entry.cost, 0, _counted_block_reason(entry.cost, overflow)
             )
 
     for kind, item_id, tokens, reason in hidden:
@@ -566,41 +612,101 @@ _by_kind = attrgetter("kind")
 _by_position = attrgetter("position")
 
 
-def _check_items(compile_input: CompileInput) -> dict[str, tuple[ContextItem, ...]]:
-    """Validate kinds and id uniqueness (per kind); return the evidence split by kind."""
-    lists: list[tuple[str, tuple[ContextItem, ...], str]] = [
-        ("failures", compile_input.failures, "failure"),
-        ("decisions", compile_input.decisions, "decision"),
-        ("facts", compile_input.facts, "fact"),
-        ("artifacts", compile_input.artifacts, "artifact"),
-        ("progress", compile_input.progress, "progress"),
-    ]
-    for name, items, kind in lists:
-        remembered(items, ("valid", name, kind), partial(_check_kind, name=name, kind=kind))
-    return remembered(compile_input.evidence, ("evidence",), _split_evidence)
-
-
-def _check_kind(items: Sequence[ContextItem], *, name: str, kind: str) -> bool:
+def _check_kind(items: Sequence[ContextItem], *, name: str, kind: str) -> None:
     if set(map(_by_kind, items)) - {kind}:
         raise ValidationFailed(f"{name} may only hold items of kind {kind}", field=name)
     _check_unique_ids(name, items)
-    return True
-
-
-def _split_evidence(evidence: Sequence[ContextItem]) -> dict[str, tuple[ContextItem, ...]]:
-    split = {kind: tuple(item for item in evidence if item.kind == kind) for kind in EVIDENCE_KINDS}
-    if sum(map(len, split.values())) != len(evidence):
-        raise ValidationFailed(
-            f"evidence may only hold items of kind {' or '.join(EVIDENCE_KINDS)}", field="evidence"
-        )
-    for items in split.values():
-        _check_unique_ids("evidence", items)
-    return split
 
 
 def _check_unique_ids(name: str, items: Sequence[ContextItem]) -> None:
     if len(set(map(_by_id, items))) != len(items):
         raise ValidationFailed(f"{name}: two items of one kind share an id", field=name)
+
+
+# --- ranked sections (C4, C5: the order in which items are tried, with their costs) ------------------------
+
+
+class RankedSection(NamedTuple):
+    """One section's candidates in the order the compiler tries them, with their ids and their costs from
+    metadata (an ``array`` of integers: a large world's costs take no object each)."""
+
+    items: tuple[ContextItem, ...]
+    ids: tuple[str, ...]
+    costs: Sequence[int]
+
+
+class RankedSections(NamedTuple):
+    """The evidence (``diagnostic``, ``code``) and state sections of one compile input, each ranked."""
+
+    diagnostic: RankedSection
+    code: RankedSection
+    failure: RankedSection
+    decision: RankedSection
+    fact: RankedSection
+    artifact: RankedSection
+    progress: RankedSection
+
+
+SECTION_FIELDS = {
+    "failure": "failures",
+    "decision": "decisions",
+    "fact": "facts",
+    "artifact": "artifacts",
+    "progress": "progress",
+}
+
+
+def query_of(compile_input: CompileInput) -> frozenset[str]:
+    """The relevance terms of the goal and the step (what facts and evidence are ranked against)."""
+    step = compile_input.step
+    return frozenset(terms_of(" ".join((compile_input.goal, step.objective, *step.inputs))))
+
+
+def verified_label_tokens(counter: TokenCounter) -> int:
+    """What the verified label adds to a verified fact's cost in the counter's encoding."""
+    return counter.count(VERIFIED_LABEL)
+
+
+def rank_section(
+    kind: str, items: tuple[ContextItem, ...], *, query: frozenset[str], verified_label: int
+) -> RankedSection:
+    """``items`` (all of ``kind``, ids unique) validated and ranked: evidence by relevance to ``query``,
+    facts verified first then by relevance, the other state kinds newest first; ties by id."""
+    name = SECTION_FIELDS.get(kind, "evidence")
+    _check_kind(items, name=name, kind=kind)
+    if kind in EVIDENCE_KINDS:
+        ordered = _by_relevance(items, query)
+    elif kind == "fact":
+        ordered = _facts_in_order(items, query)
+    else:
+        ordered = _newest_first(items)
+    return RankedSection(
+        ordered, tuple(map(_by_id, ordered)), _lower_costs(ordered, verified_label if kind == "fact" else 0)
+    )
+
+
+def evidence_by_kind(evidence: Sequence[ContextItem]) -> dict[str, tuple[ContextItem, ...]]:
+    """The evidence split by kind; any other kind is refused."""
+    split = {kind: tuple(item for item in evidence if item.kind == kind) for kind in EVIDENCE_KINDS}
+    if sum(map(len, split.values())) != len(evidence):
+        raise ValidationFailed(
+            f"evidence may only hold items of kind {' or '.join(EVIDENCE_KINDS)}", field="evidence"
+        )
+    return split
+
+
+def rank_sections(compile_input: CompileInput, counter: TokenCounter) -> RankedSections:
+    """Every evidence and state section of ``compile_input`` ranked (``rank_section``)."""
+    query = query_of(compile_input)
+    label = verified_label_tokens(counter)
+    evidence = evidence_by_kind(compile_input.evidence)
+    state = {kind: getattr(compile_input, field) for kind, field in SECTION_FIELDS.items()}
+    return RankedSections(
+        **{
+            kind: rank_section(kind, items, query=query, verified_label=label)
+            for kind, items in (*evidence.items(), *state.items())
+        }
+    )
 
 
 # --- tools (C2) ------------------------------------------------------------------------------------------
@@ -640,13 +746,11 @@ def _pack_tools(
         charged = cost if compile_input.charge_tool_schemas else 0
         left = half - tokens
         if tool.name in seen:
-            exclusions.add("tool", tool.name, cost, left, "duplicate")
+            exclusions.add("tool", tool.name, cost, left, DUPLICATE_TOOL)
         elif len(names) >= budget.tool_count:
-            exclusions.add("tool", tool.name, cost, left, f"tool budget of {budget.tool_count} tools is full")
+            exclusions.add("tool", tool.name, cost, left, _tool_count_reason(budget.tool_count))
         elif charged > left:
-            exclusions.add(
-                "tool", tool.name, charged, left, f"needed {charged} tokens, {left} left for tools"
-            )
+            exclusions.add("tool", tool.name, charged, left, _tool_tokens_reason(charged, left))
         else:
             names.append(tool.name)
             seen.add(tool.name)
@@ -809,7 +913,6 @@ class _Costs:
             section: counter.count(f"## {title}\n") + HEADER_OVERHEAD
             for section, title in SECTION_TITLES.items()
         }
-        self.verified = counter.count(VERIFIED_LABEL)
         self.footer = counter.count(UNTRUSTED_FOOTER) + LINE_OVERHEAD
 
     def quoted_extra(self, item: ContextItem) -> int:
@@ -882,21 +985,60 @@ def _budget_reason(needed: int, left: int) -> str:
     return f"needed {needed} tokens, {left} left"
 
 
-def _lower_costs(section: str, items: Sequence[ContextItem], costs: _Costs) -> tuple[int, ...]:
-    """Each item's cost from metadata: stored tokens, bullet, indented continuation lines, the verified label.
-    Quoted items cost more (``_Costs.quoted_extra``), added only when such an item would otherwise fit."""
+def _tool_count_reason(tool_count: int) -> str:
+    return f"tool budget of {tool_count} tools is full"
+
+
+def _tool_tokens_reason(needed: int, left: int) -> str:
+    return f"needed {needed} tokens, {left} left for tools"
+
+
+def _counted_block_reason(needed: int, overflow: int) -> str:
+    return f"needed {needed} tokens, 0 left (the counted prompt block was {overflow} over budget)"
+
+
+DUPLICATE_TOOL = "duplicate"
+REASON_CODES = ("token_budget", "counted_block", "tool_count", "tool_tokens", "duplicate_tool")
+
+
+def reason_code(run: ExclusionRun) -> str:
+    """Why a run's items were left out, as one of ``REASON_CODES``: over the token budget by their metadata
+    cost (``token_budget``) or once the block was counted (``counted_block``), past the model's tool count
+    (``tool_count``) or the tools' token share (``tool_tokens``), or a tool given twice
+    (``duplicate_tool``)."""
+    reason = run.reason
+    if reason is None:
+        return "token_budget"
+    if reason == DUPLICATE_TOOL:
+        return "duplicate_tool"
+    if reason.endswith(" tools is full"):
+        return "tool_count"
+    if reason.endswith(" left for tools"):
+        return "tool_tokens"
+    return "counted_block"
+
+
+def _lower_costs(items: Sequence[ContextItem], verified_label: int) -> array[int]:
+    """Each item's cost from metadata: stored tokens, bullet, indented continuation lines, and for a verified
+    fact the label (``verified_label`` tokens; 0 for other sections). Quoted items cost more
+    (``_Costs.quoted_extra``), added only when such an item would otherwise fit."""
     base = ITEM_OVERHEAD - LINE_OVERHEAD
-    if section == "fact" and costs.verified:
-        label = costs.verified
-        return tuple(
-            item.token_count + LINE_OVERHEAD * item.line_count + base + (label if item.verified else 0)
-            for item in items
+    if verified_label:
+        return array(
+            "q",
+            (
+                item.token_count
+                + LINE_OVERHEAD * item.line_count
+                + base
+                + (verified_label if item.verified else 0)
+                for item in items
+            ),
         )
-    return tuple(item.token_count + LINE_OVERHEAD * item.line_count + base for item in items)
+    return array("q", (item.token_count + LINE_OVERHEAD * item.line_count + base for item in items))
 
 
 def _first_fit(
-    sections: Sequence[tuple[str, Sequence[ContextItem]]],
+    sections: Sequence[tuple[str, RankedSection]],
     allowance: int,
     costs: _Costs,
     exclusions: _Exclusions,
@@ -909,15 +1051,13 @@ def _first_fit(
     included: list[_Entry] = []
     left = max(0, allowance)
     started: set[str] = set()
-    for section, items in sections:
+    for section, ranked in sections:
+        items, ids = ranked.items, ranked.ids
         if not items:
             continue
         kind = items[0].kind
         header = 0 if section in started else costs.headers[section]
-        lows = list(
-            remembered(items, ("costs", section, costs.verified), partial(_lower_costs, section, costs=costs))
-        )
-        ids = remembered(items, ("ids",), _ids_of)
+        lows = list(ranked.costs)
         room = left - header
         # Indexes of items whose lower cost fits the room, found by C-level iterators that share one cursor:
         # after an inclusion the filter restarts, with the smaller room, where the last one stopped.
@@ -944,23 +1084,9 @@ def _first_fit(
     return included, max(0, allowance) - left
 
 
-def _ids_of(items: Iterable[ContextItem]) -> tuple[str, ...]:
-    return tuple(map(_by_id, items))
-
-
 def _newest_first(items: Iterable[ContextItem]) -> tuple[ContextItem, ...]:
     """Highest position first, equal positions by id (two stable sorts: cheaper than tuple keys)."""
     return tuple(sorted(sorted(items, key=_by_id), key=_by_position, reverse=True))
-
-
-def _relevant_evidence(
-    evidence: tuple[ContextItem, ...],
-    by_kind: Mapping[str, tuple[ContextItem, ...]],
-    kind: str,
-    query: frozenset[str],
-) -> tuple[ContextItem, ...]:
-    """The evidence of ``kind``, most relevant first (BM25 over the items of that kind), ties by id."""
-    return remembered(evidence, ("relevance", kind, query), lambda _: _by_relevance(by_kind[kind], query))
 
 
 def _by_relevance(items: Sequence[ContextItem], query: frozenset[str]) -> tuple[ContextItem, ...]:

@@ -325,6 +325,11 @@ class Nexum:
     def context(self, digest: str) -> Context:
         return Context.from_json(self._get(f"contexts/{digest}"))
 
+    def excluded(self, digest: str, *, limit: int = 500) -> Iterator[dict[str, Any]]:
+        """Every item and tool a compiled context left out, in order (``kind``, ``id``, ``tokens_needed``,
+        ``tokens_left``, ``reason``), fetched a page at a time; a compile's answer only counts them."""
+        return self._pages(f"contexts/{digest}/excluded", {"limit": limit})
+
     # --- the gate ---------------------------------------------------------------------------------------
 
     def complete(

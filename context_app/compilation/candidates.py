@@ -1,0 +1,494 @@
+"""The candidate cache: each task's candidate items kept in process, brought up to date incrementally, with
+their rankings, sized by memory (issue 14 item 4, issue 15).
+
+A compile's candidates are metadata only (id, kind, the stored token count in the compile's encoding, line
+count, position, verified, trust, origin, relevance terms: ``CandidateRow``). ``CandidateCache.refresh``
+serves a task's list as the world stands: it reads the task's marks (the last log position that changed a
+row of its goal, and its last fold, each with the fingerprint of the event there); when they have not moved
+the kept list is served as is, when they moved forward only the rows changed since (and the folds made
+since) are read, by index, and applied, and when they moved back (a replay inside ``state_as_of``, read
+models rebuilt to an older position) or a fingerprint changed (the list was read inside a transaction that
+then rolled back) the list is read whole. Rows never leave a goal, each change of a row sets its
+``changed_position`` to the position of its event, and folds are only ever added, so equal marks mean an
+equal world for the task.
+
+``CandidateCache.ranked`` keeps, per task and section, the section ranked and costed for the compiler
+(``nexum.core.compilation.compiler.rank_section``) while the section's candidates, the extra items joined
+to it and the query stay the same: the memo covers every task in the cache and leaves with it.
+
+Memory. Entries are evicted least recently used once the estimated total passes ``NEXUM_COMPILE_CACHE_MB``
+(default 256). An entry is charged for its references (8 bytes per slot of its tuples, sets and cost
+arrays); the items themselves are shared by every entry holding them (the tasks of one goal share most) and
+charged once while any entry holds one (``ITEM_BYTES`` each, an estimate: the object, its id string, its
+terms tuple and its interning entry). A read inside a compile's snapshot never replaces a newer list kept
+by a concurrent compile of the same task.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import threading
+import uuid
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import BooleanField, Case, ExpressionWrapper, F, Q, QuerySet, TextField, Value, When
+from django.db.models.expressions import RawSQL
+
+from context_app.compilation.models import CompactionFold, FoldedItem
+from context_app.world.models import WorldItem
+from nexum.core import world
+from nexum.core.compilation.compiler import ContextItem, RankedSection
+from nexum.core.compilation.rules import COMPACTED_KINDS
+from nexum.core.tokens import TokenCounter
+from nexum.eventstore.models import Event
+from tasks_app.models import Task
+
+RANKED_KINDS = ("fact", "tool_call")  # ranked by relevance: their terms are needed
+SECTION_KINDS = ("failure", "decision", "fact", "artifact", "progress", "diagnostic")
+DEFAULT_CACHE_MB = 256
+ITEM_BYTES = 480
+SLOT_BYTES = 8
+ENTRY_BYTES = 4096
+
+
+class CandidateRow(NamedTuple):
+    """One world item's metadata as the candidate query reads it."""
+
+    id: str
+    kind: str
+    tokens: int | None
+    """The stored token count in the compile's encoding; ``None``: not counted in it (the text is)."""
+    line_count: int
+    position: int
+    verified: bool
+    trust_class: str
+    source: str
+    own: bool
+    """The task's own item (not shared by the goal)."""
+    status: str
+    ranked_terms: str
+    """The relevance terms of the kinds ranked by relevance (``RANKED_KINDS``); empty for the others."""
+    changed_position: int
+
+
+class Marks(NamedTuple):
+    """Where a task's candidates stood: the last log position that changed a row of its goal and the
+    position of its last fold (-1: none), each with the stream and version of the event at that position
+    (its fingerprint: a position a rolled-back transaction used is gone, or, on SQLite, reused by another
+    event)."""
+
+    high: int
+    high_event: str | None
+    fold_high: int
+    fold_event: str | None
+
+
+NO_MARKS = Marks(-1, None, -1, None)
+
+
+@dataclass(frozen=True)
+class TaskCandidates:
+    """A task's candidate items as of one state of its goal, per compiler section (tool calls are
+    ``diagnostic``), and the ids of its own progress notes and tool calls (what compaction folds).
+
+    ``marks`` are where the world stood when it was read; ``folded`` the ids the task's folds left out. Never
+    changed once built: a newer state is a new value that shares the sections that did not change, so the
+    rankings kept for those stay valid.
+    """
+
+    marks: Marks
+    folded: frozenset[str]
+    sections: Mapping[str, tuple[ContextItem, ...]]
+    compacted: frozenset[str]
+
+    @property
+    def items(self) -> tuple[ContextItem, ...]:
+        return tuple(item for kind in SECTION_KINDS for item in self.sections[kind])
+
+    @property
+    def by_kind(self) -> dict[str, dict[str, ContextItem]]:
+        return {kind: {item.id: item for item in self.sections[kind]} for kind in SECTION_KINDS}
+
+    def compacted_items(self) -> list[ContextItem]:
+        """The task's own progress notes and tool calls (``diagnostic`` here), each with its token count."""
+        return [
+            item
+            for kind in ("progress", "diagnostic")
+            for item in self.sections[kind]
+            if item.id in self.compacted
+        ]
+
+    def estimated_bytes(self) -> int:
+        """The references this value holds (its items are charged by the cache, once)."""
+        slots = sum(len(items) for items in self.sections.values()) + 4 * (
+            len(self.folded) + len(self.compacted)
+        )
+        return ENTRY_BYTES + SLOT_BYTES * slots
+
+
+EMPTY = TaskCandidates(NO_MARKS, frozenset(), {kind: () for kind in SECTION_KINDS}, frozenset())
+
+
+@dataclass
+class _Entry:
+    candidates: TaskCandidates
+    ranked: dict[str, tuple[tuple[Any, ...], RankedSection]] = field(default_factory=dict)
+    """Per section: the key it was ranked for (the base tuple, the extra items and their texts, the query and
+    the label cost) and the ranking."""
+
+    def estimated_bytes(self) -> int:
+        ranked = sum(3 * len(section.ids) for _, section in self.ranked.values())
+        return self.candidates.estimated_bytes() + SLOT_BYTES * ranked
+
+
+class CandidateCache:
+    """Candidate lists and their rankings per (database, encoding, task), least recently used evicted first
+    once the estimated total passes ``max_bytes`` (``NEXUM_COMPILE_CACHE_MB`` when not given)."""
+
+    def __init__(self, max_bytes: int | None = None) -> None:
+        self._max_bytes = max_bytes
+        self._entries: OrderedDict[tuple[Any, ...], _Entry] = OrderedDict()
+        self._entry_bytes: dict[tuple[Any, ...], int] = {}
+        self._total = 0
+        # Items by (id, changed position, token count): one object per item state, shared by every task.
+        self._items: weakref.WeakValueDictionary[tuple[Any, ...], ContextItem] = weakref.WeakValueDictionary()
+        self._lock = threading.Lock()
+
+    @property
+    def max_bytes(self) -> int:
+        if self._max_bytes is not None:
+            return self._max_bytes
+        return int(getattr(settings, "NEXUM_COMPILE_CACHE_MB", DEFAULT_CACHE_MB)) * 1024 * 1024
+
+    def estimated_bytes(self) -> int:
+        with self._lock:
+            return self._total + ITEM_BYTES * len(self._items)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    # --- refresh and eviction -------------------------------------------------------------------------
+
+    def refresh(self, *, task: Task, encoding: str, counter: TokenCounter) -> TaskCandidates:
+        """The candidates of ``task`` as the world stands for this connection, read incrementally."""
+        key = _key(task, encoding)
+        with self._lock:
+            entry = self._entries.get(key)
+        kept = EMPTY if entry is None else entry.candidates
+        now, kept_now = _marks(task, kept.marks)
+        if (
+            entry is None
+            or kept_now != kept.marks
+            or now.high < kept.marks.high
+            or now.fold_high < kept.marks.fold_high
+        ):
+            base = EMPTY  # not read yet, built on a rolled-back write, or the world moved back: read it whole
+        elif now == kept.marks:
+            with self._lock:
+                if key in self._entries:
+                    self._entries.move_to_end(key)
+            return kept
+        else:
+            base = kept
+        fresh = self._refreshed(base, task, encoding, counter, now)
+        self._keep(key, fresh, examined=entry)
+        return fresh
+
+    def evict(self, *, task_id: str | None = None) -> None:
+        """Drop the entries of one task (every encoding), or every entry."""
+        with self._lock:
+            for key in [key for key in self._entries if task_id is None or key[3] == str(task_id)]:
+                self._drop(key)
+
+    def clear(self) -> None:
+        self.evict()
+
+    def _keep(self, key: tuple[Any, ...], fresh: TaskCandidates, *, examined: _Entry | None) -> None:
+        """Keep ``fresh`` for ``key`` unless, since ``examined`` was read, a concurrent compile of the task
+        kept a newer list (this read's snapshot is older: it loses)."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry is not examined and _newer(entry.candidates.marks, fresh.marks):
+                return
+            kept_ranked = {} if entry is None else entry.ranked
+            ranked = {
+                kind: (memo_key, section)
+                for kind, (memo_key, section) in kept_ranked.items()
+                if kind not in fresh.sections or memo_key[0] is fresh.sections[kind]
+            }
+            self._put(key, _Entry(fresh, ranked))
+
+    def _put(self, key: tuple[Any, ...], entry: _Entry) -> None:
+        """Store ``entry`` (lock held) and evict the least recently used until the total fits."""
+        self._total -= self._entry_bytes.pop(key, 0)
+        self._entries[key] = entry
+        self._entries.move_to_end(key)
+        size = entry.estimated_bytes()
+        self._entry_bytes[key] = size
+        self._total += size
+        while len(self._entries) > 1 and self._total + ITEM_BYTES * len(self._items) > self.max_bytes:
+            self._drop(next(iter(self._entries)))
+
+    def _drop(self, key: tuple[Any, ...]) -> None:
+        self._entries.pop(key, None)
+        self._total -= self._entry_bytes.pop(key, 0)
+
+    # --- rankings -------------------------------------------------------------------------------------
+
+    def ranked(
+        self,
+        *,
+        task: Task,
+        encoding: str,
+        kind: str,
+        base: tuple[ContextItem, ...],
+        extra: tuple[ContextItem, ...],
+        context: tuple[Hashable, ...],
+        rank: Callable[[tuple[ContextItem, ...]], RankedSection],
+    ) -> RankedSection:
+        """``rank(base + extra)``, kept for the task while ``base`` is the same tuple object, the ``extra``
+        items and their texts are equal, and so is ``context`` (what else the ranking depends on)."""
+        key = _key(task, encoding)
+        memo_key = (base, extra, tuple(item.text for item in extra), context)
+        with self._lock:
+            entry = self._entries.get(key)
+            kept = None if entry is None else entry.ranked.get(kind)
+        if kept is not None and kept[0][0] is base and kept[0][1:] == memo_key[1:]:
+            return kept[1]
+        section = rank(base + extra if extra else base)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry.candidates.sections.get(kind) is base:
+                entry.ranked[kind] = (memo_key, section)
+                self._put(key, entry)
+        return section
+
+    # --- reading --------------------------------------------------------------------------------------
+
+    def _refreshed(
+        self, base: TaskCandidates, task: Task, encoding: str, counter: TokenCounter, now: Marks
+    ) -> TaskCandidates:
+        """``base`` with the rows changed since its marks applied (and newly folded items taken out)."""
+        folded = base.folded
+        compacted = base.compacted
+        changes: dict[str, dict[str, ContextItem | None]] = {kind: {} for kind in SECTION_KINDS}
+        if now.fold_high > base.marks.fold_high:
+            new_folds = CompactionFold.objects.filter(task_id=task.id, position__gt=base.marks.fold_high)
+            newly = {
+                str(item_id) for ids in new_folds.values_list("folded_ids", flat=True) for item_id in ids
+            }
+            folded = folded | newly
+            compacted = compacted - newly
+            for kind in SECTION_KINDS:
+                changes[kind].update(dict.fromkeys(newly))
+        rows = changed_rows(task, encoding, base.marks.high) if now.high > base.marks.high else []
+        if rows:
+            own = set(compacted)
+            live = []
+            for row in rows:
+                kind = "diagnostic" if row.kind == "tool_call" else row.kind
+                if row.status == world.FACT_CURRENT and row.id not in folded:
+                    live.append(row)
+                else:
+                    changes[kind][row.id] = None
+                    own.discard(row.id)
+            for row, item in zip(live, self.items_of(live, counter), strict=True):
+                changes[item.kind][item.id] = item
+                if row.own and row.kind in COMPACTED_KINDS and not task.is_goal:
+                    own.add(item.id)
+            compacted = frozenset(own)
+        sections = {
+            kind: _applied(base.sections[kind], changes[kind]) if changes[kind] else base.sections[kind]
+            for kind in SECTION_KINDS
+        }
+        return TaskCandidates(now, folded, sections, compacted)
+
+    def items_of(self, rows: Sequence[CandidateRow], counter: TokenCounter) -> list[ContextItem]:
+        """The items the metadata rows describe (the cache's own object when the item's state was seen)."""
+        intern = sys.intern
+        items: list[ContextItem] = []
+        uncounted: list[int] = []
+        for row in rows:
+            state = (row.id, row.changed_position, row.tokens)
+            item = self._items.get(state) if row.tokens is not None else None
+            if item is None:
+                item = ContextItem(
+                    "diagnostic" if row.kind == "tool_call" else intern(row.kind),
+                    row.id,
+                    0 if row.tokens is None else int(row.tokens),
+                    row.line_count,
+                    row.position,
+                    bool(row.verified),
+                    tuple(map(intern, row.ranked_terms.split(" "))) if row.ranked_terms else (),
+                    intern(row.trust_class),
+                    f"tool call: {row.source}"
+                    if row.kind == "tool_call"
+                    else (intern(row.source) if row.source else None),
+                )
+                if row.tokens is None:
+                    uncounted.append(len(items))
+                else:
+                    with self._lock:
+                        self._items[state] = item
+            items.append(item)
+        if uncounted:
+            _count_uncounted(items, uncounted, counter)
+        return items
+
+
+def _applied(
+    section: tuple[ContextItem, ...], changes: Mapping[str, ContextItem | None]
+) -> tuple[ContextItem, ...]:
+    """``section`` with items replaced, removed (``None``) or added, by id."""
+    kept = [item for item in section if item.id not in changes]
+    return (*kept, *(item for item in changes.values() if item is not None))
+
+
+def _newer(kept: Marks, fresh: Marks) -> bool:
+    return kept.high > fresh.high or kept.fold_high > fresh.fold_high
+
+
+def _key(task: Task, encoding: str) -> tuple[Any, ...]:
+    return (
+        connection.alias,
+        connection.settings_dict.get("NAME"),
+        encoding,
+        str(task.id),
+        str(task.project_id),
+        str(task.goal_id),
+        task.is_goal,
+    )
+
+
+# --- queries ------------------------------------------------------------------------------------------------
+
+
+def seen_by(task: Task) -> Q:
+    """Which items of its goal a task sees: the shared ones and its own (a goal sees the shared ones)."""
+    shared = Q(task_id__isnull=True)
+    return shared if task.is_goal else shared | Q(task_id=task.id)
+
+
+def task_items(task: Task) -> QuerySet[WorldItem]:
+    """The items the task sees (its goal's shared ones and its own, current facts only), folded ones out."""
+    items = WorldItem.objects.filter(
+        seen_by(task),
+        project_id=task.project_id,
+        goal_id=task.goal_id,
+        status=world.FACT_CURRENT,
+    )
+    folded = FoldedItem.objects.filter(task_id=task.id).values("item_id")
+    return items.exclude(id__in=folded)
+
+
+def stored_tokens(encoding: str) -> RawSQL:
+    """A world item's stored token count in ``encoding`` as an integer (NULL when not counted), read by the
+    database so no ``token_counts`` JSON is decoded in Python."""
+    table = connection.ops.quote_name(WorldItem._meta.db_table)
+    if connection.vendor == "postgresql":
+        return RawSQL(f"({table}.token_counts ->> %s)::integer", (encoding,))
+    return RawSQL(f"json_extract({table}.token_counts, %s)", (f'$."{encoding}"',))
+
+
+def _id_text() -> RawSQL:
+    table = connection.ops.quote_name(WorldItem._meta.db_table)
+    return RawSQL(f"{table}.id::text" if connection.vendor == "postgresql" else f"{table}.id", ())
+
+
+def changed_rows(
+    task: Task, encoding: str, since: int, ids: Iterable[str] | None = None
+) -> list[CandidateRow]:
+    """Every item the task sees whose row changed after log position ``since`` (whatever its status now),
+    in one query on the ``(goal_id, changed_position)`` index, which covers it on PostgreSQL (a goal id is
+    unique across projects, so no other index can serve it). With ``ids``, the rows of those items instead,
+    whenever they changed (a fold's entries)."""
+    where = Q(changed_position__gt=since) if ids is None else Q(id__in=[uuid.UUID(item) for item in ids])
+    rows = (
+        WorldItem.objects.filter(seen_by(task), where, goal_id=task.goal_id)
+        .annotate(
+            item_text_id=_id_text(),
+            tokens=stored_tokens(encoding),
+            own=ExpressionWrapper(Q(task_id__isnull=False), output_field=BooleanField()),
+            ranked_terms=Case(
+                When(kind__in=RANKED_KINDS, then=F("terms_text")), default=Value(""), output_field=TextField()
+            ),
+        )
+        .values_list(
+            "item_text_id",
+            "kind",
+            "tokens",
+            "line_count",
+            "position",
+            "verified",
+            "trust_class",
+            "source",
+            "own",
+            "status",
+            "ranked_terms",
+            "changed_position",
+        )
+        .order_by()
+    )
+    sql, params = rows.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        fetched = cursor.fetchall()
+    if connection.vendor == "postgresql":
+        return [CandidateRow._make(row) for row in fetched]
+    return [CandidateRow(_canonical_uuid(row[0]), *row[1:]) for row in fetched]
+
+
+def _marks(task: Task, known: Marks) -> tuple[Marks, Marks]:
+    """The task's marks now, and the fingerprints of the events at the ``known`` marks' positions now, in
+    one query of index probes."""
+    items = connection.ops.quote_name(WorldItem._meta.db_table)
+    folds = connection.ops.quote_name(CompactionFold._meta.db_table)
+    events = connection.ops.quote_name(Event._meta.db_table)
+    goal_id, task_id = task.goal_id, task.id
+    if connection.vendor != "postgresql":  # SQLite keeps UUIDs as 32 hex digits
+        goal_id, task_id = uuid.UUID(str(goal_id)).hex, uuid.UUID(str(task_id)).hex
+
+    def event_at(position: str) -> str:
+        return f"(SELECT stream_id || '@' || CAST(version AS TEXT) FROM {events} WHERE position = {position})"
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT h.p, {event_at('h.p')}, f.p, {event_at('f.p')}, {event_at('%s')}, {event_at('%s')}"
+            f" FROM (SELECT MAX(changed_position) AS p FROM {items} WHERE goal_id = %s) AS h,"
+            f" (SELECT MAX(position) AS p FROM {folds} WHERE task_id = %s) AS f",
+            [known.high, known.fold_high, goal_id, task_id],
+        )
+        high, high_event, fold_high, fold_event, known_high_event, known_fold_event = cursor.fetchone()
+    now = Marks(
+        -1 if high is None else int(high), high_event, -1 if fold_high is None else int(fold_high), fold_event
+    )
+    return now, known._replace(high_event=known_high_event, fold_event=known_fold_event)
+
+
+def _canonical_uuid(value: Any) -> str:
+    text = str(value)
+    if len(text) == 32:  # SQLite keeps UUIDs as 32 hex digits
+        return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+    return text
+
+
+def _count_uncounted(items: list[ContextItem], uncounted: Sequence[int], counter: TokenCounter) -> None:
+    rendered = dict(
+        WorldItem.objects.filter(id__in=[uuid.UUID(items[index].id) for index in uncounted]).values_list(
+            "id", "rendered"
+        )
+    )
+    for index in uncounted:
+        item = items[index]
+        items[index] = dataclasses.replace(item, token_count=counter.count(rendered[uuid.UUID(item.id)]))
+
+
+CANDIDATES = CandidateCache()
+"""The process's cache (gunicorn's threads share it; each worker process has its own)."""
