@@ -33,6 +33,7 @@ from context_app.resolution import services as resolution
 from context_app.resolution.models import Grant, Source, TaskContext, TaskQuestions
 from nexum.core import roles
 from nexum.core.roles import actor_of, caller_trust
+from nexum.workspaces import project_workspace
 from tasks_app.models import Project, Task
 from tasks_app.services import goal_create, project_create, task_start
 from verification_app.models import CompletionRequest
@@ -149,14 +150,28 @@ def _tools(project_id: str, log: Callable[[str], None]) -> None:
 
 def _workspace(project_id: str, log: Callable[[str], None]) -> None:
     """A copy of the example repository inside the demo project's workspace folder, where the command check
-    runs. An existing copy is left alone: fix the bug there and ask the gate again."""
+    runs and the ``auth-repo`` and ``auth-docs`` sources read. An existing copy is left alone: fix the bug
+    there, resolve ``s3`` again and ask the gate again (``workspace_reset`` puts the original back)."""
     target = workspace_folder(project_id) / WORKSPACE_FOLDER
     if target.exists():
         return
+    _copy_example(target)
+    log(f"workspace: copied examples/{WORKSPACE_FOLDER} to {target}")
+
+
+def workspace_reset() -> Path:
+    """Put the demo's workspace copy back as ``examples/`` has it (a fix made there is gone); returns it."""
+    target = project_workspace(PROJECT_SLUG) / WORKSPACE_FOLDER
+    if target.exists():
+        shutil.rmtree(target)
+    _copy_example(target)
+    return target
+
+
+def _copy_example(target: Path) -> None:
     shutil.copytree(
         EXAMPLES_DIR / WORKSPACE_FOLDER, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
     )
-    log(f"workspace: copied examples/{WORKSPACE_FOLDER} to {target}")
 
 
 def _goal(project_id: str, log: Callable[[str], None]) -> Task:
@@ -283,8 +298,10 @@ def _sources_and_grants(
     project_id: str, goal: Task, tasks: dict[str, Task], log: Callable[[str], None]
 ) -> None:
     sources = {
-        "auth-repo": ("folder", {"path": str(EXAMPLES_DIR / WORKSPACE_FOLDER / "auth_service")}),
-        "auth-docs": ("docs", {"path": str(EXAMPLES_DIR / WORKSPACE_FOLDER / "docs")}),
+        # The workspace copy the gate checks (a path relative to the project's workspace folder), so a fix
+        # made there is what the next resolve reads.
+        "auth-repo": ("folder", {"path": f"{WORKSPACE_FOLDER}/auth_service"}),
+        "auth-docs": ("docs", {"path": f"{WORKSPACE_FOLDER}/docs"}),
         "tickets": (
             "tickets_json",
             {

@@ -207,3 +207,47 @@ def test_keeping_the_docs_side_for_s2_settles_the_expiry_conflict_for_s3_too(dem
     assert f"The settlement {reach}." in response.content.decode()
     prompt = s3_prompt()
     assert "60 minutes" not in prompt and "15 minutes" in prompt
+
+
+BUG = "    # BUG (the demo's failing spec): the expiry is never enforced.\n    del expiry\n"
+FIX = '    if now >= expiry:\n        raise InvalidToken("expired")\n'
+
+
+def test_the_fix_story_shows_the_fixed_code_and_a_reset_brings_the_failing_demo_back(demo_settings, settings):
+    """The README's story: fix tokens.py in the workspace copy, resolve s3 again, start it, ask the gate
+    (completed), and s3's next compile shows the fixed code — the repository source reads the copy the gate
+    checks. ``nexum_demo --reset`` (``make demo-reset``) then gives the demo from its start: s3 failed."""
+    from django.core.management import call_command
+
+    from nexum.ui.demo import EXAMPLES_DIR
+    from nexum.workspaces import project_workspace
+
+    settings.DEBUG = True
+    call_command("nexum_demo", stdout=io.StringIO())
+    s3 = Task.objects.get(project__slug="demo", key="s3")
+    assert s3.state == "failed"
+    tokens = project_workspace("demo") / "auth-service" / "auth_service" / "tokens.py"
+    assert BUG in tokens.read_text()
+    tokens.write_text(tokens.read_text().replace(BUG, FIX))
+
+    agent = Client(HTTP_AUTHORIZATION=f"Bearer {settings.NEXUM_DEMO_TOKEN}")
+
+    def post(path: str, body: dict) -> dict:
+        response = agent.post(f"/api/v1/tasks/{s3.id}/{path}", body, content_type="application/json")
+        assert response.status_code == 200, response.content
+        return response.json()
+
+    post("resolve", {})
+    assert post("start", {})["state"] == "running"
+    assert post("complete", {"answer": "verify_token now refuses expired tokens"})["outcome"] == "completed"
+    prompt = post("compile", {"model": "frontier"})["context"]["prompt_block"]
+    assert 'raise InvalidToken("expired")' in prompt
+    assert "the expiry is never enforced" not in prompt
+    assert "Check auth-service pytest: passed" in prompt
+
+    printed = io.StringIO()
+    call_command("nexum_demo", reset=True, stdout=printed)
+    assert "restored from examples/" in printed.getvalue()
+    assert tokens.read_text() == (EXAMPLES_DIR / "auth-service" / "auth_service" / "tokens.py").read_text()
+    assert Task.objects.get(project__slug="demo", key="s3").state == "failed"
+    assert "s3 failed" in printed.getvalue()
