@@ -48,8 +48,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from rest_framework.test import APIClient  # noqa: E402
 
-from context_app.catalog.management.commands.load_model_catalog import DEFAULT_CATALOG  # noqa: E402
-from context_app.catalog.services import model_catalog_replace  # noqa: E402
+from context_app.catalog.services import DEFAULT_CATALOG, model_catalog_replace  # noqa: E402
 from context_app.compilation import selectors, services  # noqa: E402
 from context_app.world.models import WorldItem  # noqa: E402
 from context_app.world.services import progress_record, scope_resolve, tool_call_record, tool_define  # noqa: E402
