@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 from django.db import connection
 
-from context_app.catalog.management.commands.load_model_catalog import DEFAULT_CATALOG
-from context_app.catalog.services import model_catalog_replace
+from context_app.catalog.services import DEFAULT_CATALOG, model_catalog_replace
 from context_app.world.services import tool_define
 from nexum.core import world
 from nexum.core.events import Event

@@ -39,6 +39,12 @@ def token_by_name(*, project: Project, name: str) -> AgentToken:
     return token
 
 
+def token_in_force(*, token_id: str) -> bool:
+    """Whether the token still authenticates (not revoked): read from the table each time, never cached, so a
+    revocation takes effect at the next check."""
+    return AgentToken.objects.filter(id=token_id, revoked_at__isnull=True).exists()
+
+
 def token_list(*, project: Project) -> QuerySet[AgentToken]:
     """A project's tokens, oldest first (revoked ones included)."""
     return AgentToken.objects.filter(project=project).order_by("issued_at", "name")

@@ -12,6 +12,9 @@ A connection is bounded: it closes after ``?timeout=`` seconds, at most (and by 
 and closes. The client reconnects with ``Last-Event-ID`` (an ``EventSource`` does so by itself, after the
 ``retry:`` the stream announces). While idle, a comment line is sent every ``NEXUM_EVENT_STREAM_HEARTBEAT_S``
 so proxies keep the connection open.
+
+The token is checked again before every read of the log: once it is revoked, the stream sends one ``event:
+error`` message (``authentication_failed`` in the one error shape) and closes, and a reconnection is 401.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ from rest_framework.views import APIView
 
 from nexum.core.errors import ValidationFailed
 from nexum.eventstore import store
+from nexum_web.api.errors import error_body
 from nexum_web.api.views import StoredEventSerializer
+from tasks_app.selectors import token_in_force
 
 LAST_EVENT_ID = "Last-Event-ID"
 BATCH = 500
@@ -106,7 +111,7 @@ class EventStreamView(APIView):
         after = query.validated_data["after"] if resume is None else resume
         limit = settings.NEXUM_EVENT_STREAM_MAX_S
         timeout = 0 if request.method == "HEAD" else min(query.validated_data.get("timeout", limit), limit)
-        frames = _frames(request.user.project_id, after, time.monotonic() + timeout)
+        frames = _frames(request.user.project_id, request.user.token_id, after, time.monotonic() + timeout)
         response = StreamingHttpResponse(frames, content_type="text/event-stream; charset=utf-8")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # a proxy passes each message on at once
@@ -119,11 +124,15 @@ class EventStreamView(APIView):
         return super().finalize_response(request, response, *args, **kwargs)
 
 
-def _frames(project_id: str, after: int, deadline: float) -> Iterator[str]:
+def _frames(project_id: str, token_id: str, after: int, deadline: float) -> Iterator[str]:
     yield f"retry: {RETRY_MS}\n\n"
     position = after
     idle_since = time.monotonic()
     while True:
+        if not token_in_force(token_id=token_id):
+            revoked = error_body("authentication_failed", "the token was revoked; the stream is closed")
+            yield f"event: error\ndata: {json.dumps(revoked, separators=(',', ':'))}\n\n"
+            return
         events = store.read_all(after=position, limit=BATCH, project_id=project_id)
         for event in events:
             data = json.dumps(StoredEventSerializer(event).data, ensure_ascii=False, separators=(",", ":"))

@@ -22,9 +22,8 @@ from pathlib import Path
 
 from django.conf import settings
 
-from context_app.catalog.management.commands.load_model_catalog import DEFAULT_CATALOG
 from context_app.catalog.models import CatalogCard, ModelOverlay
-from context_app.catalog.services import model_catalog_replace, model_overlay_set
+from context_app.catalog.services import DEFAULT_CATALOG, model_catalog_replace, model_overlay_set
 from context_app.compilation.models import StoredContext
 from context_app.compilation.services import context_compile
 from context_app.resolution import services as resolution

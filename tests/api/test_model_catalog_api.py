@@ -7,8 +7,7 @@ import json
 import pytest
 
 from context_app.catalog import selectors
-from context_app.catalog.management.commands.load_model_catalog import DEFAULT_CATALOG
-from context_app.catalog.services import model_catalog_replace, model_overlay_set
+from context_app.catalog.services import DEFAULT_CATALOG, model_catalog_replace, model_overlay_set
 from nexum.eventstore.models import Event as EventRow
 
 pytestmark = pytest.mark.django_db

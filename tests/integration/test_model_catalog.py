@@ -12,9 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from context_app.catalog import selectors
-from context_app.catalog.management.commands.load_model_catalog import DEFAULT_CATALOG
 from context_app.catalog.models import CatalogAlias, CatalogCard, ModelOverlay, ModelOverlayChange
-from context_app.catalog.services import model_catalog_replace, model_overlay_clear, model_overlay_set
+from context_app.catalog.services import (
+    DEFAULT_CATALOG,
+    model_catalog_replace,
+    model_overlay_clear,
+    model_overlay_set,
+)
 from nexum.core.budgets import ModelCard
 from nexum.core.catalog import models_stream
 from nexum.core.errors import ConcurrencyError, Conflict, DomainError, ValidationFailed

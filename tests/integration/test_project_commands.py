@@ -5,9 +5,11 @@ as its sha256, a revoked token refused from the next request on."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -238,3 +240,20 @@ def test_the_admin_shows_an_issued_key_once_and_revokes_with_an_action(admin_cli
     )
     assert b"were already revoked" in again.content
     assert EventRow.objects.filter(event_type="AgentTokenRevoked").count() == 1
+
+
+def test_a_revoked_token_ends_its_open_event_stream_at_once(project):
+    key, _ = run("nexum_token", "issue", "acme", "watcher", "--role", "agent")
+    client = bearer(key.strip())
+    response = client.get("/api/v1/events/stream", {"timeout": 20}, HTTP_ACCEPT="text/event-stream")
+    frames = iter(response.streaming_content)
+    assert next(frames) == b"retry: 1000\n\n"
+    started = time.monotonic()
+    run("nexum_token", "revoke", "acme", "watcher")
+    rest = b"".join(frames).decode()  # ends long before the 20 s the stream was asked for
+    assert time.monotonic() - started < 5
+    last = rest.rstrip("\n").split("\n\n")[-1].splitlines()
+    assert last[0] == "event: error"
+    assert json.loads(last[1].removeprefix("data: "))["error"]["code"] == "authentication_failed"
+    again = client.get("/api/v1/events/stream", {"timeout": 0}, HTTP_ACCEPT="text/event-stream")
+    assert again.status_code == 401

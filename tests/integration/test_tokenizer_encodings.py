@@ -9,8 +9,7 @@ import json
 import pytest
 
 from context_app.catalog import selectors as catalog_selectors
-from context_app.catalog.management.commands.load_model_catalog import DEFAULT_CATALOG
-from context_app.catalog.services import model_catalog_replace
+from context_app.catalog.services import DEFAULT_CATALOG, model_catalog_replace
 from context_app.compilation import services as compilation
 from context_app.world.models import Tool, WorldItem
 from nexum.core.compilation.compiler import SECTION_TITLES
