@@ -43,7 +43,7 @@ def demo_settings(settings, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def demo_world(demo_settings: Path) -> Any:
-    from nexum.ui.demo import load_demo_world
+    from nexum_web.ui.demo import load_demo_world
 
     return load_demo_world()
 

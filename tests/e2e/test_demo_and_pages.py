@@ -13,8 +13,8 @@ from django.contrib import admin
 from django.test import Client
 from django.urls import reverse
 
-from context_app.models import WorldItem
 from context_app.resolution.models import BundleItem, Escalation, Grant
+from context_app.world.models import WorldItem
 from nexum.eventstore.models import Event
 from tasks_app.models import AgentToken, Task
 from tests.e2e.conftest import STAFF
@@ -30,7 +30,7 @@ def staff_client(staff_user) -> Client:
 
 
 def test_the_demo_world_has_every_feature_and_a_second_load_writes_nothing(demo_world):
-    from nexum.ui.demo import load_demo_world
+    from nexum_web.ui.demo import load_demo_world
 
     tasks = demo_world.tasks
     assert {key: task.state for key, task in tasks.items()} == {
@@ -85,11 +85,11 @@ def test_every_admin_page_and_the_escalation_ui_answer_without_error(
         else:
             assert meta.label == "auth.Group", f"the demo has no {meta.label}"
     pages += [reverse("ui:escalation", args=[e.id]) for e in Escalation.objects.all()]
-    from context_app.compilation.models import CompiledContext
+    from context_app.compilation.models import StoredContext
 
-    contexts = list(CompiledContext.objects.order_by("position"))
-    pages.append(reverse("admin:compilation_compiledcontext_replay", args=[contexts[0].pk]))
-    pages.append(reverse("admin:compilation_compiledcontext_diff", args=[contexts[0].pk, contexts[1].pk]))
+    contexts = list(StoredContext.objects.order_by("position"))
+    pages.append(reverse("admin:compilation_storedcontext_replay", args=[contexts[0].pk]))
+    pages.append(reverse("admin:compilation_storedcontext_diff", args=[contexts[0].pk, contexts[1].pk]))
     pages += [
         f"/admin/eventstore/event/?q={term}" for term in ("task-", "TaskStarted", "1", "nothing-like-it")
     ]
@@ -219,7 +219,7 @@ def test_the_fix_story_shows_the_fixed_code_and_a_reset_brings_the_failing_demo_
     checks. ``nexum_demo --reset`` (``make demo-reset``) then gives the demo from its start: s3 failed."""
     from django.core.management import call_command
 
-    from nexum.ui.demo import EXAMPLES_DIR
+    from nexum_web.ui.demo import EXAMPLES_DIR
     from nexum.workspaces import project_workspace
 
     settings.DEBUG = True
