@@ -219,8 +219,8 @@ def test_the_fix_story_shows_the_fixed_code_and_a_reset_brings_the_failing_demo_
     checks. ``nexum_demo --reset`` (``make demo-reset``) then gives the demo from its start: s3 failed."""
     from django.core.management import call_command
 
-    from nexum_web.ui.demo import EXAMPLES_DIR
     from nexum.workspaces import project_workspace
+    from nexum_web.ui.demo import EXAMPLES_DIR
 
     settings.DEBUG = True
     call_command("nexum_demo", stdout=io.StringIO())
