@@ -44,7 +44,6 @@ from nexum.core.events import Event
 from nexum.core.resolution import events as resolution_events
 from nexum.core.resolution import rules as resolution_rules
 from nexum.core.resolution.resolver import (
-    Bundle,
     Freshness,
     ResolveBudget,
     SourceResult,
@@ -61,7 +60,7 @@ from nexum.work.dispatch import BrokerUnavailable, publish
 from tasks_app import selectors as task_selectors
 from tasks_app.models import Project, Task
 
-_IDS = uuid.UUID("3d2c9a71-6b0e-4f5a-9c1d-8e7f4a2b5c60")
+_IDS = resolution_rules.RESOLUTION_IDS
 MAX_SOURCE_LIMIT = 1000
 
 
@@ -433,7 +432,20 @@ def bundle_resolve(
     with transaction.atomic():
         head = TaskContext.objects.filter(task_id=task.id).first()
         version = head.version if head is not None else 0
-        events = _resolve_events(task, resolve_id, query, plan.calls, results, bundle, narrowed=narrowed)
+        existing = Escalation.objects.filter(task_id=task.id)
+        events = resolution_rules.resolve_events(
+            task_id=str(task.id),
+            goal_id=str(task.goal_id),
+            resolve_id=resolve_id,
+            query=query,
+            calls=plan.calls,
+            results=results,
+            bundle=bundle,
+            open_by_key={e.key: str(e.id) for e in existing if e.state == resolution_events.ESCALATION_OPEN},
+            resolved_keys={e.key for e in existing if e.state == resolution_events.ESCALATION_RESOLVED},
+            settlements=selectors.goal_settlements(goal_id=task.goal_id),
+            narrowed=narrowed,
+        )
         content = bundle.content()
         BundleContent.objects.get_or_create(
             digest=bundle.digest,
@@ -484,119 +496,6 @@ def _call(
         return SourceResult.failed(source.name, str(message), kind="error")
 
 
-def _resolve_events(
-    task: Task,
-    resolve_id: str,
-    query: str,
-    calls: Sequence[Any],
-    results: Sequence[SourceResult],
-    bundle: Bundle,
-    *,
-    narrowed: bool,
-) -> list[Event]:
-    task_id, goal_id = str(task.id), str(task.goal_id)
-    events: list[Event] = []
-    by_source = {result.source: result for result in results}
-    for call in calls:
-        result = by_source[call.source]
-        events.append(
-            resolution_events.RetrievalPerformed(
-                resolve_id=resolve_id,
-                task_id=task_id,
-                goal_id=goal_id,
-                source=call.source,
-                scopes=tuple(call.scopes),
-                query=query,
-                outcome="failed" if result.error is not None else "retrieved",
-                item_digests=tuple(item.digest for item in result.items),
-                error_kind=result.error_kind,
-                error=result.error,
-            )
-        )
-    for denial in bundle.denials:
-        events.append(
-            resolution_events.RetrievalDenied(
-                resolve_id=resolve_id,
-                task_id=task_id,
-                goal_id=goal_id,
-                source=denial.source,
-                scopes=denial.scopes,
-                code=denial.code,
-                reason=denial.reason,
-                query=query,
-            )
-        )
-    gaps = resolution_rules.gaps_of(bundle)
-    existing = Escalation.objects.filter(task_id=task.id)
-    open_by_key = {e.key: str(e.id) for e in existing if e.state == resolution_events.ESCALATION_OPEN}
-    resolved_keys = {e.key for e in existing if e.state == resolution_events.ESCALATION_RESOLVED}
-    plan = resolution_rules.plan_escalations(
-        gaps,
-        open_by_key=open_by_key,
-        resolved_keys=resolved_keys,
-        settlements=selectors.goal_settlements(goal_id=goal_id),
-        narrowed=narrowed,
-    )
-    opened = [(str(uuid.uuid5(_IDS, f"escalation:{resolve_id}:{gap.key}")), gap) for gap in plan.to_open]
-    events.append(
-        resolution_events.BundleResolved(
-            resolve_id=resolve_id,
-            task_id=task_id,
-            goal_id=goal_id,
-            bundle_digest=bundle.digest,
-            complete=bundle.complete,
-            stop_reason=bundle.stop_reason,
-            risk=bundle.risk,
-            items=tuple(
-                {
-                    "digest": item.digest,
-                    "source": item.source,
-                    "locator": item.locator,
-                    "trust_class": item.trust_class.name,
-                    "stale": item.stale,
-                    "conflict_group": item.conflict_group,
-                    "labels": list(item.labels),
-                }
-                for item in bundle.items
-            ),
-            escalation_ids=tuple(sorted([*plan.still_open, *(ident for ident, _ in opened)])),
-            left_out_count=len(bundle.left_out_by_budget),
-            denial_count=len(bundle.denials),
-            source_error_count=len(bundle.source_errors),
-            tokens_used=bundle.tokens_used,
-        )
-    )
-    for ident, gap in opened:
-        events.append(
-            resolution_events.EscalationOpened(
-                escalation_id=ident,
-                task_id=task_id,
-                goal_id=goal_id,
-                resolve_id=resolve_id,
-                bundle_digest=bundle.digest,
-                key=gap.key,
-                kind=gap.kind,
-                missing=gap.missing,
-                why=gap.reason,
-                subjects=gap.subjects,
-                sources=gap.sources,
-                conflict_group=gap.conflict_group,
-                evidence=resolution_rules.evidence_of(gap, bundle),
-            )
-        )
-    for ident in plan.to_close:
-        events.append(
-            resolution_events.EscalationResolved(
-                escalation_id=ident,
-                task_id=task_id,
-                resolution=resolution_events.RESOLVE_GAP_CLOSED,
-                detail={"resolve_id": resolve_id, "bundle_digest": bundle.digest},
-                reason="a later resolve no longer shows this gap",
-            )
-        )
-    return events
-
-
 # --- escalations (R5–R7, I5) ------------------------------------------------------------------------------
 
 
@@ -616,21 +515,201 @@ def escalation_resolve(
     content_trust: TrustClass | str | None = None,
     derived_from: Sequence[str] = (),
 ) -> Escalation:
-    """Close a gap: ``supply_fact`` (``text``, optional ``subject``: recorded as a verified fact with the
-    actor as its source), ``pick_side`` (``chosen`` item digests; the other members are kept, marked
-    rejected), ``grant_source`` (``source``, ``scopes``, ``expires_at``: a grant for the task), or ``cancel``
-    (the task is cancelled and every open escalation on it closed). Each is an event; the last open
-    escalation resolved opens the plan gate.
+    """Close a gap by ``action`` (the API's and the escalation UI's entry point): the service of that action
+    with the arguments it takes — ``escalation_supply_fact`` (``text``, ``subject``), ``escalation_pick_side``
+    (``chosen``), ``escalation_grant_source`` (``source``, ``scopes``, ``expires_at``) or
+    ``escalation_cancel``. Each is an event; the last open escalation resolved opens the plan gate."""
+    common: dict[str, Any] = {
+        "project_id": project_id,
+        "escalation_id": escalation_id,
+        "actor": actor,
+        "reason": reason,
+        "content_trust": content_trust,
+        "derived_from": derived_from,
+    }
+    if action == resolution_events.RESOLVE_SUPPLY_FACT:
+        return escalation_supply_fact(text=text, subject=subject, **common)
+    if action == resolution_events.RESOLVE_PICK_SIDE:
+        return escalation_pick_side(chosen=chosen, **common)
+    if action == resolution_events.RESOLVE_GRANT_SOURCE:
+        return escalation_grant_source(source=source, scopes=scopes, expires_at=expires_at, **common)
+    if action == resolution_events.RESOLVE_CANCEL:
+        return escalation_cancel(**common)
+    raise ValidationFailed(
+        f"action must be one of {', '.join(resolution_events.RESOLUTION_ACTIONS)}", field="action"
+    )
 
-    A conflict settled by a picked side or a supplied fact is settled for the whole goal: the fact is the
-    goal's, the rejected side is left out of every task's compile that sees the subject, and the open
-    conflicts of other tasks of the goal on that subject among the same members close with it (each on its
-    own task's stream, ``detail.settled_by`` naming this escalation)."""
-    escalation = selectors.escalation_get(project_id=project_id, escalation_id=escalation_id)
-    if action not in resolution_events.RESOLUTION_ACTIONS:
-        raise ValidationFailed(
-            f"action must be one of {', '.join(resolution_events.RESOLUTION_ACTIONS)}", field="action"
+
+def escalation_supply_fact(
+    *,
+    project_id: str,
+    escalation_id: str,
+    text: Any,
+    actor: str,
+    subject: str | None = None,
+    reason: str = "",
+    content_trust: TrustClass | str | None = None,
+    derived_from: Sequence[str] = (),
+) -> Escalation:
+    """Close a gap with a fact the actor supplies: recorded as a verified, ``repository_authored`` fact with
+    the actor as its source, on ``subject`` (by default the gap's first). For a conflict the fact is the
+    goal's and it settles the conflict for the whole goal (``_settled_with``); otherwise it is the task's."""
+    opening = _opening(
+        project_id=project_id,
+        escalation_id=escalation_id,
+        action=resolution_events.RESOLVE_SUPPLY_FACT,
+        reason=reason,
+        content_trust=content_trust,
+        derived_from=derived_from,
+    )
+    escalation, task = opening.escalation, opening.task
+    if not isinstance(text, str) or not text.strip():
+        raise ValidationFailed("supply the missing fact as text", field="text")
+    from context_app.world import services as world_services
+
+    scope = {"goal_id": str(task.goal_id)} if escalation.kind == "conflict" else {"task_id": str(task.id)}
+    with transaction.atomic():
+        fact = world_services.fact_record(
+            scope=world_services.scope_resolve(project_id=project_id, **scope),
+            text=text,
+            source=actor,
+            subject=subject if subject is not None else (escalation.subjects or [""])[0],
+            verified=True,
+            trust_class="repository_authored",
+            actor=actor,
         )
+        return _record_resolution(opening, detail={"fact_id": str(fact.id)}, actor=actor)
+
+
+def escalation_pick_side(
+    *,
+    project_id: str,
+    escalation_id: str,
+    chosen: Sequence[str],
+    actor: str,
+    reason: str = "",
+    content_trust: TrustClass | str | None = None,
+    derived_from: Sequence[str] = (),
+) -> Escalation:
+    """Settle a conflict by keeping ``chosen`` (item digests of its members): the other members stay on the
+    record, marked rejected, and are left out of the compile of every task of the goal that sees the
+    subject; the goal's other open conflicts among the same members close with it (``_settled_with``)."""
+    opening = _opening(
+        project_id=project_id,
+        escalation_id=escalation_id,
+        action=resolution_events.RESOLVE_PICK_SIDE,
+        reason=reason,
+        content_trust=content_trust,
+        derived_from=derived_from,
+    )
+    escalation = opening.escalation
+    evidence = [entry["digest"] for entry in escalation.evidence]
+    if escalation.kind != "conflict":
+        raise ValidationFailed("only a conflict has sides to pick", field="action")
+    rejected = resolution_rules.decide_pick_side(evidence, list(chosen))
+    with transaction.atomic():
+        detail = {"chosen": sorted(set(chosen)), "rejected": list(rejected)}
+        return _record_resolution(opening, detail=detail, actor=actor)
+
+
+def escalation_grant_source(
+    *,
+    project_id: str,
+    escalation_id: str,
+    source: Any,
+    actor: str,
+    scopes: Sequence[str] | None = None,
+    expires_at: datetime | None = None,
+    reason: str = "",
+    content_trust: TrustClass | str | None = None,
+    derived_from: Sequence[str] = (),
+) -> Escalation:
+    """Close a gap by granting the task ``source`` (``scopes``, default every declared scope, until
+    ``expires_at`` if given): the next resolve reads it."""
+    opening = _opening(
+        project_id=project_id,
+        escalation_id=escalation_id,
+        action=resolution_events.RESOLVE_GRANT_SOURCE,
+        reason=reason,
+        content_trust=content_trust,
+        derived_from=derived_from,
+    )
+    if not isinstance(source, str):
+        raise ValidationFailed("name the source to grant", field="source")
+    with transaction.atomic():
+        grant = grant_issue(
+            project_id=project_id,
+            task_id=str(opening.task.id),
+            sources={source: list(scopes or ["*"])},
+            expires_at=expires_at,
+            reason=opening.reason or f"escalation {opening.escalation.id}",
+            derived_from=opening.digests,
+            actor=actor,
+        )
+        return _record_resolution(opening, detail={"grant_id": str(grant.id), "source": source}, actor=actor)
+
+
+def escalation_cancel(
+    *,
+    project_id: str,
+    escalation_id: str,
+    actor: str,
+    reason: str = "",
+    content_trust: TrustClass | str | None = None,
+    derived_from: Sequence[str] = (),
+) -> Escalation:
+    """Close a gap by cancelling its task: every open escalation on the task is closed with it."""
+    opening = _opening(
+        project_id=project_id,
+        escalation_id=escalation_id,
+        action=resolution_events.RESOLVE_CANCEL,
+        reason=reason,
+        content_trust=content_trust,
+        derived_from=derived_from,
+    )
+    task, escalation = opening.task, opening.escalation
+    from tasks_app import services as task_services
+
+    with transaction.atomic():
+        if task.state != "cancelled":
+            task_services.task_cancel(
+                project_id=project_id,
+                task_id=str(task.id),
+                reason=opening.reason or f"escalation {escalation.id}",
+                actor=actor,
+            )
+        others = Escalation.objects.filter(task_id=task.id, state=resolution_events.ESCALATION_OPEN).exclude(
+            id=escalation.id
+        )
+        return _record_resolution(
+            opening, detail={}, actor=actor, cancelled=list(others.order_by("position"))
+        )
+
+
+@dataclass(frozen=True)
+class _Opening:
+    """An open escalation an action may close, its task, the digests the request derives from (checked),
+    and the checked reason."""
+
+    action: str
+    escalation: Escalation
+    task: Task
+    digests: tuple[str, ...]
+    reason: str
+
+
+def _opening(
+    *,
+    project_id: str,
+    escalation_id: str,
+    action: str,
+    reason: str,
+    content_trust: TrustClass | str | None,
+    derived_from: Sequence[str],
+) -> _Opening:
+    """The checks every action makes first: the escalation is the project's, the request rests on nothing
+    below ``repository_authored`` (R4), the reason is well-formed, and the escalation is still open."""
+    escalation = selectors.escalation_get(project_id=project_id, escalation_id=escalation_id)
     digests = check_authority(
         project_id=project_id,
         action=f"escalation.{action}",
@@ -644,97 +723,50 @@ def escalation_resolve(
             field="escalation_id",
         )
     task = task_selectors.task_get(project_id=project_id, task_id=escalation.task_id)
-    is_conflict = escalation.kind == "conflict"
-    with transaction.atomic():
-        detail: dict[str, Any] = {}
-        closing = [escalation]
-        if action == resolution_events.RESOLVE_SUPPLY_FACT:
-            from context_app.world import services as world_services
+    return _Opening(action, escalation, task, digests, reason)
 
-            if not isinstance(text, str) or not text.strip():
-                raise ValidationFailed("supply the missing fact as text", field="text")
-            fact_subject = subject if subject is not None else (escalation.subjects or [""])[0]
-            fact = world_services.fact_record(
-                scope=world_services.scope_resolve(
-                    project_id=project_id,
-                    **({"goal_id": str(task.goal_id)} if is_conflict else {"task_id": str(task.id)}),
-                ),
-                text=text,
-                source=actor,
-                subject=fact_subject,
-                verified=True,
-                trust_class="repository_authored",
-                actor=actor,
-            )
-            detail = {"fact_id": str(fact.id)}
-        elif action == resolution_events.RESOLVE_PICK_SIDE:
-            evidence = [entry["digest"] for entry in escalation.evidence]
-            if not is_conflict:
-                raise ValidationFailed("only a conflict has sides to pick", field="action")
-            rejected = resolution_rules.decide_pick_side(evidence, list(chosen))
-            detail = {"chosen": sorted(set(chosen)), "rejected": list(rejected)}
-        elif action == resolution_events.RESOLVE_GRANT_SOURCE:
-            if not isinstance(source, str):
-                raise ValidationFailed("name the source to grant", field="source")
-            grant = grant_issue(
-                project_id=project_id,
+
+def _record_resolution(
+    opening: _Opening, *, detail: dict[str, Any], actor: str, cancelled: Sequence[Escalation] = ()
+) -> Escalation:
+    """Append the resolution: ``EscalationResolved`` for the escalation (and for the ``cancelled`` ones with
+    it), and for a settled conflict one for each open conflict of the goal it settles too, each on its own
+    task's stream (``detail.settled_by`` naming this one). Returns the escalation as it is now."""
+    escalation, task, action = opening.escalation, opening.task, opening.action
+    resolved: dict[str, list[Event]] = {
+        str(task.id): [
+            resolution_events.EscalationResolved(
+                escalation_id=str(item.id),
                 task_id=str(task.id),
-                sources={source: list(scopes or ["*"])},
-                expires_at=expires_at,
-                reason=reason or f"escalation {escalation.id}",
-                derived_from=digests,
-                actor=actor,
+                resolution=action,
+                detail=detail if item.id == escalation.id else {"cancelled_with": str(escalation.id)},
+                reason=opening.reason,
             )
-            detail = {"grant_id": str(grant.id), "source": source}
-        else:
-            from tasks_app import services as task_services
-
-            if task.state != "cancelled":
-                task_services.task_cancel(
-                    project_id=project_id,
-                    task_id=str(task.id),
-                    reason=reason or f"escalation {escalation.id}",
-                    actor=actor,
-                )
-            closing = list(
-                Escalation.objects.filter(task_id=task.id, state=resolution_events.ESCALATION_OPEN).order_by(
-                    "position"
-                )
+            for item in sorted([escalation, *cancelled], key=lambda e: e.position)
+        ]
+    }
+    for other in _settled_with(escalation, action, detail):
+        resolved.setdefault(str(other.task_id), []).append(
+            resolution_events.EscalationResolved(
+                escalation_id=str(other.id),
+                task_id=str(other.task_id),
+                resolution=action,
+                detail=resolution_rules.settled_detail(
+                    detail,
+                    settled_by=str(escalation.id),
+                    members=[entry["digest"] for entry in other.evidence],
+                ),
+                reason=opening.reason,
             )
-        resolved: dict[str, list[Event]] = {
-            str(task.id): [
-                resolution_events.EscalationResolved(
-                    escalation_id=str(item.id),
-                    task_id=str(task.id),
-                    resolution=action,
-                    detail=detail if item.id == escalation.id else {"cancelled_with": str(escalation.id)},
-                    reason=reason,
-                )
-                for item in closing
-            ]
-        }
-        for other in _settled_with(escalation, action, detail):
-            resolved.setdefault(str(other.task_id), []).append(
-                resolution_events.EscalationResolved(
-                    escalation_id=str(other.id),
-                    task_id=str(other.task_id),
-                    resolution=action,
-                    detail=resolution_rules.settled_detail(
-                        detail,
-                        settled_by=str(escalation.id),
-                        members=[entry["digest"] for entry in other.evidence],
-                    ),
-                    reason=reason,
-                )
-            )
-        for task_id, events in resolved.items():
-            store.append(
-                stream_id=resolution_events.context_stream(task_id),
-                events=events,
-                expected_version=TaskContext.objects.get(task_id=task_id).version,
-                metadata={"actor": actor},
-                project_id=project_id,
-            )
+        )
+    for task_id, events in resolved.items():
+        store.append(
+            stream_id=resolution_events.context_stream(task_id),
+            events=events,
+            expected_version=TaskContext.objects.get(task_id=task_id).version,
+            metadata={"actor": actor},
+            project_id=str(task.project_id),
+        )
     escalation.refresh_from_db()
     return escalation
 

@@ -140,3 +140,50 @@ def test_questions_are_checked_and_round_trip():
     for bad in ("x", [{"question": ""}], [{"question": "q", "subjects": "s"}], [{"question": "q", "x": 1}]):
         with pytest.raises(ValidationFailed):
             rules.check_questions(bad)
+
+
+def test_a_resolves_record_is_decided_in_the_core():
+    """What a resolve appends (calls, denials, the bundle, opened and closed gaps) is a pure function of the
+    bundle and the task's escalations; a conflict the goal settled is not opened again."""
+    from nexum.core.resolution.resolver import Grant, PlannedCall, SourceResult
+    from tests.unit.test_resolver import item, resolve, spec
+
+    results = [
+        SourceResult.ok("repo", [item("repo", "a", "The port is 8080.", subject="port")]),
+        SourceResult.ok("wiki", [item("wiki", "b", "The port is 9090.", subject="port")]),
+    ]
+    bundle = resolve(
+        grant=Grant({"repo": ("*",), "wiki": ("*",)}),
+        sources=[spec("repo"), spec("wiki")],
+        results=results,
+        step_inputs=("port",),
+    )
+    record = {
+        "task_id": "t",
+        "goal_id": "g",
+        "resolve_id": "r",
+        "query": "port",
+        "calls": [PlannedCall("repo", ("*",)), PlannedCall("wiki", ("*",))],
+        "results": results,
+        "bundle": bundle,
+        "resolved_keys": (),
+        "narrowed": False,
+    }
+    events = rules.resolve_events(open_by_key={"gone": "e9"}, settlements=(), **record)
+    assert [type(e).__name__ for e in events] == [
+        "RetrievalPerformed",
+        "RetrievalPerformed",
+        "BundleResolved",
+        "EscalationOpened",
+        "EscalationResolved",
+    ]
+    opened, closed = events[3], events[4]
+    gap = bundle.escalations[0]
+    assert opened.escalation_id == rules.escalation_id_for(resolve_id="r", key=gap.key)
+    assert events[2].escalation_ids == (opened.escalation_id,)
+    assert (closed.escalation_id, closed.resolution) == ("e9", "gap_closed")
+    assert all("The port is" not in str(event) for event in events)
+
+    settled = rules.Settlement("e1", "port", frozenset(gap.item_digests), frozenset(gap.item_digests[:1]))
+    quiet = rules.resolve_events(open_by_key={}, settlements=(settled,), **record)
+    assert [type(e).__name__ for e in quiet][-1] == "BundleResolved"

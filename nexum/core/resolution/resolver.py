@@ -673,18 +673,78 @@ def resolve_bundle(
     without a result counts as unreachable. Items answering required questions are selected first, then items
     on the plan's subjects, then the rest; fresh before stale, higher trust first. Members of a conflict group
     are taken together when they fit. The budget is never exceeded; what does not fit is listed with why.
+
+    The phases: gather the candidates (``_gather``), group the conflicts (``_mark_conflicts``), order
+    (``_selection_order``) and pack them (``_pack``), find the gaps (``_question_gaps``, ``_conflict_gaps``,
+    ``_unreachable_gaps``), and say why the resolver stopped (``_stop_reason``).
     """
     _require_aware(now, "now")
     if risk not in RISKS:
         raise ValidationFailed(f"risk must be one of {', '.join(RISKS)}", field="risk")
     questions = tuple(questions)
-    specs = {spec.name: spec for spec in sources}
     plan = plan_retrievals(grant, sources, now=now, requested=requested)
+    gathered = _gather(plan, {spec.name: spec for spec in sources}, results, signing_key, now)
+    candidates, groups = _mark_conflicts(gathered.candidates)
+    ordered = _selection_order(candidates, questions, tuple(step_inputs) + tuple(success_criteria))
+    packed = _pack(ordered, budget, count_tokens)
+    statuses, gaps = _question_gaps(questions, packed, candidates, risk, gathered)
+    gaps += _conflict_gaps(groups, step_inputs, success_criteria, questions)
+    if risk == "high":  # a source that is down matters on its own for a high-risk step (R11)
+        gaps += _unreachable_gaps(gathered.errors)
+
+    answered = all(status.status in (STOP_ANSWERED, ESCALATE_CONFLICT) for status in statuses)
+    escalations = sorted({e.key: e for e in gaps}.values(), key=lambda e: (e.kind, e.missing, e.key))
+    errors, denials = gathered.errors, gathered.denials
+    incomplete_reasons = [
+        f"source {e.source!r} unavailable ({e.kind}): {e.reason}"
+        for e in sorted(errors, key=lambda e: (e.source, e.kind, e.reason))
+    ]
+    incomplete_reasons += [f"{e.kind}: {e.missing} — {e.reason}" for e in escalations]
+    bundle = Bundle(
+        items=packed.selected,
+        left_out_by_budget=packed.left_out,
+        denials=tuple(sorted(set(denials), key=lambda d: (d.source, d.code, d.scopes, d.reason))),
+        source_errors=tuple(sorted(set(errors), key=lambda e: (e.source, e.kind, e.reason))),
+        conflict_groups=groups,
+        questions=tuple(statuses),
+        escalations=tuple(escalations),
+        stop_reason=_stop_reason(questions, answered, packed, gathered, plan),
+        complete=not errors and not escalations and answered,
+        incomplete_reasons=tuple(incomplete_reasons),
+        risk=risk,
+        tokens_used=packed.tokens_used,
+    )
+    return replace(bundle, digest=digest_of(bundle.content()))
+
+
+ItemKey = tuple[str, str, str]
+"""An item's identity in one resolve: source, locator, digest."""
+
+
+def _key(item: RetrievedItem | LeftOut) -> ItemKey:
+    return (item.source, item.locator, item.digest)
+
+
+@dataclass(frozen=True)
+class _Gathered:
+    candidates: dict[ItemKey, RetrievedItem]
+    denials: list[Denial]
+    errors: list[SourceError]
+
+
+def _gather(
+    plan: RetrievalPlan,
+    specs: Mapping[str, SourceSpec],
+    results: Sequence[SourceResult],
+    signing_key: bytes | str | None,
+    now: datetime,
+) -> _Gathered:
+    """The items of the planned calls, prepared (``_prepare``); a result the plan did not allow is a denial
+    (its items discarded), a failed or missing one a source error."""
     denials = list(plan.denials)
     errors: list[SourceError] = []
-    candidates: dict[tuple[str, str, str], RetrievedItem] = {}
+    candidates: dict[ItemKey, RetrievedItem] = {}
     reported: set[str] = set()
-
     for result in sorted(results, key=lambda r: (r.source, r.error or "")):
         if plan.scopes_for(result.source) is None:
             if result.items:
@@ -704,20 +764,33 @@ def resolve_bundle(
         spec = specs[result.source]
         for item in result.items:
             prepared = _prepare(item, spec, result, signing_key, now)
-            candidates[(prepared.source, prepared.locator, prepared.digest)] = prepared
+            candidates[_key(prepared)] = prepared
     for call in plan.calls:
         if call.source not in reported:
             errors.append(SourceError(call.source, "unreachable", "the source reported no result"))
+    return _Gathered(candidates, denials, errors)
 
+
+def _mark_conflicts(
+    candidates: Mapping[ItemKey, RetrievedItem],
+) -> tuple[dict[ItemKey, RetrievedItem], tuple[ConflictGroup, ...]]:
+    """The candidates with each conflict group's members labelled and given the group's id (R5)."""
     groups = conflict_groups(candidates.values())
-    group_of: dict[tuple[str, str, str], str] = {}
+    marked = dict(candidates)
     for group in groups:
         for member in group.members:
-            group_of[(member.source, member.locator, member.digest)] = group.group_id
-    for ident, group_id in group_of.items():
-        candidates[ident] = replace(candidates[ident], conflict_group=group_id).with_labels(LABEL_CONFLICT)
+            ident = _key(member)
+            marked[ident] = replace(marked[ident], conflict_group=group.group_id).with_labels(LABEL_CONFLICT)
+    return marked, groups
 
-    plan_subjects = tuple(step_inputs) + tuple(success_criteria)
+
+def _selection_order(
+    candidates: Mapping[ItemKey, RetrievedItem],
+    questions: Sequence[RequiredQuestion],
+    plan_subjects: Sequence[str],
+) -> list[RetrievedItem]:
+    """Items answering required questions first (in question order), then items on the plan's subjects,
+    then the rest; within each, fresh before stale, higher trust first, suspected instructions last."""
 
     def priority(item: RetrievedItem) -> tuple[Any, ...]:
         answers = [
@@ -736,7 +809,21 @@ def resolve_bundle(
             item.digest,
         )
 
-    ordered = sorted(candidates.values(), key=priority)
+    return sorted(candidates.values(), key=priority)
+
+
+@dataclass(frozen=True)
+class _Packed:
+    selected: tuple[RetrievedItem, ...]
+    left_out: tuple[LeftOut, ...]
+    tokens_used: int
+
+
+def _pack(
+    ordered: Sequence[RetrievedItem], budget: ResolveBudget, count_tokens: Callable[[str], int]
+) -> _Packed:
+    """Take the items in order while they fit the budget; a conflict group's members together when the whole
+    group fits, else one by one. What does not fit is left out with why."""
     token_cache: dict[str, int] = {}
 
     def tokens_of(item: RetrievedItem) -> int:
@@ -745,9 +832,8 @@ def resolve_bundle(
         return token_cache[item.digest]
 
     selected: list[RetrievedItem] = []
-    chosen: set[tuple[str, str, str]] = set()
     left_out: list[LeftOut] = []
-    considered: set[tuple[str, str, str]] = set()
+    considered: set[ItemKey] = set()
     tokens_used = 0
 
     def fits(unit: Sequence[RetrievedItem]) -> bool:
@@ -756,21 +842,20 @@ def resolve_bundle(
         )
 
     for item in ordered:
-        ident = (item.source, item.locator, item.digest)
+        ident = _key(item)
         if ident in considered:
             continue
         unit = [item]
         if item.conflict_group is not None:
             unit = [m for m in ordered if m.conflict_group == item.conflict_group]
-            unit = [m for m in unit if (m.source, m.locator, m.digest) not in considered]
+            unit = [m for m in unit if _key(m) not in considered]
             if not fits(unit):
                 unit = [item]  # the whole group does not fit: take its members one by one
         if fits(unit):
             for member in unit:
                 selected.append(member)
                 tokens_used += tokens_of(member)
-                considered.add((member.source, member.locator, member.digest))
-                chosen.add((member.source, member.locator, member.digest))
+                considered.add(_key(member))
             continue
         considered.add(ident)
         needed = tokens_of(item)
@@ -779,8 +864,19 @@ def resolve_bundle(
         else:
             reason = f"needed {needed} tokens, {budget.max_tokens - tokens_used} left"
         left_out.append(LeftOut(item.source, item.locator, item.digest, needed, reason))
+    return _Packed(tuple(selected), tuple(left_out), tokens_used)
 
-    # questions (R7) ---------------------------------------------------------------------------------------
+
+def _question_gaps(
+    questions: Sequence[RequiredQuestion],
+    packed: _Packed,
+    candidates: Mapping[ItemKey, RetrievedItem],
+    risk: str,
+    gathered: _Gathered,
+) -> tuple[list[QuestionStatus], list[Escalation]]:
+    """Each required question's status (R7) and the gaps that escalate: only stale answers for a high-risk
+    step, or no answer (cut by the budget, a source unreachable or denied, or none retrieved)."""
+    denials, errors = gathered.denials, gathered.errors
     statuses: list[QuestionStatus] = []
     escalations: list[Escalation] = []
     denied_sources = tuple(sorted({d.source for d in denials}))
@@ -790,7 +886,7 @@ def resolve_bundle(
         def on_subject(item: RetrievedItem, question: RequiredQuestion = question) -> bool:
             return any(subject_matches(item.subject, s) for s in question.subjects)
 
-        answering = [item for item in selected if on_subject(item)]
+        answering = [item for item in packed.selected if on_subject(item)]
         digests = tuple(item.digest for item in answering)
         subjects_text = ", ".join(question.subjects)
         if answering and risk == "high" and all(item.stale for item in answering):
@@ -815,7 +911,7 @@ def resolve_bundle(
             statuses.append(QuestionStatus(question.question, question.subjects, status, digests))
             continue
         statuses.append(QuestionStatus(question.question, question.subjects, ESCALATE_UNANSWERED, ()))
-        cut = [left for left in left_out if on_subject(candidates[(left.source, left.locator, left.digest)])]
+        cut = [left for left in packed.left_out if on_subject(candidates[_key(left)])]
         if cut:
             kind, why, involved = ESCALATE_UNANSWERED, "the answering items did not fit the budget", ()
         elif errors:
@@ -840,71 +936,64 @@ def resolve_bundle(
                 item_digests=tuple(left.digest for left in cut),
             )
         )
+    return statuses, escalations
 
-    # conflicts that touch the plan are surfaced, never settled by recency (R5)
-    for group in groups:
-        if conflict_touches_plan(group, step_inputs, success_criteria, questions):
-            escalations.append(
-                Escalation(
-                    kind=ESCALATE_CONFLICT,
-                    missing=f"which claim about {group.subject!r} holds",
-                    reason=f"{len(group.members)} items from "
-                    + ", ".join(sorted({f"{m.source}:{m.locator}" for m in group.members}))
-                    + " make different claims on a subject the plan depends on",
-                    subjects=(group.subject,),
-                    sources=tuple(sorted({m.source for m in group.members})),
-                    item_digests=tuple(m.digest for m in group.members),
-                    conflict_group=group.group_id,
-                )
-            )
 
-    # a source that is down matters on its own for a high-risk step (R11)
-    if risk == "high":
-        for error in errors:
-            escalations.append(
-                Escalation(
-                    kind=ESCALATE_UNREACHABLE,
-                    missing=f"content from source {error.source!r}",
-                    reason=f"source unavailable ({error.kind}): {error.reason}; a high-risk step needs every "
-                    "declared source",
-                    sources=(error.source,),
-                )
-            )
-
-    answered = all(status.status in (STOP_ANSWERED, ESCALATE_CONFLICT) for status in statuses)
-    if questions and answered:
-        stop_reason = STOP_ANSWERED
-    elif left_out:
-        stop_reason = STOP_BUDGET_SPENT
-    elif errors:
-        stop_reason = STOP_UNREACHABLE
-    elif denials and (questions or not plan.calls):
-        stop_reason = STOP_DENIED
-    elif questions:
-        stop_reason = STOP_EXHAUSTED
-    else:
-        stop_reason = STOP_ANSWERED  # nothing was required and everything retrieved was considered
-
-    escalations = sorted({e.key: e for e in escalations}.values(), key=lambda e: (e.kind, e.missing, e.key))
-    incomplete_reasons = [
-        f"source {e.source!r} unavailable ({e.kind}): {e.reason}"
-        for e in sorted(errors, key=lambda e: (e.source, e.kind, e.reason))
+def _conflict_gaps(
+    groups: Sequence[ConflictGroup],
+    step_inputs: Sequence[str],
+    success_criteria: Sequence[str],
+    questions: Sequence[RequiredQuestion],
+) -> list[Escalation]:
+    """Conflicts that touch the plan are surfaced, never settled by recency (R5)."""
+    return [
+        Escalation(
+            kind=ESCALATE_CONFLICT,
+            missing=f"which claim about {group.subject!r} holds",
+            reason=f"{len(group.members)} items from "
+            + ", ".join(sorted({f"{m.source}:{m.locator}" for m in group.members}))
+            + " make different claims on a subject the plan depends on",
+            subjects=(group.subject,),
+            sources=tuple(sorted({m.source for m in group.members})),
+            item_digests=tuple(m.digest for m in group.members),
+            conflict_group=group.group_id,
+        )
+        for group in groups
+        if conflict_touches_plan(group, step_inputs, success_criteria, questions)
     ]
-    incomplete_reasons += [f"{e.kind}: {e.missing} — {e.reason}" for e in escalations]
-    complete = not errors and not escalations and answered
 
-    bundle = Bundle(
-        items=tuple(selected),
-        left_out_by_budget=tuple(left_out),
-        denials=tuple(sorted(set(denials), key=lambda d: (d.source, d.code, d.scopes, d.reason))),
-        source_errors=tuple(sorted(set(errors), key=lambda e: (e.source, e.kind, e.reason))),
-        conflict_groups=groups,
-        questions=tuple(statuses),
-        escalations=tuple(escalations),
-        stop_reason=stop_reason,
-        complete=complete,
-        incomplete_reasons=tuple(incomplete_reasons),
-        risk=risk,
-        tokens_used=tokens_used,
-    )
-    return replace(bundle, digest=digest_of(bundle.content()))
+
+def _unreachable_gaps(errors: Sequence[SourceError]) -> list[Escalation]:
+    """For a high-risk step, every source that could not answer is a gap of its own (R11)."""
+    return [
+        Escalation(
+            kind=ESCALATE_UNREACHABLE,
+            missing=f"content from source {error.source!r}",
+            reason=f"source unavailable ({error.kind}): {error.reason}; a high-risk step needs every "
+            "declared source",
+            sources=(error.source,),
+        )
+        for error in errors
+    ]
+
+
+def _stop_reason(
+    questions: Sequence[RequiredQuestion],
+    answered: bool,
+    packed: _Packed,
+    gathered: _Gathered,
+    plan: RetrievalPlan,
+) -> str:
+    """Why the resolver stopped (R7): the questions answered, the budget spent, a source unreachable or
+    denied, or the sources exhausted."""
+    if questions and answered:
+        return STOP_ANSWERED
+    if packed.left_out:
+        return STOP_BUDGET_SPENT
+    if gathered.errors:
+        return STOP_UNREACHABLE
+    if gathered.denials and (questions or not plan.calls):
+        return STOP_DENIED
+    if questions:
+        return STOP_EXHAUSTED
+    return STOP_ANSWERED  # nothing was required and everything retrieved was considered
