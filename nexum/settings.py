@@ -146,7 +146,11 @@ LOGIN_URL = "/admin/login/"
 # --- REST API -----------------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["nexum.api.auth.AgentTokenAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["nexum.api.auth.IsProjectAgent", "nexum.api.auth.OperatorOnlyOperations"],
+    "DEFAULT_PERMISSION_CLASSES": [
+        "nexum.api.auth.IsProjectAgent",
+        "nexum.api.auth.OperatorOnlyOperations",
+        "nexum.api.strict.DeclaredQueryOnly",
+    ],
     "EXCEPTION_HANDLER": "nexum.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "nexum.api.schema.RoleAwareSchema",
     "DEFAULT_PARSER_CLASSES": ["nexum.api.parsers.DepthLimitedJSONParser"],
@@ -212,7 +216,6 @@ NEXUM_PROJECTIONS = [
     "context_app.compilation.projections.CompilationProjection",
     "verification_app.projections.VerificationProjection",
 ]
-NEXUM_EVENT_FEED_MAX_LIMIT = 1000
 NEXUM_DEMO_TOKEN = os.environ.get("NEXUM_DEMO_TOKEN", "nx_demo_local_development_only")
 NEXUM_DEMO_OPERATOR_TOKEN = os.environ.get(
     "NEXUM_DEMO_OPERATOR_TOKEN", "nx_demo_operator_local_development_only"

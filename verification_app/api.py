@@ -24,17 +24,18 @@ from rest_framework.response import Response
 from context_app.artifacts import stored_text
 from nexum.api.auth import OperatorOnly
 from nexum.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
+from nexum.api.pagination import ListQuery, keyset_page, page_schema
+from nexum.api.strict import StrictInput
 from nexum.core.gate import CHECK_TYPES, MAX_CHECKS, ON_FAILURE_CHOICES
 from nexum.core.trust import TRUST_CLASSES
 from nexum.core.verification import MAX_ANSWER_CHARS, MAX_DERIVED_FROM
-from tasks_app.api import StrictSerializer
 from verification_app import selectors, services
 from verification_app.models import CheckRun, CompletionRequest, Contract
 
 # --- documentation of a contract (validated by nexum.core.gate.contract_from_dict) ---
 
 
-class CheckSpecSerializer(serializers.Serializer):
+class CheckSpecSerializer(StrictInput):
     """One check. Members by kind: command (argv, cwd, timeout_s, max_output_bytes), file_exists (path),
     file_matches (path, pattern), artifact_matches (artifact_digest, pattern), callable (dotted_path)."""
 
@@ -58,7 +59,7 @@ class CheckSpecSerializer(serializers.Serializer):
     dotted_path = serializers.CharField(required=False, help_text="callable: a registered callable's name")
 
 
-class ContractSpecSerializer(serializers.Serializer):
+class ContractSpecSerializer(StrictInput):
     checks = CheckSpecSerializer(many=True, help_text=f"at most {MAX_CHECKS}")
     require_checks = serializers.BooleanField(required=False, help_text="default true (V3)")
     on_failure = serializers.ChoiceField(
@@ -74,22 +75,12 @@ class ContractField(serializers.DictField):
 # --- requests ---
 
 
-class TextField(serializers.CharField):
-    """A string and only a string: a number or an object is a 400, not silently turned into text."""
-
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)  # type: ignore[no-any-return]
-
-
-class CompleteRequestSerializer(StrictSerializer):
-    answer = TextField(
+class CompleteRequestSerializer(StrictInput):
+    answer = serializers.CharField(
         required=False,
         allow_blank=True,
         default="",
         max_length=MAX_ANSWER_CHARS,
-        trim_whitespace=False,
         help_text="the model's answer: recorded with the decision, never deciding it",
     )
     expected_version = serializers.IntegerField(
@@ -97,7 +88,7 @@ class CompleteRequestSerializer(StrictSerializer):
     )
 
 
-class ContractRegisterSerializer(StrictSerializer):
+class ContractRegisterSerializer(StrictInput):
     contract = ContractField()
     trust_class = serializers.ChoiceField(
         choices=TRUST_CLASSES,
@@ -260,11 +251,18 @@ class TaskCompletionListView(GenericAPIView):  # type: ignore[type-arg]
     """A task's completion requests and gate decisions, newest first."""
 
     serializer_class = CompletionSerializer
+    query_serializers = {"GET": ListQuery}
 
-    @extend_schema(responses=CompletionSerializer(many=True))
+    @extend_schema(responses=page_schema("CompletionPage", CompletionSerializer))
     def get(self, request: Request, task_id: str) -> Response:
-        completions = selectors.task_completions(project_id=request.user.project_id, task_id=task_id)
-        return Response(CompletionSerializer(completions[:50], many=True).data)
+        return Response(
+            keyset_page(
+                selectors.task_completions(project_id=request.user.project_id, task_id=task_id),
+                limit=request.query["limit"],
+                cursor=request.query.get("cursor"),
+                serialize=lambda rows: CompletionSerializer(rows, many=True).data,
+            )
+        )
 
 
 class TaskContractView(GenericAPIView):  # type: ignore[type-arg]
@@ -273,6 +271,7 @@ class TaskContractView(GenericAPIView):  # type: ignore[type-arg]
 
     serializer_class = ContractSerializer
     operator_only = {"PUT": OperatorOnly("registering or replacing a verification contract")}
+    error_statuses = {"PUT": (422,)}
 
     @extend_schema(responses={200: ContractSerializer})
     def get(self, request: Request, task_id: str) -> Response:

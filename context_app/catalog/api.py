@@ -14,10 +14,11 @@ from rest_framework.views import APIView
 
 from context_app.catalog import selectors, services
 from nexum.api.auth import OperatorOnly
+from nexum.api.strict import StrictInput
 from nexum.core.overlays import ContextWindowOverlay
 
 
-class OverlaySerializer(serializers.Serializer):
+class OverlaySerializer(StrictInput):
     """An overlay's members; each is optional ("whatever the model card says")."""
 
     context_tokens = serializers.IntegerField(required=False, min_value=1, help_text="lowers the window")
@@ -44,12 +45,12 @@ class BudgetSerializer(serializers.Serializer):
     window = serializers.IntegerField()
 
 
-class BudgetOverridesSerializer(serializers.Serializer):
+class BudgetOverridesSerializer(StrictInput):
     context_tokens = serializers.IntegerField(allow_null=True, required=False)
     tool_count = serializers.IntegerField(allow_null=True, required=False)
 
 
-class CardSerializer(serializers.Serializer):
+class CardSerializer(StrictInput):
     word = serializers.CharField()
     model_id = serializers.CharField()
     tier = serializers.ChoiceField(choices=["local", "cloud"])
@@ -66,7 +67,7 @@ class CardSerializer(serializers.Serializer):
     overrides = BudgetOverridesSerializer(required=False)
 
 
-class CatalogDocumentSerializer(serializers.Serializer):
+class CatalogDocumentSerializer(StrictInput):
     cards = CardSerializer(many=True)
     aliases = serializers.DictField(
         child=serializers.CharField(), required=False, help_text="word → the word it is another name for"

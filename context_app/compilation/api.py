@@ -19,13 +19,15 @@ from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
 from rest_framework.views import APIView
 
-from context_app.api import StrictInput, StrictText
 from context_app.compilation import selectors, services
 from context_app.compilation.models import CompiledContext, ContextCompilation
 from nexum.api.auth import CallerTrustField
 from nexum.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
+from nexum.api.pagination import LogListQuery, log_page, page_schema
+from nexum.api.strict import StrictInput
 from nexum.core import compilation, world
 from nexum.core.compiler import Truncation
+from tasks_app.selectors import task_get
 
 # --- input ------------------------------------------------------------------------------------------------
 
@@ -37,14 +39,14 @@ class OverridesInput(StrictInput):
 
 class EvidenceInput(StrictInput):
     kind = serializers.ChoiceField(choices=compilation.EVIDENCE_KINDS, default="code")
-    id = StrictText(required=False, max_length=services.EVIDENCE_ID_MAX)
-    text = StrictText(max_length=world.TEXT_MAX, trim_whitespace=False)
-    origin = StrictText(required=False, allow_blank=True, max_length=world.SHORT_MAX)
+    id = serializers.CharField(required=False, max_length=services.EVIDENCE_ID_MAX)
+    text = serializers.CharField(max_length=world.TEXT_MAX)
+    origin = serializers.CharField(required=False, allow_blank=True, max_length=world.SHORT_MAX)
     trust_class = CallerTrustField()
 
 
 class CompileInput(StrictInput):
-    model = StrictText(max_length=100, help_text="a catalog word: model word, alias or tier word")
+    model = serializers.CharField(max_length=100, help_text="a catalog word: model word, alias or tier word")
     overrides = OverridesInput(required=False, help_text="explicit budget overrides (B3)")
     evidence = serializers.ListField(
         child=EvidenceInput(), required=False, max_length=services.EVIDENCE_MAX_ITEMS
@@ -263,6 +265,50 @@ class CompileRequestView(APIView):
             context = selectors.context_get(project_id=project_id, digest=row.digest)
             body = _with_member(body, "context", context_json(context))
         return _json_response(body)
+
+
+class CompileHistoryEntrySerializer(serializers.Serializer):
+    request_id = serializers.UUIDField()
+    digest = serializers.CharField(help_text="the compiled context: GET /contexts/{digest}")
+    model = serializers.CharField(source="model_word")
+    position = serializers.IntegerField(help_text="the log position the context was compiled at")
+    compiled_position = serializers.IntegerField(
+        help_text="the log position of the compile's own event (the list's cursor)"
+    )
+    encoding = serializers.CharField()
+    prompt_tokens = serializers.IntegerField()
+    tool_tokens = serializers.IntegerField()
+    included_count = serializers.IntegerField()
+    excluded_count = serializers.IntegerField()
+    actor = serializers.CharField()
+    requested_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField()
+
+
+class TaskContextListView(APIView):
+    query_serializers = {"GET": LogListQuery}
+
+    @extend_schema(
+        operation_id="task_contexts_list",
+        summary="The task's compile history in log order: every finished compile with its context's digest",
+        responses={200: page_schema("CompileHistoryPage", CompileHistoryEntrySerializer)},
+    )
+    def get(self, request: Request, task_id: str) -> Response:
+        project_id = request.user.project_id
+        task = task_get(project_id=project_id, task_id=task_id)
+        return Response(
+            log_page(
+                lambda after, count: list(
+                    selectors.task_compile_history(project_id=project_id, task_id=task.id, after=after)[
+                        :count
+                    ]
+                ),
+                limit=request.query["limit"],
+                cursor=request.query.get("cursor"),
+                serialize=lambda rows: CompileHistoryEntrySerializer(rows, many=True).data,
+                position=lambda row: row.compiled_position,
+            )
+        )
 
 
 class ContextDetailView(APIView):

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from django.db import connection
-from django.db.models import BooleanField, Case, ExpressionWrapper, F, Q, TextField, Value, When
+from django.db.models import BooleanField, Case, ExpressionWrapper, F, Q, QuerySet, TextField, Value, When
 from django.db.models.expressions import RawSQL
 
 from context_app.compilation.models import (
@@ -575,6 +575,14 @@ def compiled_result(context: CompiledContext) -> CompiledResult:
         digest=context.digest,
         exclusion_runs_json=context.exclusion_runs,
     )
+
+
+def task_compile_history(*, project_id: str, task_id: Any, after: int = 0) -> QuerySet[ContextCompilation]:
+    """The task's finished compiles after log position ``after``, in the order they were recorded (by the
+    position of their ``ContextCompiled`` event)."""
+    return ContextCompilation.objects.filter(
+        project_id=project_id, task_id=task_id, status="done", compiled_position__gt=after
+    ).order_by("compiled_position")
 
 
 def task_compilations(*, project_id: str, task_id: Any) -> list[ContextCompilation]:
