@@ -64,7 +64,8 @@ def _json_type_name(value: object) -> str:
 
 
 def _type_error(field: serializers.Field, value: object) -> tuple[str, str] | None:
-    """``(path suffix, message)`` when ``value`` (or an element in it) is not the JSON type ``field`` takes."""
+    """``(path suffix, message)`` when ``value`` (or an element of it) is not of the JSON type ``field``
+    takes."""
     if value is None:
         return None  # the field's own allow_null decides
     for klass, types, name in _JSON_TYPES:
