@@ -7,12 +7,13 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run serve serve-environment test lint format bench clean
+.PHONY: run serve serve-environment demo-agent test lint format bench clean
 
-$(STAMP): pyproject.toml
+# The Python client (clients/python) is installed beside the service: its tests run against a live server.
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[dev]" -e ./clients/python
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -33,6 +34,10 @@ serve: serve-environment $(STAMP)
 
 serve-environment:
 	@deploy/serve.sh --check
+
+# An agent loop through the Python client against the service `make run` started (another terminal).
+demo-agent: $(STAMP)
+	$(BIN)/python examples/agent_loop.py --url http://$(HOST):$(PORT)
 
 test: $(STAMP)
 	$(BIN)/ruff check .

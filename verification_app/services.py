@@ -368,8 +368,11 @@ def completion_run(*, request_id: str, lease: Lease | None = None) -> Completion
     if request.decided:
         return request
     task = task_selectors.task_get_unscoped(task_id=request.task_id)
-    contract = _contract_at(str(request.task_id), request.contract_revision)
     answer = stored_text(request.answer_sha256)
+    try:
+        contract = _contract_at(str(request.task_id), request.contract_revision)
+    except ValidationFailed as refused:
+        return _decide(request, _unrunnable_contract(request, refused, answer), lease)
     if task.version != request.task_version:
         decision = GateDecision(
             outcome="skipped",
@@ -386,6 +389,18 @@ def completion_run(*, request_id: str, lease: Lease | None = None) -> Completion
         }
         decision = gate_task_completion("running", contract, answer, lambda check: results[check.name])
     return _decide(request, decision, lease)
+
+
+def _unrunnable_contract(request: CompletionRequest, refused: ValidationFailed, answer: str) -> GateDecision:
+    """The gate's decision when the registered contract no longer passes today's rules (say, a pattern
+    registered before checks moved to RE2): the task fails closed with the reason, so the request ends and an
+    operator knows to register a new contract; no check is run."""
+    return GateDecision(
+        outcome="failed",
+        reason=f"contract revision {request.contract_revision} can no longer be run ({refused}); an operator"
+        " must register a new contract",
+        model_answer=answer,
+    )
 
 
 def _contract_at(task_id: str, revision: int) -> Contract:

@@ -74,7 +74,7 @@ class BundleAdmin(ReadOnlyAdmin):
     @admin.display(description="bundle")
     def bundle_view(self, resolve: Resolve) -> str:
         bundle = selectors.bundle_content(digest=resolve.bundle_digest)
-        rejected = selectors.rejected_digests(task_id=resolve.task_id)
+        rejected = selectors.rejected_digests(goal_id=resolve.goal_id, items=bundle["items"])
         items = format_html_join(
             "",
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"

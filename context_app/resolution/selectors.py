@@ -7,6 +7,7 @@ items with their text, trust class, origin and the compiler kind they become.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,7 @@ from context_app.resolution.models import (
 )
 from nexum.core import resolution as core
 from nexum.core.errors import NotFound
-from nexum.core.resolver import RequiredQuestion
+from nexum.core.resolver import RequiredQuestion, normalize_subject
 from nexum.ids import uuid_or_none
 from tasks_app.models import Task
 
@@ -120,14 +121,52 @@ def escalation_list(
     return escalations.order_by("-position")
 
 
-def rejected_digests(*, task_id: str | uuid.UUID) -> frozenset[str]:
-    """Items a human rejected by picking another side of a conflict on this task."""
-    rejected: set[str] = set()
-    for detail in Escalation.objects.filter(task_id=task_id, resolution=core.RESOLVE_PICK_SIDE).values_list(
-        "resolution_detail", flat=True
-    ):
-        rejected.update(detail.get("rejected", []))
-    return frozenset(rejected)
+def goal_settlements(*, goal_id: str | uuid.UUID) -> tuple[core.Settlement, ...]:
+    """The conflicts a human settled on any task of the goal (a side picked or a fact supplied), oldest
+    first: each applies to every task of the goal that sees its subject."""
+    rows = Escalation.objects.filter(
+        goal_id=goal_id, kind="conflict", resolution__in=core.SETTLING_ACTIONS
+    ).order_by("position")
+    settlements = (
+        core.settlement_of(
+            escalation_id=str(row.id),
+            kind=row.kind,
+            subjects=row.subjects,
+            members=[entry["digest"] for entry in row.evidence],
+            resolution=row.resolution,
+            detail=row.resolution_detail,
+        )
+        for row in rows
+    )
+    return tuple(settlement for settlement in settlements if settlement is not None)
+
+
+def rejected_digests(*, goal_id: str | uuid.UUID, items: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """The digests among a bundle's ``items`` that a human rejected by picking another side of a conflict on
+    the item's subject, on this task or any other task of its goal."""
+    return core.rejected_items(
+        goal_settlements(goal_id=goal_id), ((item["digest"], item.get("subject")) for item in items)
+    )
+
+
+def goal_tasks_seeing(*, goal_id: str | uuid.UUID, subject: str) -> list[Task]:
+    """The tasks of a goal whose latest bundle holds an item on ``subject`` (what a settlement of a conflict
+    on that subject applies to), in plan order."""
+    wanted = normalize_subject(subject)
+    heads = TaskContext.objects.filter(goal_id=goal_id, latest_resolve_id__isnull=False)
+    digests = {str(head.task_id): head.latest_bundle_digest for head in heads}
+    contents = dict(
+        BundleContent.objects.filter(digest__in=set(digests.values())).values_list("digest", "content")
+    )
+    seeing = {
+        task_id
+        for task_id, digest in digests.items()
+        if any(
+            normalize_subject(item.get("subject") or "") == wanted
+            for item in contents.get(digest, {}).get("items", [])
+        )
+    }
+    return list(Task.objects.filter(id__in=seeing).order_by("ordinal"))
 
 
 # --- for the compile service --------------------------------------------------------------------------------
@@ -182,7 +221,7 @@ def latest_bundle(*, task_id: str | uuid.UUID) -> LatestBundle | None:
         return None
     content = bundle_content(digest=head.latest_bundle_digest)
     kinds = dict(Source.objects.filter(project_id=head.project_id).values_list("name", "kind"))
-    rejected = rejected_digests(task_id=task_id)
+    rejected = rejected_digests(goal_id=head.goal_id, items=content["items"])
     entries = tuple(
         BundleEntry(
             digest=item["digest"],

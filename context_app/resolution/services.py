@@ -510,7 +510,11 @@ def _resolve_events(
     open_by_key = {e.key: str(e.id) for e in existing if e.state == core.ESCALATION_OPEN}
     resolved_keys = {e.key for e in existing if e.state == core.ESCALATION_RESOLVED}
     plan = core.plan_escalations(
-        gaps, open_by_key=open_by_key, resolved_keys=resolved_keys, narrowed=narrowed
+        gaps,
+        open_by_key=open_by_key,
+        resolved_keys=resolved_keys,
+        settlements=selectors.goal_settlements(goal_id=goal_id),
+        narrowed=narrowed,
     )
     opened = [(str(uuid.uuid5(_IDS, f"escalation:{resolve_id}:{gap.key}")), gap) for gap in plan.to_open]
     events.append(
@@ -595,7 +599,12 @@ def escalation_resolve(
     actor as its source), ``pick_side`` (``chosen`` item digests; the other members are kept, marked
     rejected), ``grant_source`` (``source``, ``scopes``, ``expires_at``: a grant for the task), or ``cancel``
     (the task is cancelled and every open escalation on it closed). Each is an event; the last open
-    escalation resolved opens the plan gate."""
+    escalation resolved opens the plan gate.
+
+    A conflict settled by a picked side or a supplied fact is settled for the whole goal: the fact is the
+    goal's, the rejected side is left out of every task's compile that sees the subject, and the open
+    conflicts of other tasks of the goal on that subject among the same members close with it (each on its
+    own task's stream, ``detail.settled_by`` naming this escalation)."""
     escalation = selectors.escalation_get(project_id=project_id, escalation_id=escalation_id)
     if action not in core.RESOLUTION_ACTIONS:
         raise ValidationFailed(f"action must be one of {', '.join(core.RESOLUTION_ACTIONS)}", field="action")
@@ -612,6 +621,7 @@ def escalation_resolve(
             field="escalation_id",
         )
     task = task_selectors.task_get(project_id=project_id, task_id=escalation.task_id)
+    is_conflict = escalation.kind == "conflict"
     with transaction.atomic():
         detail: dict[str, Any] = {}
         closing = [escalation]
@@ -622,7 +632,10 @@ def escalation_resolve(
                 raise ValidationFailed("supply the missing fact as text", field="text")
             fact_subject = subject if subject is not None else (escalation.subjects or [""])[0]
             fact = world_services.fact_record(
-                scope=world_services.scope_resolve(project_id=project_id, task_id=str(task.id)),
+                scope=world_services.scope_resolve(
+                    project_id=project_id,
+                    **({"goal_id": str(task.goal_id)} if is_conflict else {"task_id": str(task.id)}),
+                ),
                 text=text,
                 source=actor,
                 subject=fact_subject,
@@ -633,7 +646,7 @@ def escalation_resolve(
             detail = {"fact_id": str(fact.id)}
         elif action == core.RESOLVE_PICK_SIDE:
             evidence = [entry["digest"] for entry in escalation.evidence]
-            if escalation.kind != "conflict":
+            if not is_conflict:
                 raise ValidationFailed("only a conflict has sides to pick", field="action")
             rejected = core.decide_pick_side(evidence, list(chosen))
             detail = {"chosen": sorted(set(chosen)), "rejected": list(rejected)}
@@ -663,10 +676,8 @@ def escalation_resolve(
             closing = list(
                 Escalation.objects.filter(task_id=task.id, state=core.ESCALATION_OPEN).order_by("position")
             )
-        head = TaskContext.objects.get(task_id=task.id)
-        store.append(
-            stream_id=core.context_stream(str(task.id)),
-            events=[
+        resolved: dict[str, list[Event]] = {
+            str(task.id): [
                 core.EscalationResolved(
                     escalation_id=str(item.id),
                     task_id=str(task.id),
@@ -675,13 +686,59 @@ def escalation_resolve(
                     reason=reason,
                 )
                 for item in closing
-            ],
-            expected_version=head.version,
-            metadata={"actor": actor},
-            project_id=project_id,
-        )
+            ]
+        }
+        for other in _settled_with(escalation, action, detail):
+            resolved.setdefault(str(other.task_id), []).append(
+                core.EscalationResolved(
+                    escalation_id=str(other.id),
+                    task_id=str(other.task_id),
+                    resolution=action,
+                    detail=core.settled_detail(
+                        detail,
+                        settled_by=str(escalation.id),
+                        members=[entry["digest"] for entry in other.evidence],
+                    ),
+                    reason=reason,
+                )
+            )
+        for task_id, events in resolved.items():
+            store.append(
+                stream_id=core.context_stream(task_id),
+                events=events,
+                expected_version=TaskContext.objects.get(task_id=task_id).version,
+                metadata={"actor": actor},
+                project_id=project_id,
+            )
     escalation.refresh_from_db()
     return escalation
+
+
+def _settled_with(escalation: Escalation, action: str, detail: Mapping[str, Any]) -> list[Escalation]:
+    """The open conflicts of the goal (other than ``escalation``) that its settlement decides too."""
+    settlement = core.settlement_of(
+        escalation_id=str(escalation.id),
+        kind=escalation.kind,
+        subjects=escalation.subjects,
+        members=[entry["digest"] for entry in escalation.evidence],
+        resolution=action,
+        detail=detail,
+    )
+    if settlement is None:
+        return []
+    candidates = Escalation.objects.filter(
+        goal_id=escalation.goal_id, kind="conflict", state=core.ESCALATION_OPEN
+    ).exclude(id=escalation.id)
+    return [
+        other
+        for other in candidates.order_by("position")
+        if core.settles(
+            settlement,
+            kind=other.kind,
+            subjects=other.subjects,
+            members=[entry["digest"] for entry in other.evidence],
+        )
+    ]
 
 
 # --- the plan gate (R9) -----------------------------------------------------------------------------------

@@ -24,11 +24,13 @@ from typing import Any
 from nexum.core.errors import Conflict, PolicyRefused, ValidationFailed
 from nexum.core.events import Event, event_type
 from nexum.core.resolver import (
+    ESCALATE_CONFLICT,
     ESCALATE_UNREACHABLE,
     Bundle,
     Escalation,
     Grant,
     RequiredQuestion,
+    normalize_subject,
 )
 
 SOURCE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -45,6 +47,8 @@ RESOLVE_CANCEL = "cancel"
 RESOLVE_GAP_CLOSED = "gap_closed"
 """Closed by the system: a later resolve no longer shows the gap."""
 RESOLUTION_ACTIONS = (RESOLVE_SUPPLY_FACT, RESOLVE_PICK_SIDE, RESOLVE_GRANT_SOURCE, RESOLVE_CANCEL)
+SETTLING_ACTIONS = (RESOLVE_PICK_SIDE, RESOLVE_SUPPLY_FACT)
+"""The resolutions of a conflict that settle it for the whole goal (see ``Settlement``)."""
 
 ESCALATION_OPEN = "open"
 ESCALATION_RESOLVED = "resolved"
@@ -420,16 +424,26 @@ def plan_escalations(
     *,
     open_by_key: Mapping[str, str],
     resolved_keys: Iterable[str],
+    settlements: Sequence[Settlement] = (),
     narrowed: bool = False,
 ) -> EscalationPlan:
     """A gap already open stays open (no duplicate); a gap a human already resolved stays resolved (a picked
-    side or a supplied fact is not asked again); a new gap opens; an open gap that is gone is closed — unless
-    the resolve was ``narrowed`` by its request (its own sources, query or budget): it saw only part of the
-    context, so it may open gaps but closes none (else a caller could resolve around a conflict and open the
-    plan gate without an operator)."""
+    side or a supplied fact is not asked again), and so does a conflict a human settled for the goal on
+    another task (``settlements``); a new gap opens; an open gap that is gone is closed — unless the resolve
+    was ``narrowed`` by its request (its own sources, query or budget): it saw only part of the context, so
+    it may open gaps but closes none (else a caller could resolve around a conflict and open the plan gate
+    without an operator)."""
     resolved = set(resolved_keys)
     keys = {gap.key for gap in gaps}
-    to_open = tuple(gap for gap in gaps if gap.key not in open_by_key and gap.key not in resolved)
+    to_open = tuple(
+        gap
+        for gap in gaps
+        if gap.key not in open_by_key
+        and gap.key not in resolved
+        and not any(
+            settles(s, kind=gap.kind, subjects=gap.subjects, members=gap.item_digests) for s in settlements
+        )
+    )
     kept = set(open_by_key) if narrowed else keys
     still_open = tuple(sorted(open_by_key[k] for k in kept if k in open_by_key))
     to_close = tuple(sorted(ident for key, ident in open_by_key.items() if key not in kept))
@@ -468,3 +482,82 @@ def decide_pick_side(evidence_digests: Sequence[str], chosen: Sequence[str]) -> 
     if not rejected:
         raise ValidationFailed("picking every side settles nothing; leave at least one out", field="chosen")
     return rejected
+
+
+# --- goal-wide settlements (R5) -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """A conflict a human settled (a side picked or a fact supplied): it applies to every task of the goal
+    that sees the same subject. The members it rejected are left out wherever an item on that subject is
+    compiled, and a conflict on that subject among its members (all or some: nothing new to decide) is not
+    asked again, on any task of the goal."""
+
+    escalation_id: str
+    subject: str
+    """Normalized (``normalize_subject``)."""
+    members: frozenset[str]
+    """The digests the human decided over."""
+    rejected: frozenset[str]
+
+
+def settlement_of(
+    *,
+    escalation_id: str,
+    kind: str,
+    subjects: Sequence[str],
+    members: Iterable[str],
+    resolution: str,
+    detail: Mapping[str, Any],
+) -> Settlement | None:
+    """The settlement a resolved escalation makes, or ``None`` (not a conflict, or not settled by a human's
+    pick or fact)."""
+    if kind != ESCALATE_CONFLICT or resolution not in SETTLING_ACTIONS or not subjects:
+        return None
+    return Settlement(
+        escalation_id=escalation_id,
+        subject=normalize_subject(subjects[0]),
+        members=frozenset(members),
+        rejected=frozenset(detail.get("rejected", ())),
+    )
+
+
+def settles(settlement: Settlement, *, kind: str, subjects: Sequence[str], members: Iterable[str]) -> bool:
+    """True when ``settlement`` already decides a conflict on ``subjects`` between ``members``."""
+    seen = set(members)
+    return (
+        kind == ESCALATE_CONFLICT
+        and bool(subjects)
+        and bool(seen)
+        and normalize_subject(subjects[0]) == settlement.subject
+        and seen <= settlement.members
+    )
+
+
+def rejected_items(
+    settlements: Iterable[Settlement], items: Iterable[tuple[str, str | None]]
+) -> frozenset[str]:
+    """The digests, among ``items`` (digest, subject), that a settlement of the goal rejected on that item's
+    own subject."""
+    rejected_by_subject: dict[str, set[str]] = {}
+    for settlement in settlements:
+        rejected_by_subject.setdefault(settlement.subject, set()).update(settlement.rejected)
+    return frozenset(
+        digest
+        for digest, subject in items
+        if subject and digest in rejected_by_subject.get(normalize_subject(subject), ())
+    )
+
+
+def settled_detail(detail: Mapping[str, Any], *, settled_by: str, members: Iterable[str]) -> dict[str, Any]:
+    """What a conflict on another task of the goal records when ``settled_by`` settles it: the same decision,
+    limited to the members that task saw."""
+    seen = set(members)
+    recorded: dict[str, Any] = {"settled_by": settled_by}
+    for name in ("chosen", "rejected"):
+        if name in detail:
+            recorded[name] = [digest for digest in detail[name] if digest in seen]
+    if "fact_id" in detail:
+        recorded["fact_id"] = detail["fact_id"]
+    return recorded

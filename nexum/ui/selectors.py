@@ -95,6 +95,31 @@ def evidence_of(escalation: Escalation) -> list[Evidence]:
     return entries
 
 
+@dataclass(frozen=True)
+class Reach:
+    """The tasks a settlement of a conflict applies to: every task of its goal that sees the subject."""
+
+    goal: Task | None
+    tasks: tuple[Task, ...]
+
+    @property
+    def message(self) -> str:
+        count = len(self.tasks)
+        goal = f"goal “{self.goal.objective}”" if self.goal is not None else "its goal"
+        keys = ", ".join(task.key for task in self.tasks)
+        if count == 1:
+            return f"applies to the 1 task of {goal} that sees this subject ({keys})"
+        return f"applies to all {count} tasks of {goal} that see this subject ({keys})"
+
+
+def settlement_reach(escalation: Escalation) -> Reach | None:
+    """For a conflict: the tasks a side picked or a fact supplied applies to (R5, goal-wide)."""
+    if escalation.kind != "conflict" or not escalation.subjects:
+        return None
+    tasks = resolution_selectors.goal_tasks_seeing(goal_id=escalation.goal_id, subject=escalation.subjects[0])
+    return Reach(goal=Task.objects.filter(id=escalation.goal_id).first(), tasks=tuple(tasks))
+
+
 def gate_status(task: Task) -> GateStatus:
     """Whether the plan gate lets the task start now (R9), in words."""
     from context_app.resolution.services import plan_gate_check

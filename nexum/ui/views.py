@@ -18,6 +18,7 @@ from context_app.resolution import services as resolution
 from context_app.resolution.models import Escalation
 from nexum.api.errors import STATUS_BY_KIND
 from nexum.core.errors import DomainError
+from nexum.core.resolution import SETTLING_ACTIONS
 from nexum.ui import selectors
 from nexum.ui.forms import CancelForm, GrantSourceForm, PickSideForm, SupplyFactForm
 from tasks_app.models import Task
@@ -115,9 +116,17 @@ def _detail(
             "siblings": siblings,
             "error": error,
             "is_conflict": escalation.kind == "conflict",
+            "reach": selectors.settlement_reach(escalation),
+            "settled_by": _settled_by(escalation),
         },
         status=status,
     )
+
+
+def _settled_by(escalation: Escalation) -> Escalation | None:
+    """The escalation of another task whose settlement closed this one, if any."""
+    settled_by = (escalation.resolution_detail or {}).get("settled_by")
+    return Escalation.objects.filter(id=settled_by).first() if settled_by else None
 
 
 @staff_member_required
@@ -161,7 +170,10 @@ def escalation_resolve(request: HttpRequest, escalation_id: str) -> HttpResponse
         return _detail(request, escalation, forms, error=refused.message, status=status)
     task = Task.objects.get(id=escalation.task_id)
     gate = selectors.gate_status(task)
+    reach = selectors.settlement_reach(escalation) if action in SETTLING_ACTIONS else None
+    settled = f" The settlement {reach.message}." if reach is not None else ""
     messages.success(
-        request, f"Resolved ({action.replace('_', ' ')}). {gate.message[0].upper()}{gate.message[1:]}."
+        request,
+        f"Resolved ({action.replace('_', ' ')}).{settled} {gate.message[0].upper()}{gate.message[1:]}.",
     )
     return redirect(reverse("ui:escalation", args=[escalation.id]))

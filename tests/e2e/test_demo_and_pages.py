@@ -174,3 +174,36 @@ def test_supplying_a_fact_granting_a_source_and_cancelling_go_through_the_servic
     s4 = demo_world.tasks["s4"]
     assert not Escalation.objects.filter(task_id=s4.id, state="open").exists()
     assert Task.objects.get(id=s4.id).state == "pending"
+
+
+def test_keeping_the_docs_side_for_s2_settles_the_expiry_conflict_for_s3_too(demo_world, staff_client):
+    """The demo's conflict is escalated on s2 (its input); s3 sees the same two claims. Keeping the docs'
+    side in the UI applies to both: s3's next compile no longer carries the ticket's "60 minutes"."""
+    from context_app.compilation.services import context_compile
+
+    s3 = demo_world.tasks["s3"]
+
+    def s3_prompt() -> str:
+        outcome = context_compile(
+            project_id=str(s3.project_id), task_id=str(s3.id), model_word="frontier", actor="agent:x"
+        )
+        return outcome.context.prompt_block
+
+    assert "60 minutes" in s3_prompt()
+    conflict = Escalation.objects.get(kind="conflict")
+    assert conflict.task_id == demo_world.tasks["s2"].id
+    reach = (
+        "applies to all 2 tasks of goal “Fix the failing authentication spec” that see this subject (s2, s3)"
+    )
+    assert reach in staff_client.get(reverse("ui:escalation", args=[conflict.id])).content.decode()
+
+    docs = next(entry["digest"] for entry in conflict.evidence if entry["source"] == "auth-docs")
+    response = staff_client.post(
+        reverse("ui:escalation-resolve", args=[conflict.id]),
+        {"action": "pick_side", "pick_side-chosen": docs, "pick_side-reason": "the docs are the spec"},
+        follow=True,
+    )
+    assert response.status_code == 200
+    assert f"The settlement {reach}." in response.content.decode()
+    prompt = s3_prompt()
+    assert "60 minutes" not in prompt and "15 minutes" in prompt

@@ -452,6 +452,157 @@ def test_a_compile_uses_the_latest_bundle_without_the_rejected_side(project, tmp
     assert "9090" not in context.prompt_block
 
 
+def _sibling_tasks(project) -> dict[str, Any]:
+    """One goal, three tasks that all read the two conflicting sources: ``a`` and ``c`` depend on the deploy
+    port (the conflict escalates on each), ``b`` only sees it (no escalation)."""
+    from tasks_app.selectors import goal_tasks
+
+    goal = task_services.goal_create(
+        project_id=str(project.id),
+        objective="Ship the release",
+        tasks=[
+            {"key": "a", "objective": "Configure the deploy", "inputs": ["deploy port"]},
+            {"key": "b", "objective": "Write the changelog", "inputs": ["the changelog"]},
+            {"key": "c", "objective": "Open the firewall", "inputs": ["deploy port"]},
+        ],
+        actor="test",
+    )
+    services.grant_issue(
+        project_id=str(project.id), goal_id=str(goal.id), sources={"ops": ["*"], "wiki": ["*"]}, actor="op"
+    )
+    return {task.key: task for task in goal_tasks(goal=goal)}
+
+
+@pytest.mark.django_db
+def test_a_side_picked_on_one_task_applies_to_every_task_of_the_goal_that_sees_the_subject(project, tmp_path):
+    from context_app.compilation.services import context_compile
+
+    load_catalog(str(project.id))
+    _conflicting_sources(project, tmp_path)
+    tasks = _sibling_tasks(project)
+    for task in tasks.values():
+        resolve(project, task, query="deploy port")
+    before = context_compile(
+        project_id=str(project.id), task_id=str(tasks["b"].id), model_word="local", actor="a"
+    )
+    assert "9090" in before.context.prompt_block and "8080" in before.context.prompt_block
+    first = Escalation.objects.get(task_id=tasks["a"].id)
+    third = Escalation.objects.get(task_id=tasks["c"].id)
+    assert not Escalation.objects.filter(task_id=tasks["b"].id).exists()
+    assert [t.key for t in selectors.goal_tasks_seeing(goal_id=first.goal_id, subject="Deploy  Port")] == [
+        "a",
+        "b",
+        "c",
+    ]
+
+    chosen = next(e["digest"] for e in first.evidence if e["source"] == "ops")
+    rejected = next(e["digest"] for e in first.evidence if e["source"] == "wiki")
+    services.escalation_resolve(
+        project_id=str(project.id),
+        escalation_id=str(first.id),
+        action="pick_side",
+        chosen=[chosen],
+        reason="ops owns the port",
+        actor="op:ann",
+    )
+
+    # the sibling that only sees the subject: its next compile leaves the rejected claim out
+    after = context_compile(
+        project_id=str(project.id), task_id=str(tasks["b"].id), model_word="local", actor="a"
+    )
+    assert "The deploy port is 8080." in after.context.prompt_block
+    assert "9090" not in after.context.prompt_block
+    # the sibling with its own escalation on the same conflict: closed with it, on its own stream
+    third.refresh_from_db()
+    assert (third.state, third.resolution, third.resolution_reason) == (
+        "resolved",
+        "pick_side",
+        "ops owns the port",
+    )
+    assert third.resolution_detail == {
+        "settled_by": str(first.id),
+        "chosen": [chosen],
+        "rejected": [rejected],
+    }
+    assert EventRow.objects.filter(
+        stream_id=f"context-{tasks['c'].id}", event_type="EscalationResolved"
+    ).exists()
+    assert start(project, tasks["c"]).state == "running"
+    # later resolves of the siblings do not ask the settled question again
+    for task in tasks.values():
+        resolve(project, task, query="deploy port", now=NOW + timedelta(minutes=1))
+    assert not Escalation.objects.filter(state="open").exists()
+    assert [i.source for i in selectors.latest_bundle(task_id=tasks["c"].id).usable_items] == ["ops"]
+
+
+@pytest.mark.django_db
+def test_a_settlement_stays_within_its_goal_and_its_subject(project, tmp_path):
+    """Another goal reading the same sources still sees both sides and its own conflict stays open; a new
+    claim on the subject is a new conflict."""
+    _conflicting_sources(project, tmp_path)
+    tasks = _sibling_tasks(project)
+    other = make_task(project, inputs=["deploy port"])
+    grant(project, other, "ops", "wiki")
+    resolve(project, tasks["a"], query="deploy port")
+    resolve(project, other, query="deploy port")
+    first = Escalation.objects.get(task_id=tasks["a"].id)
+    services.escalation_resolve(
+        project_id=str(project.id),
+        escalation_id=str(first.id),
+        action="pick_side",
+        chosen=[next(e["digest"] for e in first.evidence if e["source"] == "ops")],
+        actor="op:ann",
+    )
+    assert Escalation.objects.get(task_id=other.id).state == "open"
+    assert all(not item.rejected for item in selectors.latest_bundle(task_id=other.id).items)
+
+    register(
+        project,
+        "chat",
+        "tickets_json",
+        path=tickets(tmp_path, "chat", [{"id": "3", "subject": "deploy port", "text": "The port is 7070."}]),
+    )
+    services.grant_issue(
+        project_id=str(project.id), task_id=str(tasks["c"].id), sources={"chat": ["*"]}, actor="op"
+    )
+    resolve(project, tasks["c"], query="deploy port")
+    reopened = Escalation.objects.get(task_id=tasks["c"].id)
+    assert reopened.state == "open" and len(reopened.evidence) == 3
+    latest = selectors.latest_bundle(task_id=tasks["c"].id)
+    assert {i.source for i in latest.items if i.rejected} == {"wiki"}
+
+
+@pytest.mark.django_db
+def test_a_fact_supplied_for_a_conflict_is_the_goals_and_settles_it_for_every_task(project, tmp_path):
+    from context_app.selectors import item_list
+
+    _conflicting_sources(project, tmp_path)
+    tasks = _sibling_tasks(project)
+    for task in tasks.values():
+        resolve(project, task, query="deploy port")
+    first = Escalation.objects.get(task_id=tasks["a"].id)
+    resolved = services.escalation_resolve(
+        project_id=str(project.id),
+        escalation_id=str(first.id),
+        action="supply_fact",
+        text="The deploy port is 8443.",
+        actor="op:ann",
+    )
+    fact_id = resolved.resolution_detail["fact_id"]
+    for task in tasks.values():
+        seen = item_list(
+            project_id=str(project.id), task_id=str(task.id), task_goal_id=str(task.goal_id), kinds=["fact"]
+        )
+        assert fact_id in {str(item.id) for item in seen}
+    third = Escalation.objects.get(task_id=tasks["c"].id)
+    assert (third.state, third.resolution_detail) == (
+        "resolved",
+        {"settled_by": str(first.id), "fact_id": fact_id},
+    )
+    resolve(project, tasks["c"], query="deploy port", now=NOW + timedelta(minutes=1))
+    assert not Escalation.objects.filter(state="open").exists()
+
+
 @pytest.mark.django_db
 def test_an_operator_override_opens_the_gate_and_is_recorded(project, tmp_path):
     _conflicting_sources(project, tmp_path)

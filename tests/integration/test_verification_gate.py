@@ -410,6 +410,34 @@ def test_a_catastrophic_pattern_ends_at_once(project, workspace):
     assert all(duration < 1000 for _, duration in runs.values())
 
 
+@pytest.mark.django_db
+def test_a_stored_contract_that_todays_rules_refuse_fails_the_task_with_the_reason(
+    project, workspace, monkeypatch
+):
+    """A contract registered under older rules (a lookaround pattern, before checks moved to RE2) ends its
+    completion request with a failed decision that says why, rather than leaving it pending."""
+    from nexum.core import gate
+
+    (workspace / "report.txt").write_text("coverage: 93%\n")
+    with monkeypatch.context() as older_rules:
+        older_rules.setattr(gate, "_require_pattern", lambda pattern: pattern)
+        task = running_task(
+            project,
+            {"checks": [{"kind": "file_matches", "name": "lookahead", "path": "report.txt",
+                         "pattern": "coverage(?=:)"}]},
+        )  # fmt: skip
+
+    result = complete(task)
+
+    assert result.outcome == "failed"
+    assert state(task) == "failed"
+    assert "contract revision 1 can no longer be run (checks[0]: pattern is not a regular expression RE2" in (
+        result.reason
+    )
+    assert "an operator must register a new contract" in result.reason
+    assert not CheckRun.objects.filter(request=result.request).exists()
+
+
 # --- V8: untrusted content cannot define a contract -----------------------------------------------------
 
 

@@ -46,6 +46,64 @@ def test_a_narrowed_resolve_opens_gaps_but_closes_none():
     assert plan.to_close == () and plan.still_open == ("e1",) and plan.to_open == (b,)
 
 
+def test_a_settled_conflict_is_settled_for_the_goal_on_its_subject_and_members_only():
+    picked = core.settlement_of(
+        escalation_id="e1",
+        kind="conflict",
+        subjects=["deploy port"],
+        members=["d1", "d2", "d3"],
+        resolution="pick_side",
+        detail={"chosen": ["d1"], "rejected": ["d2", "d3"]},
+    )
+    assert picked == core.Settlement(
+        "e1", "deploy port", frozenset({"d1", "d2", "d3"}), frozenset({"d2", "d3"})
+    )
+    for kind, resolution in (
+        ("stale_only", "supply_fact"),
+        ("conflict", "grant_source"),
+        ("conflict", "cancel"),
+    ):
+        assert (
+            core.settlement_of(
+                escalation_id="e", kind=kind, subjects=["x"], members=["d1"], resolution=resolution, detail={}
+            )
+            is None
+        )
+    # the same subject (however written) among the same members or some of them: nothing new to decide
+    assert core.settles(picked, kind="conflict", subjects=["Deploy  PORT"], members=["d1", "d2"])
+    assert not core.settles(picked, kind="conflict", subjects=["deploy port"], members=["d1", "d4"])
+    assert not core.settles(picked, kind="conflict", subjects=["release date"], members=["d1", "d2"])
+    assert not core.settles(picked, kind="stale_only", subjects=["deploy port"], members=["d1"])
+
+    settled = Escalation(
+        kind="conflict",
+        missing="which port",
+        reason="r",
+        subjects=("deploy port",),
+        item_digests=("d1", "d2"),
+    )
+    new_claim = Escalation(
+        kind="conflict",
+        missing="which port",
+        reason="r",
+        subjects=("deploy port",),
+        item_digests=("d1", "d4"),
+    )
+    plan = core.plan_escalations([settled, new_claim], open_by_key={}, resolved_keys=(), settlements=[picked])
+    assert plan.to_open == (new_claim,)
+
+    # rejected where the item is on the settlement's subject, on any task of the goal
+    items = [("d1", "deploy port"), ("d2", "Deploy port"), ("d3", "release date"), ("d2", None)]
+    assert core.rejected_items([picked], items) == frozenset({"d2"})
+    assert core.settled_detail(
+        {"chosen": ["d1"], "rejected": ["d2", "d3"]}, settled_by="e1", members=["d1", "d2"]
+    ) == {"settled_by": "e1", "chosen": ["d1"], "rejected": ["d2"]}
+    assert core.settled_detail({"fact_id": "f"}, settled_by="e1", members=["d1"]) == {
+        "settled_by": "e1",
+        "fact_id": "f",
+    }
+
+
 def test_the_plan_gate_is_closed_only_by_open_escalations_without_override():
     core.decide_plan_gate(
         has_bundle=False, complete=False, open_escalations=[{"kind": "x"}], overridden=False

@@ -1,0 +1,41 @@
+"""nexum-client: a typed Python client for Nexum's REST API (see ``Nexum``)."""
+
+from nexum_client.client import Nexum
+from nexum_client.errors import (
+    BadRequest,
+    CompletionTimeout,
+    Conflict,
+    ConnectionFailed,
+    Forbidden,
+    NexumError,
+    NotFound,
+    Refused,
+    ServerError,
+    TooLarge,
+    Unauthorized,
+    Unavailable,
+)
+from nexum_client.models import Completion, Context, Event, Goal, Item, Resolution, Task
+
+__all__ = [
+    "BadRequest",
+    "Completion",
+    "CompletionTimeout",
+    "Conflict",
+    "ConnectionFailed",
+    "Context",
+    "Event",
+    "Forbidden",
+    "Goal",
+    "Item",
+    "Nexum",
+    "NexumError",
+    "NotFound",
+    "Refused",
+    "Resolution",
+    "ServerError",
+    "Task",
+    "TooLarge",
+    "Unauthorized",
+    "Unavailable",
+]

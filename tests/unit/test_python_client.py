@@ -1,0 +1,161 @@
+"""The Python client (clients/python) without a server: retries and their Idempotency-Key, typed errors,
+polling a pending completion, paging the event feed, and webhook signatures."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from nexum_client import BadRequest, ConnectionFailed, Forbidden, Nexum, Unavailable
+from nexum_client.webhooks import InvalidSignature, sign, verify
+
+ITEM = {"id": "i-1", "kind": "fact", "text": "t", "trust_class": "agent_reported", "position": 7}
+
+
+def client_for(handler, **kwargs) -> tuple[Nexum, list[httpx.Request]]:
+    seen: list[httpx.Request] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return handler(request, len(seen))
+
+    client = Nexum("http://nexum.test", "tok", transport=httpx.MockTransport(record), sleep=lambda s: None)
+    return client, seen
+
+
+def error(status: int, code: str, field: str | None = None) -> httpx.Response:
+    body = {"error": {"code": code, "message": code, "field": field, "details": {}, "request_id": "r-1"}}
+    return httpx.Response(status, json=body)
+
+
+def test_a_post_is_retried_with_the_same_idempotency_key_after_a_dropped_connection():
+    def handler(request, count):
+        if count == 1:
+            raise httpx.ReadError("connection reset", request=request)
+        return httpx.Response(201, json=ITEM)
+
+    client, seen = client_for(handler)
+    item = client.record_fact("t", task_id="task-1")
+    assert item.id == "i-1" and len(seen) == 2
+    keys = {request.headers["Idempotency-Key"] for request in seen}
+    assert len(keys) == 1 and keys != {""}
+    assert seen[0].headers["Authorization"] == "Bearer tok"
+    assert json.loads(seen[1].content) == {"text": "t"}  # absent options are not sent
+
+
+def test_each_call_gets_its_own_key_and_a_named_key_is_sent_as_given():
+    client, seen = client_for(lambda request, count: httpx.Response(201, json=ITEM))
+    client.record_progress("a", task_id="t")
+    client.record_progress("a", task_id="t")
+    client.request("POST", "tasks/t/progress", json={"text": "a"}, idempotency_key="mine")
+    keys = [request.headers["Idempotency-Key"] for request in seen]
+    assert keys[0] != keys[1] and keys[2] == "mine"
+
+
+def test_503_is_retried_and_errors_are_typed_with_code_field_and_request_id():
+    answers = [error(503, "broker_unavailable"), error(400, "unknown_field", "colour")]
+    client, seen = client_for(lambda request, count: answers[count - 1])
+    with pytest.raises(BadRequest) as raised:
+        client.record_fact("t", goal_id="g")
+    assert (raised.value.code, raised.value.field, raised.value.request_id) == (
+        "unknown_field",
+        "colour",
+        "r-1",
+    )
+    assert raised.value.status == 400 and len(seen) == 2
+
+
+def test_errors_that_are_not_transient_are_raised_at_once():
+    client, seen = client_for(lambda request, count: error(403, "forbidden", "contracts"))
+    with pytest.raises(Forbidden) as raised:
+        client.create_goal("g", tasks=[{"key": "a", "objective": "a"}], contracts={})
+    assert raised.value.field == "contracts" and len(seen) == 1
+
+
+def test_retries_end_in_a_typed_error():
+    client, seen = client_for(lambda request, count: error(503, "unavailable"))
+    with pytest.raises(Unavailable):
+        client.task("t")
+    assert len(seen) == 4
+
+    def refuse(request, count):
+        raise httpx.ConnectError("refused", request=request)
+
+    client, seen = client_for(refuse)
+    with pytest.raises(ConnectionFailed) as raised:
+        client.task("t")
+    assert raised.value.code == "connection_failed" and len(seen) == 4
+
+
+def test_complete_polls_a_pending_request_until_the_gate_decides():
+    pending = {"request_id": "c-1", "task_id": "t", "status": "pending", "outcome": "pending", "reason": ""}
+    decided = {**pending, "status": "decided", "outcome": "failed", "reason": "check x failed"}
+
+    def handler(request, count):
+        if request.method == "POST":
+            body = {"outcome": "pending", "reason": "", "task": {}, "completion": pending, "poll": "/c"}
+            return httpx.Response(202, json=body)
+        return httpx.Response(200, json=pending if count < 4 else decided)
+
+    client, seen = client_for(handler)
+    completion = client.complete("t", "done")
+    assert (completion.outcome, completion.reason, completion.request_id) == (
+        "failed",
+        "check x failed",
+        "c-1",
+    )
+    assert [request.url.path for request in seen][1:] == ["/api/v1/completions/c-1"] * 3
+
+
+def test_a_completion_already_pending_is_followed():
+    decided = {"request_id": "c-9", "task_id": "t", "status": "decided", "outcome": "completed", "reason": ""}
+
+    def handler(request, count):
+        if request.method == "POST":
+            return httpx.Response(
+                409,
+                json={
+                    "error": {"code": "completion_pending", "message": "m", "details": {"request_id": "c-9"}}
+                },
+            )
+        return httpx.Response(200, json=decided)
+
+    client, _ = client_for(handler)
+    assert client.complete("t").outcome == "completed"
+
+
+def test_the_event_feed_follows_the_cursor_page_by_page():
+    log = [
+        {"position": n, "stream_id": "s", "version": n, "type": "T", "data": {}, "metadata": {}}
+        for n in range(1, 6)
+    ]
+
+    def handler(request, count):
+        after = int(request.url.params.get("after", 0))
+        limit = int(request.url.params["limit"])
+        page = [event for event in log if event["position"] > after][:limit]
+        has_more = bool(page) and page[-1]["position"] < log[-1]["position"]
+        next_after = page[-1]["position"] if page else after
+        return httpx.Response(200, json={"events": page, "next_after": next_after, "has_more": has_more})
+
+    client, _ = client_for(handler)
+    assert [event.position for event in client.events(limit=2)] == [1, 2, 3, 4, 5]
+    assert [event.position for event in client.events(cursor=3, limit=2)] == [4, 5]
+    followed = client.events(cursor=5, follow=True, poll_interval_s=0, idle_timeout_s=0)
+    assert list(followed) == []
+
+
+def test_webhook_signatures_verify_only_the_exact_body_within_the_tolerance():
+    body = b'{"position": 3}'
+    header = sign("whsec_x", body, 1_000)
+    assert verify("whsec_x", body, header, now=1_010) == 1_000
+    for secret, payload, given, now in [
+        ("whsec_y", body, header, 1_010),
+        ("whsec_x", body + b" ", header, 1_010),
+        ("whsec_x", body, header, 2_000),
+        ("whsec_x", body, "v1=abc", 1_010),
+        ("whsec_x", body, None, 1_010),
+    ]:
+        with pytest.raises(InvalidSignature):
+            verify(secret, payload, given, now=now)
