@@ -161,6 +161,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "World state, context compilation and verification for LLM agents.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Request bodies get components of their own, where a string that may not be blank says minLength 1.
+    "COMPONENT_SPLIT_REQUEST": True,
     # Swagger UI and Redoc from this server's static files (drf-spectacular-sidecar), never from a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

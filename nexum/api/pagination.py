@@ -7,7 +7,8 @@ Two kinds of cursor, both strings to the caller:
   with ``?cursor=<last position seen>`` (``log_page``);
 - any other list pages by its own order: the cursor is opaque (the ordering values of the last row seen,
   base64url JSON), and the next page starts after that row even when rows were added since (``keyset_page``).
-A cursor that is not one this list gave is 400 ``invalid`` naming ``cursor``.
+An opaque cursor names a place in one list, as an id names an object: one that this list did not give is
+404 ``not_found`` naming ``cursor`` (no such page), never the first page.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from drf_spectacular.utils import inline_serializer
 from rest_framework import serializers
 
 from nexum.api.strict import StrictQuery
-from nexum.core.errors import ValidationFailed
+from nexum.core.errors import NotFound
 from nexum.core.text import is_storable
 
 DEFAULT_LIMIT = 50
@@ -133,7 +134,7 @@ def _decode(model: type[Model], ordering: list[tuple[str, bool]], cursor: str) -
             raise ValueError(cursor)
         return [_field(model, name).to_python(value) for (name, _), value in zip(ordering, raw, strict=True)]
     except (ValueError, TypeError, binascii.Error, DjangoValidationError, FieldDoesNotExist):
-        raise ValidationFailed("not a cursor this list gave", field="cursor") from None
+        raise NotFound("no such page: not a cursor this list gave", field="cursor") from None
 
 
 def _storable(value: object) -> bool:
