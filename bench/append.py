@@ -111,6 +111,7 @@ def fill_for_rebuild() -> None:
                 name=f"agent-{t}",
                 key_prefix="nx_bench",
                 key_sha256=uuid.uuid4().hex * 2,
+                role="agent",
             )
             for t in range(TOKENS_PER_PROJECT)
         ]

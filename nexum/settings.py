@@ -67,6 +67,7 @@ INSTALLED_APPS = [
     "verification_app",
     "nexum.work",
     "nexum.ui",
+    "nexum.mcp",
 ]
 
 MIDDLEWARE = [
@@ -218,6 +219,11 @@ NEXUM_PROJECTIONS = [
     "context_app.compilation.projections.CompilationProjection",
     "verification_app.projections.VerificationProjection",
 ]
+# The SSE event stream (nexum/api/stream.py): a connection closes after at most this many seconds (the client
+# resumes with Last-Event-ID), polls the log this often while idle, and sends a comment this often when idle.
+NEXUM_EVENT_STREAM_MAX_S = _env_int("NEXUM_EVENT_STREAM_MAX_S", 25)
+NEXUM_EVENT_STREAM_POLL_S = _env_int("NEXUM_EVENT_STREAM_POLL_MS", 500) / 1000
+NEXUM_EVENT_STREAM_HEARTBEAT_S = _env_int("NEXUM_EVENT_STREAM_HEARTBEAT_S", 15)
 NEXUM_DEMO_TOKEN = os.environ.get("NEXUM_DEMO_TOKEN", "nx_demo_local_development_only")
 NEXUM_DEMO_OPERATOR_TOKEN = os.environ.get(
     "NEXUM_DEMO_OPERATOR_TOKEN", "nx_demo_operator_local_development_only"

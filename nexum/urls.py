@@ -10,14 +10,16 @@ from context_app import api as world_api
 from context_app.catalog import api as catalog_api
 from context_app.compilation import api as compile_api
 from context_app.resolution import api as resolution_api
-from nexum.api import views
+from nexum.api import stream, views
 from nexum.api.errors import json_not_found, json_server_error
+from nexum.mcp.http import mcp_endpoint
 from tasks_app import api as tasks_api
 from verification_app import api as verification_api
 
 api_v1 = [
     path("health", views.HealthView.as_view(), name="health"),
     path("events", views.EventFeedView.as_view(), name="event-feed"),
+    path("events/stream", stream.EventStreamView.as_view(), name="event-stream"),
     path("goals", tasks_api.GoalListCreateView.as_view(), name="goals"),
     path("goals/<str:goal_id>", tasks_api.GoalDetailView.as_view(), name="goal"),
     path("goals/<str:goal_id>/tasks/<str:key>", tasks_api.GoalTaskDetailView.as_view(), name="goal-task"),
@@ -94,6 +96,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("escalations/", include("nexum.ui.urls")),
     path("api/v1/", include((api_v1, "api"), namespace="v1")),
+    path("mcp", mcp_endpoint, name="mcp"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path(
         "api/docs/",

@@ -1,20 +1,93 @@
-from django.contrib import admin
+"""Admin of the task graph and of API tokens. Tasks and goals mirror the log and are read-only. Tokens are
+issued and revoked here through ``tasks_app.services`` (each an event, acting as ``admin:<user>``); an issued
+key is shown once, on the response page, and is never stored, put in a message or shown again. Projects are
+created in ``context_app.catalog.admin`` (a new project gets the default model catalog)."""
 
-from nexum.eventstore.admin import ReadOnlyAdmin, ReadOnlyInline
-from tasks_app.models import AgentToken, Goal, Project, Task, TaskTransition
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils.cache import add_never_cache_headers, patch_cache_control
+
+from nexum.core.projects import check_token_name
+from nexum.eventstore.admin import ReadOnlyAdmin, ReadOnlyInline, admin_actor, checked_by
+from tasks_app import services
+from tasks_app.models import AgentToken, Goal, Task, TaskTransition
 
 
-@admin.register(Project)
-class ProjectAdmin(ReadOnlyAdmin):
-    list_display = ("slug", "name", "created_at", "version")
-    search_fields = ("slug", "name")
+class TokenIssueForm(forms.ModelForm):
+    """Who holds the token and its role; the name is checked by the rule the service applies, and a name
+    taken in the project is refused by the model's unique constraint, before anything is written."""
+
+    class Meta:
+        model = AgentToken
+        fields = ("project", "name", "role")
+
+    def clean_name(self) -> str:
+        return checked_by(check_token_name, self.cleaned_data["name"])
 
 
 @admin.register(AgentToken)
 class AgentTokenAdmin(ReadOnlyAdmin):
+    """Tokens by project and role with their key prefix; "Add" issues one, the "Revoke" action revokes."""
+
+    form = TokenIssueForm
     list_display = ("name", "role", "project", "key_prefix", "issued_at", "revoked_at")
     list_filter = ("role", "project")
     exclude = ("key_sha256",)
+    actions = ("revoke_tokens",)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return admin.ModelAdmin.has_add_permission(self, request)
+
+    def get_fields(self, request: HttpRequest, obj: AgentToken | None = None) -> tuple[str, ...]:
+        issue = ("project", "name", "role")
+        return issue if obj is None else (*issue, "key_prefix", "issued_at", "revoked_at")
+
+    def save_model(self, request: HttpRequest, obj: AgentToken, form: Any, change: bool) -> None:
+        issued = services.agent_token_issue(
+            project_id=str(obj.project_id), name=obj.name, role=obj.role, actor=admin_actor(request)
+        )
+        obj.pk = issued.token.pk
+        obj.issued = issued  # read once by response_add; the key is never saved
+
+    def response_add(
+        self, request: HttpRequest, obj: AgentToken, post_url_continue: Any = None
+    ) -> HttpResponse:
+        """The one page that ever shows the key: not cached, not put in a message (messages live in a
+        cookie or the session)."""
+        response = TemplateResponse(
+            request,
+            "admin/tasks_app/agenttoken/issued.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.opts,
+                "title": "Token issued",
+                "token": obj.issued.token,
+                "key": obj.issued.key,
+            },
+        )
+        add_never_cache_headers(response)
+        patch_cache_control(response, no_store=True)
+        return response
+
+    @admin.action(description="Revoke the selected tokens", permissions=("add",))
+    def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[AgentToken]) -> None:
+        revoked = 0
+        for token in queryset.filter(revoked_at__isnull=True):
+            services.agent_token_revoke(
+                token_id=str(token.id), reason="revoked in the admin", actor=admin_actor(request)
+            )
+            revoked += 1
+        skipped = queryset.count() - revoked
+        self.message_user(request, f"{revoked} token(s) revoked", messages.SUCCESS)
+        if skipped:
+            self.message_user(request, f"{skipped} token(s) were already revoked", messages.WARNING)
 
 
 class TimelineInline(ReadOnlyInline):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import uuid
 
-from django.db.models import QuerySet
+from django.db.models import Count, Q, QuerySet
 
 from nexum.core.errors import NotFound
 from nexum.ids import uuid_or_none
-from tasks_app.models import Project, Task, TaskTransition
+from tasks_app.models import AgentToken, Project, Task, TaskTransition
 
 
 def project_get(*, project_id: str | uuid.UUID) -> Project:
@@ -16,6 +16,32 @@ def project_get(*, project_id: str | uuid.UUID) -> Project:
     if project is None:
         raise NotFound(f"no project {project_id}", field="project_id")
     return project
+
+
+def project_by_slug(*, slug: str) -> Project:
+    project = Project.objects.filter(slug=slug).first()
+    if project is None:
+        raise NotFound(f"no project with slug {slug!r}", field="project")
+    return project
+
+
+def project_list() -> QuerySet[Project]:
+    """Every project by slug, with ``active_tokens``: how many of its tokens are not revoked."""
+    return Project.objects.annotate(
+        active_tokens=Count("agent_tokens", filter=Q(agent_tokens__revoked_at__isnull=True))
+    ).order_by("slug")
+
+
+def token_by_name(*, project: Project, name: str) -> AgentToken:
+    token = AgentToken.objects.filter(project=project, name=name).first()
+    if token is None:
+        raise NotFound(f"project {project.slug} has no token named {name!r}", field="name")
+    return token
+
+
+def token_list(*, project: Project) -> QuerySet[AgentToken]:
+    """A project's tokens, oldest first (revoked ones included)."""
+    return AgentToken.objects.filter(project=project).order_by("issued_at", "name")
 
 
 def task_get(*, project_id: str | uuid.UUID, task_id: str | uuid.UUID) -> Task:

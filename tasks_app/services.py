@@ -30,7 +30,9 @@ from nexum.core.projects import (
     AgentTokenIssued,
     AgentTokenRevoked,
     ProjectCreated,
+    check_project_name,
     check_slug,
+    check_token_name,
     project_stream,
 )
 from nexum.core.roles import AGENT, check_role
@@ -70,14 +72,13 @@ def hash_key(key: str) -> str:
 
 def project_create(*, slug: str, name: str, description: str = "", actor: str) -> Project:
     check_slug(slug)
-    if not name.strip():
-        raise ValidationFailed("a project needs a name", field="name")
+    name = check_project_name(name)
     if Project.objects.filter(slug=slug).exists():
         raise Conflict(f"a project with slug {slug!r} already exists", field="slug", code="project_exists")
     project_id = str(uuid.uuid4())
     store.append(
         stream_id=project_stream(project_id),
-        events=[ProjectCreated(project_id=project_id, slug=slug, name=name.strip(), description=description)],
+        events=[ProjectCreated(project_id=project_id, slug=slug, name=name, description=description)],
         expected_version=0,
         metadata={"actor": actor},
         project_id=project_id,
@@ -92,8 +93,7 @@ def agent_token_issue(
     ``key`` may be supplied (the development demo tokens); it is never stored."""
     project = selectors.project_get(project_id=project_id)
     check_role(role)
-    if not name.strip():
-        raise ValidationFailed("a token needs a name", field="name")
+    check_token_name(name)
     if AgentToken.objects.filter(project=project, name=name).exists():
         raise Conflict(
             f"project {project.slug} already has a token named {name!r}", field="name", code="token_exists"

@@ -17,9 +17,11 @@ NEEDS_BWRAP = pytest.mark.skipif(
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if BWRAP_MISSING:
-        from django.conf import settings
+    from django.conf import settings
 
+    # An SSE stream a test opens without ?timeout= (the schema tests do) closes within a second.
+    settings.NEXUM_EVENT_STREAM_MAX_S = 1
+    if BWRAP_MISSING:
         os.environ["NEXUM_SANDBOX"] = "none"  # for the workers that tests start
         settings.NEXUM_SANDBOX = "none"
 

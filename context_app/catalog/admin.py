@@ -1,7 +1,10 @@
 """Admin for the model catalog. Cards, aliases and the overlay audit trail mirror the log and are read-only.
 Overlays are editable (SPEC I4), but never through the ORM: the form checks the value with the same decision
 the API uses and ``save_model``/``delete_model`` call the audited services, so every edit is an event that
-records who, when, the old and the new value (SPEC O7)."""
+records who, when, the old and the new value (SPEC O7).
+
+Projects are created here, not in ``tasks_app.admin``: a new project gets the default model catalog
+(``services.project_setup``), and this is the lowest layer that knows both."""
 
 from __future__ import annotations
 
@@ -17,14 +20,49 @@ from context_app.catalog.models import CatalogAlias, CatalogCard, ModelOverlay, 
 from context_app.catalog.projections import word_row_id
 from nexum.core.catalog import decide_overlay_set
 from nexum.core.errors import DomainError
-from nexum.eventstore.admin import ReadOnlyAdmin
+from nexum.core.projects import check_project_name, check_slug
+from nexum.eventstore.admin import ReadOnlyAdmin, admin_actor, checked_by
+from tasks_app.models import Project
 
 ADMIN_WHERE = "admin"
 OVERLAY_FIELDS = ("context_tokens", "auto_compact_tokens", "enabled")
 
 
-def admin_actor(request: HttpRequest) -> str:
-    return f"admin:{request.user.get_username()}"
+class ProjectCreateForm(forms.ModelForm):
+    """The slug and name are checked by the rules the service applies; a taken slug is refused by the model's
+    unique constraint, before anything is written."""
+
+    class Meta:
+        model = Project
+        fields = ("slug", "name", "description")
+
+    def clean_slug(self) -> str:
+        return checked_by(check_slug, self.cleaned_data["slug"])
+
+    def clean_name(self) -> str:
+        return checked_by(check_project_name, self.cleaned_data["name"])
+
+
+@admin.register(Project)
+class ProjectAdmin(ReadOnlyAdmin):
+    """Projects; "Add" creates one with the default model catalog, as an event through the service."""
+
+    form = ProjectCreateForm
+    list_display = ("slug", "name", "created_at", "version")
+    search_fields = ("slug", "name")
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return admin.ModelAdmin.has_add_permission(self, request)
+
+    def get_fields(self, request: HttpRequest, obj: Project | None = None) -> tuple[str, ...]:
+        create = ("slug", "name", "description")
+        return create if obj is None else (*create, "created_at", "version")
+
+    def save_model(self, request: HttpRequest, obj: Project, form: Any, change: bool) -> None:
+        project, _ = services.project_setup(
+            slug=obj.slug, name=obj.name, description=obj.description, actor=admin_actor(request)
+        )
+        obj.pk = project.pk
 
 
 @admin.register(CatalogCard)

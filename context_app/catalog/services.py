@@ -1,12 +1,17 @@
 """Writes to a project's model catalog and overlays. Every change is an event on ``models-<project_id>``;
 read models follow by projection. ``where`` names the door a value came through (the API route, the admin,
-the command) in every refusal (SPEC O4)."""
+the command) in every refusal (SPEC O4).
+
+A new project is set up here (``project_setup``), the lowest layer that knows both projects and catalogs:
+created with the default catalog, so its first compile finds its model words."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from django.db import transaction
 
@@ -25,6 +30,9 @@ from nexum.core.overlays import ContextWindowOverlay
 from nexum.eventstore import store
 from nexum.tokenization import UnknownEncoding, default_registry
 from tasks_app.models import Project
+from tasks_app.services import project_create
+
+DEFAULT_CATALOG = Path(__file__).resolve().parent / "fixtures" / "default_model_catalog.json"
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,22 @@ def model_catalog_replace(
         events = decide_catalog_replace(state, document, where=where)
         version = _append(project_id, events, version, actor, idempotency_key)
     return CatalogChange(document=document, changed=bool(events), version=version)
+
+
+def project_setup(
+    *, slug: str, name: str, description: str = "", actor: str
+) -> tuple[Project, CatalogChange]:
+    """Create a project (``tasks_app.services.project_create``: a taken or malformed slug, a blank name are
+    refused) and load the default model catalog into it, in one transaction: both events or neither."""
+    with transaction.atomic():
+        project = project_create(slug=slug, name=name, description=description, actor=actor)
+        catalog = model_catalog_replace(
+            project_id=str(project.id),
+            catalog=json.loads(DEFAULT_CATALOG.read_text(encoding="utf-8")),
+            actor=actor,
+            where=f"the default catalog ({DEFAULT_CATALOG.name})",
+        )
+    return project, catalog
 
 
 def model_overlay_set(

@@ -1,16 +1,22 @@
 """The compile service (SPEC C1, C8, C10, C11): compile a task's context for one model call, store it by
 digest, record the compile as an event, replay it, and fold old progress into a summary.
 
-One compile, in one transaction:
+A compile reads, then records (issue 15: no log-wide lock around the read):
 
-1. the log is locked against appends (PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already is), so the world
-   state read below is exactly the state as of the head position recorded with the compile;
-2. the live budget for the model word is read (catalog and overlay as they are now: O2);
-3. when compaction is on (O6) and the task's progress notes and tool calls exceed the overlay's
-   ``auto_compact_tokens`` (O1–O3), the oldest are folded into one summary (``task_compact``);
-4. the compiler runs on item metadata and loads only the included texts (``selectors``);
-5. the result is stored once per digest (``CompiledContext``) and ``ContextCompiled`` appended to the
-   request's stream, with the request id as idempotency key.
+1. inside ``store.consistent_read`` (a REPEATABLE READ snapshot on PostgreSQL) it takes the head position,
+   the live budget for the model word (catalog and overlay as they are now: O2) and the world state as of
+   that position, and runs the compiler on item metadata, loading only the included texts (``selectors``);
+   appends and other compiles go on meanwhile;
+2. in a short transaction of its own, the result is stored once per digest (``CompiledContext``) and
+   ``ContextCompiled`` appended to the request's stream (the request id as idempotency key, the stream's
+   expected version guarding against a second answer), recording the position the snapshot saw.
+
+A compile that folds (O6: compaction on, and the task's progress notes and tool calls over the overlay's
+``auto_compact_tokens``, O1–O3) writes the world it then reads: the fold (``task_compact``) and the read
+must see one state, and two compiles of a task must not fold the same notes twice. Such a compile holds
+the append lock from the fold to its commit, as every compile once did. Folds are rare (once per
+threshold's worth of notes), so the lock is held briefly and seldom, and whether one is due is decided
+inside the snapshot without it.
 
 Replay (C8) rebuilds the read models as of the stored position (``state_as_of``), recompiles with the budget
 and evidence the compile recorded, and compares digests.
@@ -23,6 +29,7 @@ import dataclasses
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -38,6 +45,7 @@ from context_app.services import Scope, progress_record
 from nexum.core import compilation, world
 from nexum.core.budgets import ModelBudget
 from nexum.core.compiler import CompiledContext as CompiledResult
+from nexum.core.compiler import ContextItem
 from nexum.core.compiler import compile_context as run_compiler
 from nexum.core.digests import digest_of
 from nexum.core.errors import ConcurrencyError, DomainError, NotFound, ValidationFailed
@@ -101,17 +109,16 @@ def context_compile(
     done = _finished(project_id, request_id)
     if done is not None:
         return done
-    with transaction.atomic():
-        return _compile_and_record(
-            task=task,
-            word=word,
-            overrides=overrides,
-            evidence=evidence,
-            compaction=compaction,
-            request_id=request_id,
-            expected_version=0,
-            actor=actor,
-        )
+    return _compile_and_record(
+        task=task,
+        word=word,
+        overrides=overrides,
+        evidence=evidence,
+        compaction=compaction,
+        request_id=request_id,
+        expected_version=0,
+        actor=actor,
+    )
 
 
 compile_context = context_compile
@@ -186,23 +193,22 @@ def context_compile_run(*, request_id: str, actor: str = "worker") -> ContextCom
         return queued
     project_id = str(queued.project_id)
     try:
-        with transaction.atomic():
-            task = Task.objects.get(id=queued.task_id, project_id=queued.project_id)
-            evidence = (
-                selectors.evidence_get(project_id=project_id, digest=queued.evidence_digest)
-                if queued.evidence_digest
-                else []
-            )
-            _compile_and_record(
-                task=task,
-                word=queued.model_word,
-                overrides=queued.overrides or None,
-                evidence=evidence,
-                compaction=queued.compaction,
-                request_id=str(queued.request_id),
-                expected_version=queued.version,
-                actor=actor,
-            )
+        task = Task.objects.get(id=queued.task_id, project_id=queued.project_id)
+        evidence = (
+            selectors.evidence_get(project_id=project_id, digest=queued.evidence_digest)
+            if queued.evidence_digest
+            else []
+        )
+        _compile_and_record(
+            task=task,
+            word=queued.model_word,
+            overrides=queued.overrides or None,
+            evidence=evidence,
+            compaction=queued.compaction,
+            request_id=str(queued.request_id),
+            expected_version=queued.version,
+            actor=actor,
+        )
     except ConcurrencyError:
         pass  # another delivery of the same message answered it first
     except DomainError as error:
@@ -237,25 +243,80 @@ def _compile_and_record(
     actor: str,
 ) -> CompileOutcome:
     project_id = str(task.project_id)
-    # No event may land between reading the head position and reading the world state.
-    store.lock_log()
-    if store.stream_version(compilation.compile_stream(request_id)) > expected_version:
-        # Answered meanwhile (a concurrent retry or a redelivered message): the first answer stands.
-        answered = _finished(project_id, request_id)
+    with store.consistent_read() as position:
+        answered = _answered(project_id, request_id, expected_version)
         if answered is not None:
             return answered
+        choice = catalog_selectors.budget_for(
+            project_id=project_id, word=word, overrides=overrides, compaction=compaction
+        )
+        encoding = choice.card.encoding
+        threshold = choice.auto_compact_tokens if choice.compaction_enabled else None
+        folds = bool(threshold) and bool(
+            _fold_plan(_compacted_items(task=task, encoding=encoding), threshold)
+        )
+        if not folds:
+            result, bundle_digest = compile_task(
+                task=task, budget=choice.budget, encoding=encoding, evidence=evidence
+            )
+    record = partial(
+        _record,
+        task=task,
+        word=word,
+        evidence=evidence,
+        request_id=request_id,
+        expected_version=expected_version,
+    )
+    if not folds:
+        try:
+            with transaction.atomic():
+                return record(result=result, bundle_digest=bundle_digest, position=position, actor=actor)
+        except (ConcurrencyError, store.IdempotencyKeyReused):
+            # Answered meanwhile by a concurrent retry or a redelivered message: the first answer stands.
+            answered = _finished(project_id, request_id)
+            if answered is None:
+                raise
+            return answered
+    with transaction.atomic():
+        # The fold and the read see one state: no event lands between them (see the module docstring).
+        store.lock_log()
+        answered = _answered(project_id, request_id, expected_version)
+        if answered is not None:
+            return answered
+        task_compact(task=task, threshold=threshold, encoding=encoding, actor=actor)
+        position = store.head_position()
+        result, bundle_digest = compile_task(
+            task=task, budget=choice.budget, encoding=encoding, evidence=evidence
+        )
+        return record(result=result, bundle_digest=bundle_digest, position=position, actor=actor)
+
+
+def _answered(project_id: str, request_id: str, expected_version: int) -> CompileOutcome | None:
+    """The first answer when the request was answered meanwhile (a concurrent retry or a redelivered
+    message), ``None`` when it is still to be answered."""
+    if store.stream_version(compilation.compile_stream(request_id)) <= expected_version:
+        return None
+    answered = _finished(project_id, request_id)
+    if answered is None:
         raise ConcurrencyError(f"compile request {request_id} was answered meanwhile", field="request_id")
-    choice = catalog_selectors.budget_for(
-        project_id=project_id, word=word, overrides=overrides, compaction=compaction
-    )
-    encoding = choice.card.encoding
-    if choice.compaction_enabled and choice.auto_compact_tokens:
-        task_compact(task=task, threshold=choice.auto_compact_tokens, encoding=encoding, actor=actor)
-    position = store.head_position()
+    return answered
+
+
+def _record(
+    *,
+    task: Task,
+    word: str,
+    evidence: Sequence[Mapping[str, Any]],
+    request_id: str,
+    expected_version: int,
+    result: CompiledResult,
+    bundle_digest: str | None,
+    position: int,
+    actor: str,
+) -> CompileOutcome:
+    """Store the compiled context by digest and append ``ContextCompiled`` (the caller's transaction)."""
+    project_id = str(task.project_id)
     evidence_digest = _store_evidence(project_id, evidence)
-    result, bundle_digest = compile_task(
-        task=task, budget=choice.budget, encoding=encoding, evidence=evidence
-    )
     context = _store_context(
         task=task,
         result=result,
@@ -276,7 +337,7 @@ def _compile_and_record(
                 model_word=word,
                 position=position,
                 budget=dataclasses.asdict(result.budget),
-                encoding=encoding,
+                encoding=result.encoding,
                 bundle_digest=bundle_digest,
                 evidence_digest=evidence_digest,
                 prompt_tokens=result.prompt_tokens,
@@ -400,22 +461,12 @@ def task_compact(*, task: Task, threshold: int, encoding: str, actor: str) -> Wo
     The summary is a progress note of the task (trust: the lowest of the folded items'); the fold is a
     ``ContextCompacted`` event listing the folded ids. The folded items stay in the log and the world state.
     """
-    if task.is_goal:
-        return None
-    # The task's own progress notes and tool calls, counted, come with its candidate list (kept in process,
-    # brought up to date from the rows changed since): deciding there is nothing to fold reads no item row.
     counter = counter_for(encoding)
-    own = selectors.task_candidates(task=task, encoding=encoding, counter=counter).compacted_items()
-    candidates = [
-        compilation.FoldCandidate(
-            item.id, "tool_call" if item.kind == "diagnostic" else item.kind, item.token_count, item.position
-        )
-        for item in own
-    ]
-    trust = {item.id: item.trust_class for item in own}
-    folded = compilation.plan_fold(candidates, threshold=threshold)
+    own = _compacted_items(task=task, encoding=encoding)
+    folded = _fold_plan(own, threshold)
     if not folded:
         return None
+    trust = {item.id: item.trust_class for item in own}
     texts = dict(
         WorldItem.objects.filter(id__in=[uuid.UUID(c.id) for c in folded]).values_list("id", "rendered")
     )
@@ -459,6 +510,27 @@ def task_compact(*, task: Task, threshold: int, encoding: str, actor: str) -> Wo
             project_id=str(task.project_id),
         )
     return item
+
+
+def _compacted_items(*, task: Task, encoding: str) -> list[ContextItem]:
+    """The task's own progress notes and tool calls, counted; they come with its candidate list (kept in
+    process, brought up to date from the rows changed since), so this reads no item row."""
+    if task.is_goal:
+        return []
+    return selectors.task_candidates(
+        task=task, encoding=encoding, counter=counter_for(encoding)
+    ).compacted_items()
+
+
+def _fold_plan(own: Sequence[ContextItem], threshold: int) -> list[compilation.FoldCandidate]:
+    """What a fold of the task's own items ``own`` at ``threshold`` would fold (empty: nothing is due)."""
+    candidates = [
+        compilation.FoldCandidate(
+            item.id, "tool_call" if item.kind == "diagnostic" else item.kind, item.token_count, item.position
+        )
+        for item in own
+    ]
+    return compilation.plan_fold(candidates, threshold=threshold)
 
 
 # --- helpers ----------------------------------------------------------------------------------------------

@@ -10,7 +10,9 @@ from nexum.core.errors import ValidationFailed
 from nexum.core.events import Event, event_type, upcaster
 from nexum.core.roles import AGENT
 
-SLUG_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+SLUG_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+TOKEN_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+PROJECT_NAME_MAX = 200
 
 
 def project_stream(project_id: str) -> str:
@@ -18,12 +20,36 @@ def project_stream(project_id: str) -> str:
 
 
 def check_slug(slug: str) -> str:
-    if not SLUG_PATTERN.match(slug):
+    if not SLUG_PATTERN.fullmatch(slug):
         raise ValidationFailed(
             "a project slug is 1–63 lowercase letters, digits or dashes, starting with a letter or digit",
             field="slug",
         )
     return slug
+
+
+def check_project_name(name: str) -> str:
+    """A project's display name, stripped: not blank, at most 200 characters, one line."""
+    name = name.strip()
+    if not name:
+        raise ValidationFailed("a project needs a name", field="name")
+    if len(name) > PROJECT_NAME_MAX or not name.isprintable():
+        raise ValidationFailed(
+            f"a project name is one line of at most {PROJECT_NAME_MAX} printable characters", field="name"
+        )
+    return name
+
+
+def check_token_name(name: str) -> str:
+    """Who holds a token, as the log names them (``agent:<name>``): 1–100 letters, digits, dots, dashes or
+    underscores, starting with a letter or digit."""
+    if not TOKEN_NAME_PATTERN.fullmatch(name):
+        raise ValidationFailed(
+            "a token name is 1–100 letters, digits, dots, dashes or underscores, starting with a letter or"
+            " digit",
+            field="name",
+        )
+    return name
 
 
 @event_type("ProjectCreated", version=2)

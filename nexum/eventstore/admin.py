@@ -1,6 +1,25 @@
-from django.contrib import admin
+from collections.abc import Callable
 
+from django import forms
+from django.contrib import admin
+from django.http import HttpRequest
+
+from nexum.core.errors import DomainError
 from nexum.eventstore.models import Event
+
+
+def admin_actor(request: HttpRequest) -> str:
+    """How the log names a staff user acting in the admin (as an operator)."""
+    return f"admin:{request.user.get_username()}"
+
+
+def checked_by(rule: Callable[[str], str], value: str) -> str:
+    """A form field's value checked by a core rule (the one its service applies): a refusal becomes the
+    field's error, with the rule's message."""
+    try:
+        return rule(value)
+    except DomainError as error:
+        raise forms.ValidationError(error.message) from error
 
 
 class _NoChanges:

@@ -5,15 +5,26 @@ in call order, not commit order: without care, a reader tailing ``after=P`` coul
 position 11 is still uncommitted, move on, and never see 11. We serialize appends with a table lock
 (``LOCK TABLE … IN EXCLUSIVE MODE``, as the ``eventsourcing`` library's PostgreSQL recorder does): the lock
 is held from before the sequence is called until commit, so positions become visible strictly in order. It
-blocks only other appends, never readers. The alternative, a high-water mark below which readers stop,
-keeps writers concurrent but makes every reader lag and needs a per-read computation; Nexum's write rate is
-an agent loop's, far below one lock holder's throughput (see bench/append.py), so the lock is the simpler
-correct choice. On SQLite every write transaction begins with ``BEGIN IMMEDIATE`` (settings), which is the
-same serialization.
+blocks only other appends, never readers. On SQLite every write transaction begins with ``BEGIN IMMEDIATE``
+(settings), which is the same serialization.
+
+Why a lock held to commit rather than a sequence plus a committed high-water mark (issue 15). The tailing
+reader (``tests/integration/test_event_store.py``: a reader following ``after=`` while writers append
+concurrently must see every event exactly once, in order) needs the committed positions to be a prefix at
+every instant. A high-water mark gives that only to readers that consult it: every ``read_all``/``iter_all``
+caller, the feed and the projections' rebuild would read up to a mark computed per read, lagging the log,
+and a writer that dies between taking its position and committing stalls the mark until it is noticed. The
+lock costs an append only the other appends' insert, projections and commit (a few milliseconds, see
+bench/append.py); what made it a bottleneck was the compiles that held it through a whole read and compile.
+Those no longer take it: ``consistent_read`` gives a compile the world as of one position from a
+REPEATABLE READ snapshot, and the compile's own ``ContextCompiled`` is then an ordinary short append. Since
+appends commit in position order, the events any snapshot sees are exactly those up to its highest
+position, and the read models it sees (written in the same transactions) are the state as of that position.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -272,6 +283,27 @@ def _insert(
             cursor.execute(sql, params)
         rows = [(position, version) for position, version in cursor.fetchall()]
     return sorted(rows, key=lambda row: row[1]) or None
+
+
+@contextlib.contextmanager
+def consistent_read() -> Iterator[int]:
+    """A read-only view of the log and every read model as of one log position, yielded, taken without the
+    append lock: appends go on meanwhile, unseen.
+
+    On PostgreSQL outside any transaction, a ``REPEATABLE READ READ ONLY`` transaction (its snapshot is
+    taken by its first query, which reads the head position). Inside a caller's transaction the isolation
+    level can no longer be chosen, so the append lock is taken instead (until that transaction ends, as
+    before issue 15). On SQLite the transaction's ``BEGIN IMMEDIATE`` already keeps every writer out.
+    """
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield head_position()
+        return
+    with transaction.atomic():
+        lock_log()
+        yield head_position()
 
 
 def lock_log() -> None:

@@ -506,14 +506,16 @@ def test_a_token_carries_its_role_into_the_actor(api, operator_api, project, wor
     assert EventRow.objects.count() == before
 
 
-def test_the_issue_token_command_prints_a_working_operator_token(project, world):
+def test_the_nexum_token_command_prints_a_working_operator_token(project, world):
     import io
 
     from django.core.management import call_command
 
     out = io.StringIO()
-    call_command("issue_token", "--project", "acme", "--name", "planner", "--role", "operator", stdout=out)
-    key = out.getvalue().rsplit(" ", 1)[-1].strip()
+    call_command(
+        "nexum_token", "issue", "acme", "planner", "--role", "operator", stdout=out, stderr=io.StringIO()
+    )
+    key = out.getvalue().strip()
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
     response = client.put(f"/api/v1/tasks/{world.s1}/questions", {"questions": []}, format="json")

@@ -11,11 +11,10 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from context_app.catalog.services import model_catalog_replace
+from context_app.catalog.services import DEFAULT_CATALOG, model_catalog_replace
 from nexum.core.errors import DomainError
+from tasks_app.management.console import command_error
 from tasks_app.models import Project
-
-DEFAULT_CATALOG = Path(__file__).resolve().parents[2] / "fixtures" / "default_model_catalog.json"
 
 
 class Command(BaseCommand):
@@ -46,8 +45,7 @@ class Command(BaseCommand):
                 where=f"load_model_catalog {path.name}",
             )
         except DomainError as error:
-            field = f" [{error.field}]" if error.field else ""
-            raise CommandError(f"{error.code}{field}: {error.message}") from error
+            raise command_error(error) from error
         words = ", ".join(sorted(change.document.words()))
         state = "loaded" if change.changed else "unchanged"
         self.stdout.write(f"model catalog {state} for {target.slug} (version {change.version}): {words}")

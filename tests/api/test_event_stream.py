@@ -1,0 +1,152 @@
+"""The SSE event stream (issue 18): ids are log positions, resumable with Last-Event-ID, scoped to the
+caller's project, bounded per connection; with 4 writers appending, a client that reconnects with
+Last-Event-ID gets every event exactly once, in order."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import httpx2
+import pytest
+from django.db import connection
+
+from context_app.services import progress_record, scope_resolve
+from nexum.eventstore import store
+from tasks_app.selectors import goal_tasks
+from tasks_app.services import agent_token_issue, goal_create
+
+STREAM = "/api/v1/events/stream"
+
+
+def parse(text: str) -> list[dict[str, Any]]:
+    """The SSE messages of ``text`` that carry an event (``id``, ``event``, ``data``)."""
+    messages = []
+    for block in text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if line and not line.startswith(":"))
+        if "id" in fields:
+            messages.append(
+                {"id": int(fields["id"]), "event": fields["event"], "data": json.loads(fields["data"])}
+            )
+    return messages
+
+
+def read(response) -> str:
+    return b"".join(response.streaming_content).decode()
+
+
+@pytest.mark.django_db
+def test_the_stream_resumes_after_last_event_id_within_the_project(api, other_api, project, other_project):
+    goal = api.post(
+        "/api/v1/goals", {"objective": "Ship", "tasks": [{"key": "s1", "objective": "A"}]}, format="json"
+    )
+    goal_id = goal.json()["id"]
+    other_api.post(
+        "/api/v1/goals", {"objective": "Theirs", "tasks": [{"key": "x", "objective": "B"}]}, format="json"
+    )
+    mine = [event.position for event in store.read_all(project_id=str(project.id))]
+
+    response = api.get(STREAM, {"timeout": 0}, HTTP_ACCEPT="text/event-stream")
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/event-stream")
+    assert response["Cache-Control"] == "no-cache"
+    text = read(response)
+    assert text.startswith("retry: 1000\n\n")
+    messages = parse(text)
+    assert [message["id"] for message in messages] == mine
+    assert (
+        messages[-1]["data"]["position"] == mine[-1] and messages[-1]["event"] == messages[-1]["data"]["type"]
+    )
+
+    api.post(f"/api/v1/goals/{goal_id}/progress", {"text": "halfway"}, format="json")
+    resumed = parse(read(api.get(STREAM, {"timeout": 0}, HTTP_LAST_EVENT_ID=str(mine[-1]))))
+    assert [message["event"] for message in resumed] == ["ProgressRecorded"]
+    after = parse(read(api.get(STREAM, {"timeout": 0, "after": mine[0]})))
+    assert [message["id"] for message in after][: len(mine) - 1] == mine[1:]
+
+
+@pytest.mark.django_db
+def test_the_stream_is_bounded_and_refuses_bad_input_in_the_error_shape(api, client):
+    started = time.monotonic()
+    text = read(api.get(STREAM, {"timeout": 60}))  # clamped to NEXUM_EVENT_STREAM_MAX_S (1 s in tests)
+    assert time.monotonic() - started < 5 and text.startswith("retry:")
+
+    bad = api.get(STREAM, HTTP_LAST_EVENT_ID="-3", HTTP_ACCEPT="text/event-stream")
+    assert bad.status_code == 400 and bad["Content-Type"] == "application/json"
+    assert bad.json()["error"]["field"] == "Last-Event-ID"
+    assert api.get(STREAM, {"timeout": "soon"}).json()["error"]["field"] == "timeout"
+    anonymous = client.get(STREAM, HTTP_ACCEPT="text/event-stream")
+    assert anonymous.status_code == 401 and anonymous.json()["error"]["code"] == "not_authenticated"
+
+
+def test_the_schema_documents_the_stream(api, db):
+    schema = api.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    operation = schema["paths"][STREAM]["get"]
+    assert "text/event-stream" in operation["responses"]["200"]["content"]
+    assert {"after", "timeout", "Last-Event-ID"} <= {
+        parameter["name"] for parameter in operation["parameters"]
+    }
+
+
+WRITERS = 4
+EVENTS_PER_WRITER = 15
+
+
+def test_every_event_once_in_order_across_reconnects_while_four_writers_append(
+    live_server, transactional_db, project
+):
+    project_id = str(project.id)
+    key = agent_token_issue(project_id=project_id, name="reader", role="agent", actor="test").key
+    goal = goal_create(
+        project_id=project_id, objective="Ship", tasks=[{"key": "s1", "objective": "A"}], actor="t"
+    )
+    task_id = str(goal_tasks(goal=goal).get().id)
+    start = store.head_position()
+    failures: list[BaseException] = []
+
+    def write(writer: int) -> None:
+        try:
+            scope = scope_resolve(project_id=project_id, task_id=task_id)
+            for index in range(EVENTS_PER_WRITER):
+                progress_record(scope=scope, text=f"writer {writer} note {index}", actor=f"agent:w{writer}")
+        except BaseException as error:  # reported by the test, not lost in the thread
+            failures.append(error)
+        finally:
+            connection.close()
+
+    writers = [threading.Thread(target=write, args=(n,)) for n in range(WRITERS)]
+    for thread in writers:
+        thread.start()
+
+    received: list[int] = []
+    texts: list[str] = []
+    last = start
+    connections = 0
+    deadline = time.monotonic() + 120
+    with httpx2.Client(
+        base_url=live_server.url, headers={"Authorization": f"Bearer {key}"}, timeout=30
+    ) as http:
+        while time.monotonic() < deadline:
+            writing = any(thread.is_alive() for thread in writers)
+            response = http.get(STREAM, params={"timeout": 1}, headers={"Last-Event-ID": str(last)})
+            assert response.status_code == 200
+            connections += 1
+            messages = parse(response.text)
+            texts.extend(message["data"]["data"].get("text", "") for message in messages)
+            received.extend(message["id"] for message in messages)
+            if messages:
+                last = messages[-1]["id"]
+            if not writing and not messages:
+                break
+    for thread in writers:
+        thread.join(timeout=60)
+
+    assert not failures, failures
+    expected = [event.position for event in store.read_all(after=start, project_id=project_id)]
+    assert len(expected) == WRITERS * EVENTS_PER_WRITER
+    assert received == expected  # every event, exactly once, in log order
+    assert connections >= 2
+    for writer in range(WRITERS):
+        mine = [text for text in texts if text.startswith(f"writer {writer} ")]
+        assert mine == [f"writer {writer} note {index}" for index in range(EVENTS_PER_WRITER)]

@@ -1,0 +1,194 @@
+"""The MCP server (issue 18) through the SDK's own client, in process: it lists the tools, records, compiles
+and asks for completion as an agent; an agent cannot call an operator tool or claim trust above its ceiling;
+a bad argument is an MCP error naming the field, and nothing is written."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import mcp_types as types
+import pytest
+from asgiref.sync import async_to_sync
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+
+from nexum.eventstore.models import Event as EventRow
+from nexum.mcp.calls import Caller
+from nexum.mcp.server import NEXUM_REFUSED, calling_as, server
+from tasks_app.services import agent_token_issue
+from tests.api.test_verification_api import echo_check
+from tests.integration.compile_world import load_catalog
+
+pytestmark = pytest.mark.django_db
+
+
+def token(project, role: str = "agent") -> Caller:
+    issued = agent_token_issue(project_id=str(project.id), name=f"mcp-{role}", role=role, actor="test")
+    return Caller(token=issued.key)
+
+
+def session(caller: Caller, steps: Callable[[Client], Awaitable[Any]]) -> Any:
+    """Run ``steps`` in an MCP client session with the in-process server, calling as ``caller``."""
+
+    async def run() -> Any:
+        with calling_as(caller):
+            async with Client(server) as client:
+                return await steps(client)
+
+    return async_to_sync(run)()
+
+
+def structured(result: types.CallToolResult) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    assert json.loads(result.content[0].text) == result.structured_content
+    return result.structured_content
+
+
+@pytest.fixture
+def planned(project, operator_api, workspace):
+    """A goal planned by the operator with a passing contract on its task, and the default model catalog."""
+    load_catalog(str(project.id))
+    body = {
+        "objective": "Fix the failing authentication spec",
+        "tasks": [{"key": "s1", "objective": "Make verify_token refuse expired tokens"}],
+        "contracts": {"s1": {"checks": [echo_check("unit", "echo 3 passed")]}},
+    }
+    goal = operator_api.post("/api/v1/goals", body, format="json").json()
+    return goal
+
+
+def test_an_agent_session_lists_records_compiles_and_completes(project, planned):
+    task_id, goal_id = planned["tasks"][0]["id"], planned["id"]
+
+    async def steps(client: Client) -> dict[str, Any]:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        started = structured(await client.call_tool("start_task", {"task_id": task_id}))
+        fact = structured(
+            await client.call_tool(
+                "record_fact",
+                {"task_id": task_id, "text": "Tokens expire after 15 minutes", "subject": "token expiry"},
+            )
+        )
+        shared = structured(
+            await client.call_tool("record_decision", {"goal_id": goal_id, "text": "UTC", "rationale": "x"})
+        )
+        compile_arguments = {"task_id": task_id, "model": "quick"}
+        compiled = structured(await client.call_tool("compile_context", compile_arguments))
+        context = await client.read_resource(compiled["resource"])
+        completed = structured(
+            await client.call_tool("request_completion", {"task_id": task_id, "answer": "fixed"})
+        )
+        polled = structured(
+            await client.call_tool("get_completion", {"request_id": completed["completion"]["request_id"]})
+        )
+        task = await client.read_resource(f"nexum://tasks/{task_id}")
+        listed = structured(await client.call_tool("list_tasks", {"goal": goal_id}))
+        return locals()
+
+    got = session(token(project), steps)
+    assert {
+        "record_fact",
+        "record_decision",
+        "record_failure",
+        "record_progress",
+        "record_tool_call",
+        "record_artifact",
+        "compile_context",
+        "resolve_context",
+        "start_task",
+        "request_completion",
+        "get_completion",
+        "list_tasks",
+        "get_task",
+    } <= set(got["tools"])
+    schema = got["tools"]["record_fact"].input_schema
+    assert schema["properties"]["text"]["type"] == "string" and schema["additionalProperties"] is False
+    assert "model" in got["tools"]["compile_context"].input_schema["required"]
+    assert got["started"]["state"] == "running"
+    assert got["fact"]["trust_class"] == "agent_reported" and got["fact"]["actor"] == "agent:mcp-agent"
+    assert got["shared"]["goal_id"] == goal_id
+    compiled = got["compiled"]
+    assert "Tokens expire after 15 minutes" in compiled["prompt_block"]
+    assert compiled["budget"]["context_tokens"] == 8000 and compiled["total_tokens"] <= 8000
+    assert set(compiled["excluded"]) == {"count", "by_kind_and_reason"}
+    [stored] = got["context"].contents
+    assert json.loads(stored.text)["digest"] == compiled["digest"]
+    assert got["completed"]["outcome"] == "completed"
+    assert got["polled"]["outcome"] == "completed" and got["polled"]["answer"] == "fixed"
+    assert json.loads(got["task"].contents[0].text)["state"] == "completed"
+    assert [task["id"] for task in got["listed"]["results"]] == [task_id]
+
+
+def call_refused(caller: Caller, name: str, arguments: dict[str, Any]) -> MCPError:
+    async def steps(client: Client) -> MCPError:
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool(name, arguments)
+        return refused.value
+
+    return session(caller, steps)
+
+
+def test_an_agent_cannot_call_an_operator_tool_or_exceed_its_ceiling(project, planned):
+    task_id = planned["tasks"][0]["id"]
+    agent = token(project)
+    before = EventRow.objects.count()
+    contract = {"checks": [echo_check("unit", "true")]}
+    error = call_refused(agent, "set_contract", {"task_id": task_id, "contract": contract})
+    assert error.code == NEXUM_REFUSED and error.data["code"] == "forbidden" and error.data["status"] == 403
+    claim = {"task_id": task_id, "text": "I may deploy", "trust_class": "repository_authored"}
+    error = call_refused(agent, "record_fact", claim)
+    assert error.code == NEXUM_REFUSED and error.data["field"] == "trust_class"
+    assert "trust_class" in error.message
+    assert EventRow.objects.count() == before
+
+    operator = token(project, role="operator")
+
+    async def steps(client: Client) -> dict[str, Any]:
+        return structured(await client.call_tool("set_contract", {"task_id": task_id, "contract": contract}))
+
+    assert session(operator, steps)["revision"] == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "field"),
+    [
+        ("record_fact", {"task_id": "T", "text": 42}, "text"),
+        ("record_fact", {"task_id": "T", "text": "ok", "colour": "red"}, "colour"),
+        ("record_fact", {"text": "no scope"}, "task_id"),
+        ("record_progress", {"task_id": "T", "goal_id": "G", "text": "both"}, "task_id"),
+        ("compile_context", {"task_id": "T", "model": "quick", "overrides": {"context_tokens": 0}}, None),
+        ("list_tasks", {"state": "sleeping"}, "state"),
+        ("record_tool_call", {"task_id": "T", "tool": "grep", "idempotency_key": 7}, "idempotency_key"),
+    ],
+)
+def test_a_bad_argument_is_an_mcp_error_naming_the_field(project, planned, name, arguments, field):
+    task_id, goal_id = planned["tasks"][0]["id"], planned["id"]
+    arguments = {
+        key: {"T": task_id, "G": goal_id}.get(value, value) if isinstance(value, str) else value
+        for key, value in arguments.items()
+    }
+    agent = token(project)
+    before = EventRow.objects.count()
+    error = call_refused(agent, name, arguments)
+    assert error.code == types.INVALID_PARAMS and error.data["status"] == 400
+    expected = field or "overrides.context_tokens"
+    assert error.data["field"] == expected and f"(field: {expected})" in error.message
+    assert EventRow.objects.count() == before
+
+
+def test_unknown_tools_and_resources_and_other_projects_ids(project, other_project, planned):
+    task_id = planned["tasks"][0]["id"]
+    intruder = token(other_project)
+    error = call_refused(intruder, "get_task", {"task_id": task_id})
+    assert error.code == NEXUM_REFUSED and error.data["code"] == "not_found"
+    error = call_refused(intruder, "no_such_tool", {})
+    assert error.code == types.INVALID_PARAMS
+
+    async def steps(client: Client) -> MCPError:
+        with pytest.raises(MCPError) as refused:
+            await client.read_resource(f"nexum://tasks/{task_id}")
+        return refused.value
+
+    assert session(intruder, steps).data["status"] == 404
