@@ -57,7 +57,8 @@ class EventStreamQuery(StrictQuery):
     after = serializers.IntegerField(
         min_value=0,
         max_value=MAX_POSITION,
-        default=0, help_text="start after this log position (Last-Event-ID wins)"
+        default=0,
+        help_text="start after this log position (Last-Event-ID wins)",
     )
     timeout = serializers.IntegerField(
         min_value=0,
