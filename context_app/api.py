@@ -77,12 +77,7 @@ class ToolCallInput(StrictInput):
     result_summary = _text()
     trust_class = CallerTrustField()
 
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if "arguments" in attrs and "arguments_digest" in attrs:
-            raise serializers.ValidationError(
-                {"arguments_digest": ["give arguments or arguments_digest, not both"]}
-            )
-        return attrs
+    exclusive = (("arguments", "arguments_digest"),)
 
 
 class ArtifactInput(StrictInput):
@@ -94,12 +89,7 @@ class ArtifactInput(StrictInput):
     content_text = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
     trust_class = CallerTrustField()
 
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if "content_base64" in attrs and "content_text" in attrs:
-            raise serializers.ValidationError(
-                {"content_text": ["give content_base64 or content_text, not both"]}
-            )
-        return attrs
+    exclusive = (("content_base64", "content_text"),)
 
 
 class FactVerifyInput(StrictInput):

@@ -14,8 +14,9 @@ from rest_framework.views import APIView
 
 from context_app.catalog import selectors, services
 from nexum.api.auth import OperatorOnly
-from nexum.api.strict import StrictInput
-from nexum.core.overlays import ContextWindowOverlay
+from nexum.api.strict import StrictInput, printable
+from nexum.core.errors import NotFound
+from nexum.core.overlays import UNKNOWN_MODEL_WORD, ContextWindowOverlay
 
 
 class OverlaySerializer(StrictInput):
@@ -111,6 +112,16 @@ class OverlayChangeSerializer(serializers.Serializer):
     model = WordSerializer(help_text="the word as it stands now")
 
 
+def _require_word(project_id: str, word: str) -> None:
+    """A word in the path names a resource: one the project's catalog lacks is 404 ``unknown_model_word``."""
+    if word not in selectors.catalog_for(project_id):
+        raise NotFound(
+            f"unknown model word {printable(word)}; the project's catalog has no such word",
+            field="word",
+            code=UNKNOWN_MODEL_WORD,
+        )
+
+
 def _catalog_data(version: int, document: Any) -> dict[str, Any]:
     return {"version": version, **document.as_data()}
 
@@ -160,6 +171,7 @@ class ModelOverlayView(APIView):
 
     @extend_schema(request=OverlaySerializer, responses=OverlayChangeSerializer)
     def put(self, request: Request, word: str) -> Response:
+        _require_word(request.user.project_id, word)
         change = services.model_overlay_set(
             project_id=request.user.project_id,
             word=word,
@@ -171,6 +183,7 @@ class ModelOverlayView(APIView):
 
     @extend_schema(request=None, responses=OverlayChangeSerializer)
     def delete(self, request: Request, word: str) -> Response:
+        _require_word(request.user.project_id, word)
         change = services.model_overlay_clear(
             project_id=request.user.project_id,
             word=word,

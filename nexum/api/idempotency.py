@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from drf_spectacular.types import OpenApiTypes
+import re
+
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework.request import Request
 
@@ -11,10 +12,12 @@ from nexum.core.errors import ValidationFailed
 
 HEADER = "Idempotency-Key"
 KEY_MAX = 200
+# Not blank: a character outside JSON Schema's (ECMAScript's) whitespace, so the schema and the check agree.
+NOT_BLANK = "[^\\t\\n\\v\\f\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff]"
 
 IDEMPOTENCY_HEADER = OpenApiParameter(
     HEADER,
-    OpenApiTypes.STR,
+    {"type": "string", "minLength": 1, "maxLength": KEY_MAX, "pattern": NOT_BLANK},
     OpenApiParameter.HEADER,
     required=False,
     description="Makes the POST safe to retry: a repeat with the same key writes nothing and returns the "
@@ -27,6 +30,6 @@ def idempotency_key(request: Request) -> str | None:
     key = request.headers.get(HEADER)
     if key is None:
         return None
-    if not key.strip() or len(key) > KEY_MAX:
+    if not re.search(NOT_BLANK, key) or len(key) > KEY_MAX:
         raise ValidationFailed(f"the {HEADER} header is 1–{KEY_MAX} characters, not blank", field=HEADER)
     return key

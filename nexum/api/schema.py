@@ -18,6 +18,7 @@ from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.plumbing import get_doc
 from drf_spectacular.utils import inline_serializer
 from rest_framework import serializers
 
@@ -74,6 +75,11 @@ class RoleAwareSchema(AutoSchema):
             isinstance(serializer, type) and issubclass(serializer, StrictInput)
         ):
             schema["additionalProperties"] = False
+            if schema.get("description") == get_doc(StrictInput):  # the base's, not the body's
+                del schema["description"]
+            exclusive = [{"not": {"required": list(pair)}} for pair in serializer.exclusive]
+            if exclusive:
+                schema["allOf"] = exclusive
         return schema
 
     def get_operation(self, *args: Any, **kwargs: Any) -> dict[str, Any] | None:

@@ -4,6 +4,7 @@ A body (``StrictInput``) is taken as JSON says it, never repaired:
 - a member the serializer does not declare is 400 ``unknown_field`` naming it (dotted, at any depth);
 - a member of the wrong JSON type is 400 ``invalid`` naming it: ``"objective": 123`` is not the string "123"
   and ``"verified": "yes"`` is not ``true`` (DRF's fields would coerce both);
+- two members declared ``exclusive`` are refused together (400 ``invalid`` naming the second);
 - a string is kept as sent (no trimming); one that may not be blank must not be empty (the schema's
   ``minLength: 1``), and no string may hold NUL or an unpaired surrogate (no database stores them).
 The schema says the same: every ``StrictInput`` is ``additionalProperties: false`` (``nexum.api.schema``).
@@ -128,7 +129,10 @@ def _error(name: str, message: str, code: str = "invalid") -> ValidationError:
 
 class StrictInput(serializers.Serializer):
     """The base of every request body: unknown members, wrong JSON types and unstorable strings refused;
-    strings kept as sent."""
+    strings kept as sent. ``exclusive`` lists pairs of members a body may not carry together (the schema
+    says ``not: {required: [a, b]}``)."""
+
+    exclusive: tuple[tuple[str, str], ...] = ()
 
     def get_fields(self) -> dict[str, serializers.Field]:
         fields = super().get_fields()
@@ -150,6 +154,9 @@ class StrictInput(serializers.Serializer):
                 error = _type_error(fields[name], value)
                 if error:
                     raise _error(f"{name}{error[0]}", error[1])
+            for first, second in self.exclusive:
+                if first in data and second in data:
+                    raise _error(second, f"give {first} or {second}, not both")
         return super().to_internal_value(data)
 
 

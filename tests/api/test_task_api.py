@@ -316,7 +316,15 @@ def test_the_schema_documents_the_task_endpoints(api):
         assert path in paths
     for command in ("start", "fail", "block", "unblock", "cancel", "complete"):
         assert "post" in paths[f"/api/v1/tasks/{{task_id}}/{command}"]
-    assert "TaskSpec" in schema["components"]["schemas"]
+    assert "TaskSpecRequest" in schema["components"]["schemas"]
+    assert "/api/v1/goals/{goal_id}/tasks/{key}" in paths
+    assert {p["name"] for p in paths["/api/v1/tasks"]["get"]["parameters"]} == {
+        "goal",
+        "state",
+        "key",
+        "limit",
+        "cursor",
+    }
 
 
 # --- the admin: read-only, no way to complete ------------------------------------------------------------
