@@ -154,6 +154,7 @@ REST_FRAMEWORK = {
     ],
     "EXCEPTION_HANDLER": "nexum.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "nexum.api.schema.RoleAwareSchema",
+    "DEFAULT_METADATA_CLASS": "nexum.api.metadata.DescriptionMetadata",
     "DEFAULT_PARSER_CLASSES": ["nexum.api.parsers.DepthLimitedJSONParser"],
     "UNAUTHENTICATED_USER": None,
 }
