@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -71,7 +71,9 @@ class ProgressInput(StrictInput):
 class ToolCallInput(StrictInput):
     tool = _text(max_length=64)
     arguments = serializers.JSONField(
-        required=False, help_text="the call's arguments; only their digest is kept"
+        required=False,
+        allow_null=True,
+        help_text="the call's arguments (any JSON); only their digest is kept",
     )
     arguments_digest = serializers.RegexField(r"^[0-9a-f]{64}$", required=False, help_text="sha256, hex")
     result_summary = _text()
@@ -121,8 +123,12 @@ class ToolInput(StrictInput):
     expected_version = serializers.IntegerField(required=False, min_value=0, default=None)
 
 
+TOOL_NAME = world.TOOL_NAME.pattern
+TOOL_NAME_IN_PATH = OpenApiParameter("name", str, OpenApiParameter.PATH, pattern=TOOL_NAME)
+
+
 class ToolCreateInput(ToolInput):
-    name = _text(max_length=64)
+    name = serializers.RegexField(TOOL_NAME, help_text="1–64 letters, digits, '_', '-' or '.'")
 
 
 class ToolScopeInput(StrictInput):
@@ -543,7 +549,7 @@ class ToolDetailView(APIView):
     operator_only = {"PUT": OperatorOnly(TOOL_REGISTRY), "DELETE": OperatorOnly(TOOL_REGISTRY)}
     query_serializers = {"DELETE": ToolDeleteQuery}
 
-    @extend_schema(summary="One tool", responses=ToolSerializer)
+    @extend_schema(summary="One tool", parameters=[TOOL_NAME_IN_PATH], responses=ToolSerializer)
     def get(self, request: Request, name: str) -> Response:
         return Response(
             ToolSerializer(selectors.tool_get(project_id=request.user.project_id, name=name)).data
@@ -552,7 +558,7 @@ class ToolDetailView(APIView):
     @extend_schema(
         summary="Register or redefine a tool (the whole definition)",
         request=ToolInput,
-        parameters=[IDEMPOTENCY_HEADER],
+        parameters=[TOOL_NAME_IN_PATH, IDEMPOTENCY_HEADER],
         responses=ToolSerializer,
     )
     def put(self, request: Request, name: str) -> Response:
@@ -567,7 +573,9 @@ class ToolDetailView(APIView):
         )
         return Response(ToolSerializer(tool).data)
 
-    @extend_schema(summary="Remove a tool from the registry", responses={204: None})
+    @extend_schema(
+        summary="Remove a tool from the registry", parameters=[TOOL_NAME_IN_PATH], responses={204: None}
+    )
     def delete(self, request: Request, name: str) -> Response:
         services.tool_remove(
             project_id=request.user.project_id,

@@ -53,6 +53,18 @@ class EventStreamRenderer(renderers.BaseRenderer):
         return json.dumps(data).encode()
 
 
+# One message of the stream, as OpenAPI before 3.2 describes an event stream: each event's members.
+SSE_EVENT = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "description": "the event's log position"},
+        "event": {"type": "string", "description": "the event's type"},
+        "data": {"type": "string", "description": "the event as the feed shows it, JSON"},
+        "retry": {"type": "integer", "description": "how long a client waits before reconnecting, in ms"},
+    },
+}
+
+
 class EventStreamQuery(StrictQuery):
     after = serializers.IntegerField(
         min_value=0,
@@ -88,6 +100,8 @@ class EventStreamView(APIView):
 
     @extend_schema(
         parameters=[
+            # The media type is chosen by the Accept header; DRF's ?format= override is not a parameter here.
+            OpenApiParameter("format", exclude=True),
             OpenApiParameter(
                 LAST_EVENT_ID,
                 OpenApiTypes.INT,
@@ -98,7 +112,7 @@ class EventStreamView(APIView):
         ],
         responses={
             (200, "text/event-stream"): OpenApiResponse(
-                OpenApiTypes.STR,
+                SSE_EVENT,
                 description="`retry: 1000`, then per event `id: <position>`, `event: <type>`, `data: <the "
                 "event as the feed shows it, JSON>`; `: keep-alive` comments while idle; closes after the "
                 "timeout: reconnect with Last-Event-ID",
