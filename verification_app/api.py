@@ -81,6 +81,7 @@ class CompleteRequestSerializer(StrictInput):
         allow_blank=True,
         default="",
         max_length=MAX_ANSWER_CHARS,
+        trim_whitespace=False,
         help_text="the model's answer: recorded with the decision, never deciding it",
     )
     expected_version = serializers.IntegerField(

@@ -40,7 +40,7 @@ class OverridesInput(StrictInput):
 class EvidenceInput(StrictInput):
     kind = serializers.ChoiceField(choices=compilation.EVIDENCE_KINDS, default="code")
     id = serializers.CharField(required=False, max_length=services.EVIDENCE_ID_MAX)
-    text = serializers.CharField(max_length=world.TEXT_MAX)
+    text = serializers.CharField(max_length=world.TEXT_MAX, trim_whitespace=False)
     origin = serializers.CharField(required=False, allow_blank=True, max_length=world.SHORT_MAX)
     trust_class = CallerTrustField()
 

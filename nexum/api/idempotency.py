@@ -8,12 +8,11 @@ import re
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework.request import Request
 
+from nexum.api.strict import NOT_BLANK
 from nexum.core.errors import ValidationFailed
 
 HEADER = "Idempotency-Key"
 KEY_MAX = 200
-# Not blank: a character outside JSON Schema's (ECMAScript's) whitespace, so the schema and the check agree.
-NOT_BLANK = "[^\\t\\n\\v\\f\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff]"
 
 IDEMPOTENCY_HEADER = OpenApiParameter(
     HEADER,

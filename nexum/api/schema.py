@@ -24,7 +24,7 @@ from rest_framework import serializers
 
 from nexum.api.auth import AgentTokenAuthentication, CallerTrustField, operator_rule
 from nexum.api.pagination import ListQuery
-from nexum.api.strict import StrictInput, query_serializer
+from nexum.api.strict import NOT_BLANK, StrictInput, blank_refused, query_serializer
 from nexum.core.roles import OPERATOR
 
 ERROR = inline_serializer(
@@ -75,6 +75,7 @@ class RoleAwareSchema(AutoSchema):
             isinstance(serializer, type) and issubclass(serializer, StrictInput)
         ):
             schema["additionalProperties"] = False
+            _not_blank_patterns(serializer, schema)
             if schema.get("description") == get_doc(StrictInput):  # the base's, not the body's
                 del schema["description"]
             exclusive = [{"not": {"required": list(pair)}} for pair in serializer.exclusive]
@@ -126,6 +127,19 @@ class RoleAwareSchema(AutoSchema):
             return False  # no body declared (extend_schema declares one by overriding the method)
         request = self.get_request_serializer()
         return request is not None and _has_trust_field(request)
+
+
+def _not_blank_patterns(serializer: Any, schema: dict[str, Any]) -> None:
+    """A text member that may not be blank says which characters count: ``NOT_BLANK`` (its own pattern, if
+    it has one, already says more)."""
+    fields = (serializer() if isinstance(serializer, type) else serializer).fields
+    for name, field in fields.items():
+        member = schema["properties"].get(name, {})
+        targets = [member, member.get("items", {})] if "$ref" not in member else []
+        children = [field, getattr(field, "child", None)]
+        for target, declared in zip(targets, children, strict=False):
+            if blank_refused(declared) and target.get("type") == "string" and "pattern" not in target:
+                target["pattern"] = NOT_BLANK
 
 
 def _has_trust_field(serializer: Any) -> bool:

@@ -5,8 +5,10 @@ A body (``StrictInput``) is taken as JSON says it, never repaired:
 - a member of the wrong JSON type is 400 ``invalid`` naming it: ``"objective": 123`` is not the string "123"
   and ``"verified": "yes"`` is not ``true`` (DRF's fields would coerce both);
 - two members declared ``exclusive`` are refused together (400 ``invalid`` naming the second);
-- a string is kept as sent (no trimming); one that may not be blank must not be empty (the schema's
-  ``minLength: 1``), and no string may hold NUL or an unpaired surrogate (no database stores them).
+- a text member that may not be blank must hold a character that is not whitespace (Python's, which is what
+  the domain trims: the schema's ``pattern`` is ``NOT_BLANK``, the same set spelled out); one that may be
+  blank says so in the schema (no ``minLength``); no string may hold NUL or an unpaired surrogate (no
+  database stores them).
 The schema says the same: every ``StrictInput`` is ``additionalProperties: false`` (``nexum.api.schema``).
 
 A query string (``StrictQuery``) is what a view declares in ``query_serializers`` (HTTP method → serializer)
@@ -27,6 +29,12 @@ from rest_framework.exceptions import ErrorDetail, ValidationError
 from rest_framework.request import Request
 
 from nexum.core.text import encodes, is_storable
+
+# A character Python's str.isspace() says is not whitespace, spelled out so that JSON Schema (ECMAScript)
+# regular expressions read it the same: the schema's pattern of a text member that may not be blank.
+NOT_BLANK = (
+    "[^\\t\\n\\v\\f\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
+)
 
 UNKNOWN_FIELD = "unknown_field"
 UNKNOWN_PARAMETER = "unknown_parameter"
@@ -76,6 +84,8 @@ def _type_error(field: serializers.Field, value: object) -> tuple[str, str] | No
             break
     else:
         return None  # JSONField and custom fields take any JSON
+    if blank_refused(field) and isinstance(value, str) and not re.search(NOT_BLANK, value):
+        return "", "may not be blank"
     if isinstance(field, serializers.ListField) and isinstance(value, list):
         for index, element in enumerate(value):
             error = _type_error(field.child, element)
@@ -87,6 +97,10 @@ def _type_error(field: serializers.Field, value: object) -> tuple[str, str] | No
             if error:
                 return f".{key}{error[0]}", error[1]
     return None
+
+
+def blank_refused(field: serializers.Field) -> bool:
+    return isinstance(field, serializers.CharField) and not field.allow_blank and not field.read_only
 
 
 def _unstorable(value: Any) -> str | None:
@@ -115,30 +129,16 @@ def printable(name: object) -> str:
     return text if is_storable(text) else ascii(text)
 
 
-def _keep_as_sent(field: serializers.Field) -> None:
-    if isinstance(field, serializers.CharField):
-        field.trim_whitespace = False
-    child = getattr(field, "child", None)
-    if isinstance(child, serializers.Field):
-        _keep_as_sent(child)
-
-
 def _error(name: str, message: str, code: str = "invalid") -> ValidationError:
     return ValidationError({name: [ErrorDetail(message, code=code)]})
 
 
 class StrictInput(serializers.Serializer):
-    """The base of every request body: unknown members, wrong JSON types and unstorable strings refused;
-    strings kept as sent. ``exclusive`` lists pairs of members a body may not carry together (the schema
-    says ``not: {required: [a, b]}``)."""
+    """The base of every request body: unknown members, wrong JSON types, blank text where it may not be
+    and unstorable strings refused. ``exclusive`` lists pairs of members a body may not carry together
+    (the schema says ``not: {required: [a, b]}``)."""
 
     exclusive: tuple[tuple[str, str], ...] = ()
-
-    def get_fields(self) -> dict[str, serializers.Field]:
-        fields = super().get_fields()
-        for field in fields.values():
-            _keep_as_sent(field)
-        return fields
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, Mapping):

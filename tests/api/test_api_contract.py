@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from nexum.api.strict import NOT_BLANK
 from nexum.eventstore.models import Event as EventRow
 from tests.api.test_foundation_api import assert_error
 from tests.api.test_task_api import create_goal, task_id
@@ -131,15 +132,22 @@ def test_bad_input_is_400_naming_the_member_and_writes_nothing(api, path, body, 
     assert EventRow.objects.count() == before
 
 
-def test_blank_strings_are_what_the_schema_says(api):
-    """A required text member may not be empty (the schema: minLength 1); an optional one may. Whitespace is
-    kept as sent."""
+@pytest.mark.parametrize("blank", ["", " ", "\t\n", "\x1c", "\u3000"])
+def test_blank_strings_are_what_the_schema_says(api, blank):
+    """A required text member must hold a non-whitespace character (the schema's pattern, Python's whitespace
+    spelled out); an optional one may be blank. Text is stored trimmed."""
     goal = create_goal(api)
     schema = api.get("/api/schema/?format=json").json()["components"]["schemas"]
-    assert schema["FactInputRequest"]["properties"]["text"]["minLength"] == 1
+    text = schema["FactInputRequest"]["properties"]["text"]
+    assert text["minLength"] == 1 and text["pattern"] == NOT_BLANK
     assert "minLength" not in schema["FactInputRequest"]["properties"]["source"]
-    fact = api.post(f"/api/v1/goals/{goal['id']}/facts", {"text": "  spaced  ", "source": ""}, format="json")
-    assert fact.status_code == 201 and fact.json()["text"] == "  spaced  "
+    before = EventRow.objects.count()
+    assert_error(
+        api.post(f"/api/v1/goals/{goal['id']}/facts", {"text": blank}, format="json"), 400, "invalid", "text"
+    )
+    assert EventRow.objects.count() == before
+    fact = api.post(f"/api/v1/goals/{goal['id']}/facts", {"text": " spaced ", "source": blank}, format="json")
+    assert fact.status_code == 201 and fact.json()["text"] == "spaced"
 
 
 def test_a_tasks_compile_history_lists_its_contexts_in_log_order(api, project, other_api):
