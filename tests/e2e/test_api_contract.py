@@ -2,7 +2,7 @@
 at /api/schema/, on the demo world, and finds nothing.
 
 The run is fixed and bounded: every check, a fixed seed, ``EXAMPLES`` examples per operation in the fuzzing
-phase (positive and negative cases), the schema's examples, one worker. The coverage phase (boundary and
+phase (positive and negative cases), the schema's examples, two workers. The coverage phase (boundary and
 negative cases of every member, thousands of requests) doubles the time: it is left out to keep the suite's
 budget, and the bad inputs it would send are the API tests' own (tests/api/test_api_contract.py).
 An agent token calls every operation; the operations the schema marks ``x-nexum-role: operator`` get an
@@ -27,6 +27,7 @@ whole):
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -37,15 +38,21 @@ from django.test import Client
 
 from tasks_app.services import agent_token_issue
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    # About 6 minutes on a loaded 2-core machine (2,000+ requests): `make contract` runs it, not `make test`.
+    pytest.mark.skipif(
+        os.environ.get("NEXUM_SCHEMATHESIS") != "1", reason="the schemathesis run: make contract"
+    ),
+]
 
 SEED = 20261201
 EXAMPLES = 30
-TIME_LIMIT_S = 600  # the subprocess' hard limit; the run takes a few minutes on a busy machine
+TIME_LIMIT_S = 900  # the subprocess' hard limit; the run takes about 6 minutes on a busy machine
 
 CONFIG = """
 seed = {seed}
-workers = 1
+workers = 2
 continue-on-failure = true
 request-timeout = 30
 headers = {{ Authorization = "Bearer {agent}" }}
