@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run serve serve-environment demo-agent test contract lint format bench clean
+.PHONY: run demo-reset serve serve-environment demo-agent test contract lint format bench clean
 
 # The Python client (clients/python) is installed beside the service: its tests run against a live server.
 $(STAMP): pyproject.toml clients/python/pyproject.toml
@@ -28,6 +28,12 @@ run: $(STAMP)
 	@echo ""
 	$(BIN)/python manage.py runserver $(HOST):$(PORT)
 
+# The demo from its start again (development only): erases the development database (every project, the
+# whole log), puts back the demo's workspace copy of examples/auth-service, and loads the demo afresh.
+demo-reset: $(STAMP)
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py nexum_demo --reset
+
 # The environment is checked before anything is installed, so a missing variable fails at once.
 serve: serve-environment $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" exec deploy/serve.sh
@@ -42,6 +48,7 @@ demo-agent: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Schema = server: schemathesis against a live server, every check (tests/e2e/test_api_contract.py).
@@ -51,6 +58,7 @@ contract: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .
@@ -60,4 +68,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/append.py
 
 clean:
-	rm -rf $(VENV) data/*.sqlite3* data/artifacts
+	rm -rf $(VENV) data/*.sqlite3* data/artifacts data/workspace

@@ -51,11 +51,11 @@ from rest_framework.test import APIClient  # noqa: E402
 from context_app.catalog.management.commands.load_model_catalog import DEFAULT_CATALOG  # noqa: E402
 from context_app.catalog.services import model_catalog_replace  # noqa: E402
 from context_app.compilation import selectors, services  # noqa: E402
-from context_app.models import WorldItem  # noqa: E402
-from context_app.services import progress_record, scope_resolve, tool_call_record, tool_define  # noqa: E402
+from context_app.world.models import WorldItem  # noqa: E402
+from context_app.world.services import progress_record, scope_resolve, tool_call_record, tool_define  # noqa: E402
 from nexum.core import memo, world  # noqa: E402
-from nexum.core.compiler import CompileInput, ContextItem  # noqa: E402
-from nexum.core.compiler import compile_context as run_compiler  # noqa: E402
+from nexum.core.compilation.compiler import CompileInput, ContextItem  # noqa: E402
+from nexum.core.compilation.compiler import compile_context as run_compiler  # noqa: E402
 from nexum.core.events import Event  # noqa: E402
 from nexum.eventstore import store  # noqa: E402
 from nexum.tokenization import counter_for, default_registry  # noqa: E402

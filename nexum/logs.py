@@ -3,8 +3,8 @@
 Every HTTP request gets an id. A sane incoming ``X-Request-ID`` (1–128 letters, digits and ``._:-``, what
 proxies and load balancers send) is kept so one id follows a call through them; anything else is replaced by a
 fresh one rather than refused (a request is never failed for its tracing header). The id is returned in the
-``X-Request-ID`` response header, in every error body (``error.request_id``, see ``nexum.api.errors``) and on
-every log record written while the request is handled.
+``X-Request-ID`` response header, in every error body (``error.request_id``, see ``nexum_web.api.errors``)
+and on every log record written while the request is handled.
 
 Logs are JSON lines on stderr (``LOGGING`` in settings), with or without ``NEXUM_DEBUG``: Django logs every
 unhandled exception on ``django.request`` with its traceback, and Django's own default configuration would

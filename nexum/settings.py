@@ -60,14 +60,15 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "nexum.eventstore",
     "tasks_app",
-    "context_app",
+    "context_app.world",
     "context_app.catalog",
     "context_app.resolution",
     "context_app.compilation",
     "verification_app",
     "nexum.work",
-    "nexum.ui",
-    "nexum.mcp",
+    "nexum_web",
+    "nexum_web.ui",
+    "nexum_web.mcp",
 ]
 
 MIDDLEWARE = [
@@ -80,10 +81,10 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "nexum.api.middleware.MethodCheckMiddleware",
+    "nexum_web.api.middleware.MethodCheckMiddleware",
 ]
 
-ROOT_URLCONF = "nexum.urls"
+ROOT_URLCONF = "nexum_web.urls"
 WSGI_APPLICATION = "nexum.wsgi.application"
 
 TEMPLATES = [
@@ -146,16 +147,16 @@ LOGIN_URL = "/admin/login/"
 
 # --- REST API -----------------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["nexum.api.auth.AgentTokenAuthentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["nexum_web.api.auth.AgentTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": [
-        "nexum.api.auth.IsProjectAgent",
-        "nexum.api.auth.OperatorOnlyOperations",
-        "nexum.api.strict.DeclaredQueryOnly",
+        "nexum_web.api.auth.IsProjectAgent",
+        "nexum_web.api.auth.OperatorOnlyOperations",
+        "nexum_web.api.strict.DeclaredQueryOnly",
     ],
-    "EXCEPTION_HANDLER": "nexum.api.errors.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "nexum.api.schema.RoleAwareSchema",
-    "DEFAULT_METADATA_CLASS": "nexum.api.metadata.DescriptionMetadata",
-    "DEFAULT_PARSER_CLASSES": ["nexum.api.parsers.DepthLimitedJSONParser"],
+    "EXCEPTION_HANDLER": "nexum_web.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "nexum_web.api.schema.RoleAwareSchema",
+    "DEFAULT_METADATA_CLASS": "nexum_web.api.metadata.DescriptionMetadata",
+    "DEFAULT_PARSER_CLASSES": ["nexum_web.api.parsers.DepthLimitedJSONParser"],
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
@@ -172,7 +173,7 @@ SPECTACULAR_SETTINGS = {
     # One name per choice set used by several serializers.
     "ENUM_NAME_OVERRIDES": {
         "TaskStateEnum": "nexum.core.tasks.TASK_STATES",
-        "TrustClassEnum": "nexum.core.trust.TRUST_CLASSES",
+        "TrustClassEnum": "nexum_web.api.auth.TRUST_CLASS_CHOICES",
     },
 }
 
@@ -192,7 +193,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 NEXUM_ARTIFACT_ROOT = Path(os.environ.get("NEXUM_ARTIFACT_ROOT", DATA_DIR / "artifacts"))
 NEXUM_ARTIFACT_MAX_BYTES = _env_int("NEXUM_ARTIFACT_MAX_BYTES", 10 * 1024 * 1024)
 # The largest request body read: an artifact at the cap sent as base64, plus 64 KiB for the other members.
-# A larger body is 413 ``too_large`` before it is read (nexum.api.errors).
+# A larger body is 413 ``too_large`` before it is read (nexum_web.api.errors).
 DATA_UPLOAD_MAX_MEMORY_SIZE = (NEXUM_ARTIFACT_MAX_BYTES + 2) // 3 * 4 + 64 * 1024
 # Extra tokenizer encodings an operator supplies as local files, "name=/path/file,…": a file ending in .json
 # is a Hugging Face tokenizer.json, any other a tiktoken BPE file (.tiktoken). Nothing is ever downloaded.
@@ -215,13 +216,14 @@ NEXUM_PROJECTIONS = [
     "tasks_app.projections.ProjectProjection",
     "tasks_app.projections.TaskProjection",
     "context_app.catalog.projections.ModelCatalogProjection",
-    "context_app.projections.WorldProjection",
+    "context_app.world.projections.WorldProjection",
     "context_app.resolution.projections.ResolutionProjection",
     "context_app.compilation.projections.CompilationProjection",
     "verification_app.projections.VerificationProjection",
 ]
-# The SSE event stream (nexum/api/stream.py): a connection closes after at most this many seconds (the client
-# resumes with Last-Event-ID), polls the log this often while idle, and sends a comment this often when idle.
+# The SSE event stream (nexum_web/api/stream.py): a connection closes after at most this many seconds (the
+# client resumes with Last-Event-ID), polls the log this often while idle, and sends a comment this often when
+# idle.
 NEXUM_EVENT_STREAM_MAX_S = _env_int("NEXUM_EVENT_STREAM_MAX_S", 25)
 NEXUM_EVENT_STREAM_POLL_S = _env_int("NEXUM_EVENT_STREAM_POLL_MS", 500) / 1000
 NEXUM_EVENT_STREAM_HEARTBEAT_S = _env_int("NEXUM_EVENT_STREAM_HEARTBEAT_S", 15)

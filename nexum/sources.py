@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 
 from nexum.core.digests import sha256_hex
 from nexum.core.errors import ValidationFailed
-from nexum.core.resolver import (
+from nexum.core.resolution.resolver import (
     ANY_SCOPE,
     LABEL_SUSPECTED_INSTRUCTION,
     Freshness,

@@ -5,12 +5,12 @@ import uuid
 from nexum.core.projects import AgentTokenIssued, AgentTokenRevoked, ProjectCreated
 from nexum.core.tasks import (
     PENDING,
-    TRANSITION_EVENTS,
     GoalCreated,
     TaskCreated,
-    TaskStarted,
     count_states,
     derive_goal_state,
+    evolve,
+    task_state_from_row,
 )
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
 from nexum.eventstore.store import StoredEvent
@@ -152,18 +152,17 @@ class TaskProjection(Projection):
         task = rows.get(Task, task_id)
         if task is None:
             return
-        to_state = TRANSITION_EVENTS[stored.event_type]
-        attempt = event.attempt if isinstance(event, TaskStarted) else task["attempt"]
+        after = evolve(task_state_from_row(task), event)  # the lifecycle's own fold (nexum.core.tasks)
         rows.update(
             Task,
             task_id,
-            state=to_state,
-            attempt=attempt,
+            state=after.state,
+            attempt=after.attempt,
             version=stored.version,
             updated_at=stored.recorded_at,
         )
-        self._timeline(stored, rows, task_id, goal_id, task["state"], to_state, attempt=attempt)
-        self._count(stored, rows, goal_id, task["state"], to_state)
+        self._timeline(stored, rows, task_id, goal_id, task["state"], after.state, attempt=after.attempt)
+        self._count(stored, rows, goal_id, task["state"], after.state)
 
     def _timeline(
         self,

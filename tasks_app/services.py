@@ -53,7 +53,7 @@ from nexum.core.tasks import (
     task_stream,
 )
 from nexum.eventstore import store
-from tasks_app import selectors
+from tasks_app import hooks, selectors
 from tasks_app.models import AgentToken, Project, Task
 
 TOKEN_PREFIX = "nx_"
@@ -158,8 +158,9 @@ def goal_create(
     goal) and ``parent`` (a key in this goal; the goal when absent). Unknown members, unknown keys and
     cycles are refused. With ``idempotency_key``, a repeat of the same request returns the same goal and
     writes nothing; the same key with a different request is a conflict (``idempotency_key_reused``).
-    ``contracts`` maps task keys to verification contracts, registered by the verification app in the same
-    transaction (``contract_origin``: the declared ``trust_class`` and ``derived_from`` item ids, SPEC V8).
+    ``contracts`` maps task keys to verification contracts, registered in the same transaction by the
+    handler of ``hooks.GoalContractsGiven`` (the verification gate's; ``contract_origin``: the declared
+    ``trust_class`` and ``derived_from`` item ids, SPEC V8).
     """
     plan = plan_goal(
         objective=objective,
@@ -225,15 +226,15 @@ def goal_create(
                     field="idempotency_key",
                 )
         if contracts:
-            from verification_app.services import contracts_register_for_goal  # the gate owns contracts
-
-            contracts_register_for_goal(
-                project_id=str(project.id),
-                task_ids=task_ids,
-                contracts=contracts,
-                origin=contract_origin,
-                actor=actor,
-                idempotency_key=idempotency_key,
+            hooks.handle(
+                hooks.GoalContractsGiven(
+                    project_id=str(project.id),
+                    task_ids=task_ids,
+                    contracts=contracts,
+                    origin=contract_origin,
+                    actor=actor,
+                    idempotency_key=idempotency_key,
+                )
             )
     return Task.objects.get(id=goal_id)
 
@@ -249,13 +250,12 @@ def task_start(
 ) -> Task:
     """pending → running once every dependency is completed; failed → running is a retry (attempt + 1).
 
-    The plan gate (SPEC R9) must be open: refused with 422 ``plan_gate_closed`` while the task's latest
-    context bundle leaves an escalation open, unless an operator overrode it."""
+    Every start guard (``hooks.TaskStarting``) must pass. The plan gate's (SPEC R9) refuses with 422
+    ``plan_gate_closed`` while the task's latest context bundle leaves an escalation open, unless an operator
+    overrode it."""
 
     def decide(task: Task, state: TaskState) -> list[Event]:
-        from context_app.resolution.services import plan_gate_check
-
-        plan_gate_check(project_id=str(task.project_id), task_id=str(task.id))
+        hooks.handle(hooks.TaskStarting(project_id=str(task.project_id), task_id=str(task.id)))
         return decide_start(
             state, dependency_states=selectors.task_dependency_states(task=task), reason=reason
         )

@@ -4,7 +4,7 @@ checks' verdict, and check runs with their output (read from the artifact store)
 from django.contrib import admin
 from django.utils.html import format_html
 
-from context_app.artifacts import stored_text
+from context_app.world.artifacts import stored_text
 from nexum.eventstore.admin import ReadOnlyAdmin, ReadOnlyInline
 from verification_app.models import CheckRun, CompletionRequest, Contract
 

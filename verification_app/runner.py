@@ -20,8 +20,8 @@ from pathlib import Path
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from context_app.artifacts import default_store
-from context_app.models import WorldItem
+from context_app.world.artifacts import default_store
+from context_app.world.models import WorldItem
 from nexum.core.errors import NotFound, PolicyRefused, ValidationFailed
 from nexum.core.gate import (
     DENIED_EXECUTABLE,

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from context_app.artifacts import stored_text
+from context_app.world.artifacts import stored_text
 from nexum.core.errors import NotFound
 from nexum.ids import uuid_or_none
 from tasks_app import selectors as task_selectors

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from context_app.artifacts import default_store, stored_text
-from context_app.models import WorldItem
+from context_app.world.artifacts import default_store, stored_text
+from context_app.world.models import WorldItem
 from nexum.core.errors import (
     ConcurrencyError,
     IllegalTransition,
@@ -67,6 +67,7 @@ from nexum.core.verification import (
 from nexum.eventstore import store
 from nexum.eventstore.models import Event as EventRow
 from nexum.ids import uuid_or_none
+from nexum.work.dispatch import send_on_commit
 from tasks_app import selectors as task_selectors
 from tasks_app import services as task_services
 from tasks_app.models import Task
@@ -294,22 +295,12 @@ def completion_request(
     except ConcurrencyError:
         # A concurrent request for this task version was recorded first: it alone is decided.
         raise _pending(CompletionRequest.objects.get(id=request_id)) from None
-    _dispatch(request_id)
+    from verification_app.tasks import COMPLETION  # the task module imports this one
+
+    # In process (Celery eager) the checks run now and the result is the decision; with a broker it is sent
+    # once committed, and a broker that is down leaves it pending for the dispatcher (202 either way).
+    send_on_commit(COMPLETION, request_id)
     return _result(CompletionRequest.objects.get(id=request_id))
-
-
-def _dispatch(request_id: str) -> None:
-    """Eager (embedded default, tests): run now in this process — the same connection sees the request, and
-    a caller's outer transaction is respected. With a broker: send once the request is committed; a broker
-    that is down leaves it pending for the dispatcher (the caller gets 202 either way)."""
-    from nexum.celery import app
-    from nexum.work.dispatch import send_on_commit
-    from verification_app.tasks import COMPLETION
-
-    if app.conf.task_always_eager:
-        completion_run(request_id=request_id)
-    else:
-        send_on_commit(COMPLETION, request_id)
 
 
 def _request_replay(

@@ -13,34 +13,32 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
 from context_app.compilation import selectors, services
-from context_app.compilation.models import CompactionFold, CompiledContext, ContextCompilation
+from context_app.compilation.models import CompactionFold, ContextCompilation, StoredContext
 from nexum.eventstore.admin import ReadOnlyAdmin
 
 EXCLUDED_SHOWN = 500
 
 
-@admin.register(CompiledContext)
+@admin.register(StoredContext)
 class CompiledContextAdmin(ReadOnlyAdmin):
     list_display = ("short_digest", "task_id", "model_word", "position", "total_tokens", "excluded_count")
     list_filter = ("model_word", "project")
     search_fields = ("=digest", "=task_id")
     ordering = ("-position",)
-    change_form_template = "admin/compilation/compiledcontext/change_form.html"
+    change_form_template = "admin/compilation/storedcontext/change_form.html"
 
     @admin.display(description="digest")
-    def short_digest(self, context: CompiledContext) -> str:
+    def short_digest(self, context: StoredContext) -> str:
         return context.digest[:16]
 
     def get_urls(self):  # type: ignore[no-untyped-def]
         view = self.admin_site.admin_view
         return [
-            path(
-                "<path:object_id>/replay/", view(self.replay_view), name="compilation_compiledcontext_replay"
-            ),
+            path("<path:object_id>/replay/", view(self.replay_view), name="compilation_storedcontext_replay"),
             path(
                 "<path:object_id>/diff/<path:other_id>/",
                 view(self.diff_view),
-                name="compilation_compiledcontext_diff",
+                name="compilation_storedcontext_diff",
             ),
             *super().get_urls(),
         ]
@@ -48,7 +46,7 @@ class CompiledContextAdmin(ReadOnlyAdmin):
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
     ):  # type: ignore[no-untyped-def]
-        context = get_object_or_404(CompiledContext, pk=object_id)
+        context = get_object_or_404(StoredContext, pk=object_id)
         previous = selectors.previous_context(context)
         excluded = list(selectors.iter_excluded(context))
         extra = {
@@ -59,9 +57,9 @@ class CompiledContextAdmin(ReadOnlyAdmin):
             "excluded_shown": min(len(excluded), EXCLUDED_SHOWN),
             "truncated": selectors.compiled_result(context).truncated,
             "compiles": selectors.task_compilations(project_id=context.project_id, task_id=context.task_id),
-            "replay_url": reverse("admin:compilation_compiledcontext_replay", args=[context.pk]),
+            "replay_url": reverse("admin:compilation_storedcontext_replay", args=[context.pk]),
             "diff_url": (
-                reverse("admin:compilation_compiledcontext_diff", args=[previous.pk, context.pk])
+                reverse("admin:compilation_storedcontext_diff", args=[previous.pk, context.pk])
                 if previous
                 else None
             ),
@@ -70,11 +68,11 @@ class CompiledContextAdmin(ReadOnlyAdmin):
         return super().change_view(request, object_id, form_url, {**(extra_context or {}), **extra})
 
     def replay_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        context = get_object_or_404(CompiledContext, pk=object_id)
+        context = get_object_or_404(StoredContext, pk=object_id)
         outcome = services.context_replay(project_id=str(context.project_id), digest=context.digest)
         return TemplateResponse(
             request,
-            "admin/compilation/compiledcontext/replay.html",
+            "admin/compilation/storedcontext/replay.html",
             {
                 **self.admin_site.each_context(request),
                 "compiled": context,
@@ -84,12 +82,12 @@ class CompiledContextAdmin(ReadOnlyAdmin):
         )
 
     def diff_view(self, request: HttpRequest, object_id: str, other_id: str) -> HttpResponse:
-        before = get_object_or_404(CompiledContext, pk=object_id)
-        after = get_object_or_404(CompiledContext, pk=other_id, project_id=before.project_id)
+        before = get_object_or_404(StoredContext, pk=object_id)
+        after = get_object_or_404(StoredContext, pk=other_id, project_id=before.project_id)
         diff = selectors.context_diff(before=before, after=after)
         return TemplateResponse(
             request,
-            "admin/compilation/compiledcontext/diff.html",
+            "admin/compilation/storedcontext/diff.html",
             {
                 **self.admin_site.each_context(request),
                 "before": before,

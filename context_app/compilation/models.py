@@ -3,7 +3,7 @@
 Two kinds of tables live here:
 
 * Content-addressed storage, written by the compile service in the transaction that appends the
-  ``ContextCompiled`` event, never cleared by a rebuild (like the artifact store): ``CompiledContext`` (a
+  ``ContextCompiled`` event, never cleared by a rebuild (like the artifact store): ``StoredContext`` (a
   compiled context, stored once per project and digest) and ``CompileEvidence`` (the extra evidence a compile
   request supplied, kept by digest so a replay can use it again). Events name their rows by digest only.
 * Read models written by ``projections.CompilationProjection`` from the log: ``ContextCompilation`` (one row
@@ -16,7 +16,7 @@ from __future__ import annotations
 from django.db import models
 
 
-class CompiledContext(models.Model):
+class StoredContext(models.Model):
     """One compiled context, content-addressed: ``digest`` covers everything the compiler produced (the
     prompt block, tools, inclusions, exclusions, truncations, token counts, budget and encoding).
     ``position``, ``model_word``, ``task_id`` and ``request_id`` are those of the first compile
@@ -53,6 +53,7 @@ class CompiledContext(models.Model):
     stored_at = models.DateTimeField()
 
     class Meta:
+        db_table = "compilation_compiledcontext"  # the table's name from before the model was renamed
         ordering = ["-position", "digest"]
         verbose_name = "compiled context"
         constraints = [

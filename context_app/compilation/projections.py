@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from context_app.compilation.models import CompactionFold, ContextCompilation, FoldedItem
-from nexum.core import compilation
+from nexum.core.compilation import events as compilation_events
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
 from nexum.eventstore.store import StoredEvent
 from nexum.ids import as_uuid
@@ -18,11 +18,11 @@ class CompilationProjection(Projection):
 
     @handles("ContextCompileRequested")
     def requested(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: compilation.ContextCompileRequested = stored.event  # type: ignore[assignment]
+        event: compilation_events.ContextCompileRequested = stored.event  # type: ignore[assignment]
         rows.insert(
             ContextCompilation,
             **_new_row(stored, event.request_id, event.task_id, event.goal_id, event.model_word),
-            status=compilation.REQUEST_QUEUED,
+            status=compilation_events.REQUEST_QUEUED,
             overrides=dict(sorted(event.overrides.items())),
             compaction=event.compaction,
             evidence_digest=event.evidence_digest or "",
@@ -30,10 +30,10 @@ class CompilationProjection(Projection):
 
     @handles("ContextCompiled")
     def compiled(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: compilation.ContextCompiled = stored.event  # type: ignore[assignment]
+        event: compilation_events.ContextCompiled = stored.event  # type: ignore[assignment]
         request_id = as_uuid(event.request_id)
         fields: dict[str, Any] = {
-            "status": compilation.REQUEST_DONE,
+            "status": compilation_events.REQUEST_DONE,
             "digest": event.digest,
             "position": event.position,
             "compiled_position": stored.position,
@@ -56,11 +56,11 @@ class CompilationProjection(Projection):
 
     @handles("ContextCompileFailed")
     def failed(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: compilation.ContextCompileFailed = stored.event  # type: ignore[assignment]
+        event: compilation_events.ContextCompileFailed = stored.event  # type: ignore[assignment]
         rows.update(
             ContextCompilation,
             as_uuid(event.request_id),
-            status=compilation.REQUEST_FAILED,
+            status=compilation_events.REQUEST_FAILED,
             error={"code": event.code, "message": event.message, "field": event.field},
             finished_at=stored.recorded_at,
             version=stored.version,
@@ -68,7 +68,7 @@ class CompilationProjection(Projection):
 
     @handles("ContextCompacted")
     def compacted(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: compilation.ContextCompacted = stored.event  # type: ignore[assignment]
+        event: compilation_events.ContextCompacted = stored.event  # type: ignore[assignment]
         fold_id = as_uuid(event.fold_id)
         project_id = as_uuid(stored.project_id)
         rows.insert(

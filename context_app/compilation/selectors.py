@@ -29,21 +29,18 @@ from django.db.models.expressions import RawSQL
 
 from context_app.compilation.models import (
     CompactionFold,
-    CompiledContext,
     CompileEvidence,
     ContextCompilation,
     FoldedItem,
+    StoredContext,
 )
-from context_app.models import WorldItem
 from context_app.resolution import selectors as resolution_selectors
-from context_app.selectors import tool_specs, tools_for_scope
+from context_app.world.models import WorldItem
+from context_app.world.selectors import tool_specs, tools_for_scope
 from nexum.core import world
 from nexum.core.budgets import ModelBudget
-from nexum.core.compilation import COMPACTED_KINDS, ContextDiff, diff_contexts
-from nexum.core.compiler import (
-    CompiledContext as CompiledResult,
-)
-from nexum.core.compiler import (
+from nexum.core.compilation.compiler import (
+    CompiledContext,
     CompileInput,
     ContextItem,
     ExclusionRun,
@@ -51,6 +48,7 @@ from nexum.core.compiler import (
     Step,
     Truncation,
 )
+from nexum.core.compilation.rules import COMPACTED_KINDS, ContextDiff, diff_contexts
 from nexum.core.errors import NotFound
 from nexum.core.memo import remembered
 from nexum.core.tokens import TokenCounter
@@ -529,11 +527,11 @@ def _bundle_items(task_id: str, counter: TokenCounter) -> tuple[str | None, list
 # --- stored contexts --------------------------------------------------------------------------------------
 
 
-def context_get(*, project_id: str, digest: Any) -> CompiledContext:
+def context_get(*, project_id: str, digest: Any) -> StoredContext:
     """A compiled context of the project by digest; another project's or an unknown one is ``NotFound``."""
     context = None
     if isinstance(digest, str) and len(digest) == 64:
-        context = CompiledContext.objects.filter(project_id=project_id, digest=digest).first()
+        context = StoredContext.objects.filter(project_id=project_id, digest=digest).first()
     if context is None:
         raise NotFound(f"no compiled context {digest}", field="digest")
     return context
@@ -556,9 +554,9 @@ def evidence_get(*, project_id: str, digest: str) -> list[dict[str, Any]]:
     return list(row.items)
 
 
-def compiled_result(context: CompiledContext) -> CompiledResult:
+def compiled_result(context: StoredContext) -> CompiledContext:
     """The core's view of a stored context (so ``excluded`` is built the one way the compiler builds it)."""
-    return CompiledResult(
+    return CompiledContext(
         prompt_block=context.prompt_block,
         tools=tuple(context.tools),
         included=tuple(tuple(pair) for pair in context.included),  # type: ignore[misc]
@@ -594,7 +592,7 @@ def task_compilations(*, project_id: str, task_id: Any) -> list[ContextCompilati
     )
 
 
-def previous_context(context: CompiledContext) -> CompiledContext | None:
+def previous_context(context: StoredContext) -> StoredContext | None:
     """The context of the task's latest compile before this context's first compile that had a different
     digest (what the operator diffs against)."""
     first = (
@@ -617,10 +615,10 @@ def previous_context(context: CompiledContext) -> CompiledContext | None:
     )
     if digest is None:
         return None
-    return CompiledContext.objects.filter(project_id=context.project_id, digest=digest).first()
+    return StoredContext.objects.filter(project_id=context.project_id, digest=digest).first()
 
 
-def context_diff(*, before: CompiledContext, after: CompiledContext) -> ContextDiff:
+def context_diff(*, before: StoredContext, after: StoredContext) -> ContextDiff:
     """Which items (and tools) entered and left between two contexts, and why (C12)."""
     before_result, after_result = compiled_result(before), compiled_result(after)
     return diff_contexts(
@@ -631,7 +629,7 @@ def context_diff(*, before: CompiledContext, after: CompiledContext) -> ContextD
     )
 
 
-def _reasons(result: CompiledResult) -> dict[tuple[str, str], str]:
+def _reasons(result: CompiledContext) -> dict[tuple[str, str], str]:
     return {(record.kind, record.id): record.reason for record in result.excluded}
 
 
@@ -639,7 +637,7 @@ def task_folds(*, project_id: str, task_id: Any) -> list[CompactionFold]:
     return list(CompactionFold.objects.filter(project_id=project_id, task_id=task_id).order_by("position"))
 
 
-def section_rows(context: CompiledContext) -> list[dict[str, Any]]:
+def section_rows(context: StoredContext) -> list[dict[str, Any]]:
     """Tokens per section against the budget, for the admin's bars."""
     budget = int(context.budget.get("context_tokens") or 1)
     rows = []
@@ -653,6 +651,6 @@ def section_rows(context: CompiledContext) -> list[dict[str, Any]]:
     return rows
 
 
-def iter_excluded(context: CompiledContext, limit: int | None = None) -> Iterable[Any]:
+def iter_excluded(context: StoredContext, limit: int | None = None) -> Iterable[Any]:
     records = compiled_result(context).excluded
     return records if limit is None else records[:limit]

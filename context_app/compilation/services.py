@@ -7,7 +7,7 @@ A compile reads, then records (issue 15: no log-wide lock around the read):
    the live budget for the model word (catalog and overlay as they are now: O2) and the world state as of
    that position, and runs the compiler on item metadata, loading only the included texts (``selectors``);
    appends and other compiles go on meanwhile;
-2. in a short transaction of its own, the result is stored once per digest (``CompiledContext``) and
+2. in a short transaction of its own, the result is stored once per digest (``StoredContext``) and
    ``ContextCompiled`` appended to the request's stream (the request id as idempotency key, the stream's
    expected version guarding against a second answer), recording the position the snapshot saw.
 
@@ -39,14 +39,15 @@ from django.utils.module_loading import import_string
 
 from context_app.catalog import selectors as catalog_selectors
 from context_app.compilation import selectors
-from context_app.compilation.models import CompiledContext, CompileEvidence, ContextCompilation
-from context_app.models import WorldItem
-from context_app.services import Scope, progress_record
-from nexum.core import compilation, world
+from context_app.compilation.models import CompileEvidence, ContextCompilation, StoredContext
+from context_app.world.models import WorldItem
+from context_app.world.services import Scope, progress_record
+from nexum.core import world
 from nexum.core.budgets import ModelBudget
-from nexum.core.compiler import CompiledContext as CompiledResult
-from nexum.core.compiler import ContextItem
-from nexum.core.compiler import compile_context as run_compiler
+from nexum.core.compilation import events as compilation_events
+from nexum.core.compilation import rules as compilation_rules
+from nexum.core.compilation.compiler import CompiledContext, ContextItem
+from nexum.core.compilation.compiler import compile_context as run_compiler
 from nexum.core.digests import digest_of
 from nexum.core.errors import ConcurrencyError, DomainError, NotFound, ValidationFailed
 from nexum.core.text import require_storable
@@ -57,7 +58,7 @@ from tasks_app import selectors as task_selectors
 from tasks_app.models import Task
 
 _ID_NAMESPACE = uuid.UUID("2d0f3c6a-8f0e-4b7a-a4e2-5b1e6f1c9a37")
-DEFAULT_SUMMARIZER = "nexum.core.compilation.extractive_summary"
+DEFAULT_SUMMARIZER = "nexum.core.compilation.rules.extractive_summary"
 EVIDENCE_MAX_ITEMS = 200
 EVIDENCE_ID_MAX = 200
 SUMMARY_MAX_TOKENS = 4000
@@ -68,7 +69,7 @@ class CompileOutcome:
     """What a compile request got: the stored context and the request's record."""
 
     request_id: str
-    context: CompiledContext
+    context: StoredContext
     compilation: ContextCompilation
 
 
@@ -121,10 +122,6 @@ def context_compile(
     )
 
 
-compile_context = context_compile
-"""The name the issue uses for ``context_compile``."""
-
-
 def context_compile_request(
     *,
     project_id: str,
@@ -160,9 +157,9 @@ def context_compile_request(
     with transaction.atomic():
         evidence_digest = _store_evidence(project_id, evidence)
         store.append(
-            stream_id=compilation.compile_stream(request_id),
+            stream_id=compilation_events.compile_stream(request_id),
             events=[
-                compilation.ContextCompileRequested(
+                compilation_events.ContextCompileRequested(
                     request_id=request_id,
                     task_id=str(task.id),
                     goal_id=str(task.goal_id),
@@ -179,7 +176,7 @@ def context_compile_request(
             metadata={"actor": actor},
             project_id=str(project_id),
         )
-        send_on_commit(COMPILE, request_id)
+    send_on_commit(COMPILE, request_id)
     return ContextCompilation.objects.get(request_id=request_id)
 
 
@@ -189,7 +186,7 @@ def context_compile_run(*, request_id: str, actor: str = "worker") -> ContextCom
     queued = ContextCompilation.objects.filter(request_id=request_id).first()
     if queued is None:
         return None
-    if queued.status != compilation.REQUEST_QUEUED:
+    if queued.status != compilation_events.REQUEST_QUEUED:
         return queued
     project_id = str(queued.project_id)
     try:
@@ -214,9 +211,9 @@ def context_compile_run(*, request_id: str, actor: str = "worker") -> ContextCom
     except DomainError as error:
         with contextlib.suppress(ConcurrencyError):  # answered by another delivery meanwhile
             store.append(
-                stream_id=compilation.compile_stream(str(queued.request_id)),
+                stream_id=compilation_events.compile_stream(str(queued.request_id)),
                 events=[
-                    compilation.ContextCompileFailed(
+                    compilation_events.ContextCompileFailed(
                         request_id=str(queued.request_id),
                         task_id=str(queued.task_id),
                         code=error.code,
@@ -294,7 +291,7 @@ def _compile_and_record(
 def _answered(project_id: str, request_id: str, expected_version: int) -> CompileOutcome | None:
     """The first answer when the request was answered meanwhile (a concurrent retry or a redelivered
     message), ``None`` when it is still to be answered."""
-    if store.stream_version(compilation.compile_stream(request_id)) <= expected_version:
+    if store.stream_version(compilation_events.compile_stream(request_id)) <= expected_version:
         return None
     answered = _finished(project_id, request_id)
     if answered is None:
@@ -309,7 +306,7 @@ def _record(
     evidence: Sequence[Mapping[str, Any]],
     request_id: str,
     expected_version: int,
-    result: CompiledResult,
+    result: CompiledContext,
     bundle_digest: str | None,
     position: int,
     actor: str,
@@ -327,9 +324,9 @@ def _record(
         evidence_digest=evidence_digest,
     )
     store.append(
-        stream_id=compilation.compile_stream(request_id),
+        stream_id=compilation_events.compile_stream(request_id),
         events=[
-            compilation.ContextCompiled(
+            compilation_events.ContextCompiled(
                 request_id=request_id,
                 task_id=str(task.id),
                 goal_id=str(task.goal_id),
@@ -356,7 +353,7 @@ def _record(
 
 def compile_task(
     *, task: Task, budget: ModelBudget, encoding: str, evidence: Sequence[Mapping[str, Any]] = ()
-) -> tuple[CompiledResult, str | None]:
+) -> tuple[CompiledContext, str | None]:
     """Compile ``task`` with ``budget`` against the read models as they are (no writes)."""
     counter = counter_for(encoding)
     task_input = selectors.compile_input_for(
@@ -371,17 +368,17 @@ def compile_task(
 def _store_context(
     *,
     task: Task,
-    result: CompiledResult,
+    result: CompiledContext,
     request_id: str,
     model_word: str,
     position: int,
     bundle_digest: str | None,
     evidence_digest: str | None,
-) -> CompiledContext:
+) -> StoredContext:
     project_id = str(task.project_id)
     # Same digest, same canonical form: the stored row's large texts are what this compile holds already.
     existing = (
-        CompiledContext.objects.filter(project_id=project_id, digest=result.digest)
+        StoredContext.objects.filter(project_id=project_id, digest=result.digest)
         .defer("prompt_block", "exclusion_runs")
         .first()
     )
@@ -390,7 +387,7 @@ def _store_context(
         existing.exclusion_runs = result.exclusion_runs_json
         return existing
     canonical = result.canonical_form()
-    context = CompiledContext(
+    context = StoredContext(
         id=uuid.uuid5(_ID_NAMESPACE, f"{project_id}/context/{result.digest}"),
         project_id=project_id,
         digest=result.digest,
@@ -419,7 +416,7 @@ def _store_context(
         with transaction.atomic():
             context.save(force_insert=True)
     except IntegrityError:  # stored meanwhile by a compile outside the log lock (a replay never stores)
-        return CompiledContext.objects.get(project_id=project_id, digest=result.digest)
+        return StoredContext.objects.get(project_id=project_id, digest=result.digest)
     return context
 
 
@@ -473,7 +470,7 @@ def task_compact(*, task: Task, threshold: int, encoding: str, actor: str) -> Wo
     entries = [(c.kind, texts[uuid.UUID(c.id)]) for c in folded]
     path = summarizer_path()
     summarize = import_string(path)
-    max_tokens = min(compilation.summary_token_cap(threshold), SUMMARY_MAX_TOKENS)
+    max_tokens = min(compilation_rules.summary_token_cap(threshold), SUMMARY_MAX_TOKENS)
     summary = str(summarize(entries, max_tokens=max_tokens, counter=counter))[: world.TEXT_MAX].strip()
     if not summary:
         summary = f"Summary of {len(folded)} earlier entries."
@@ -489,11 +486,11 @@ def task_compact(*, task: Task, threshold: int, encoding: str, actor: str) -> Wo
             actor=actor,
             idempotency_key=f"compaction-{fold_id}",
         )
-        stream = compilation.compaction_stream(str(task.id))
+        stream = compilation_events.compaction_stream(str(task.id))
         store.append(
             stream_id=stream,
             events=[
-                compilation.ContextCompacted(
+                compilation_events.ContextCompacted(
                     fold_id=fold_id,
                     task_id=str(task.id),
                     goal_id=str(task.goal_id),
@@ -522,15 +519,15 @@ def _compacted_items(*, task: Task, encoding: str) -> list[ContextItem]:
     ).compacted_items()
 
 
-def _fold_plan(own: Sequence[ContextItem], threshold: int) -> list[compilation.FoldCandidate]:
+def _fold_plan(own: Sequence[ContextItem], threshold: int) -> list[compilation_rules.FoldCandidate]:
     """What a fold of the task's own items ``own`` at ``threshold`` would fold (empty: nothing is due)."""
     candidates = [
-        compilation.FoldCandidate(
+        compilation_rules.FoldCandidate(
             item.id, "tool_call" if item.kind == "diagnostic" else item.kind, item.token_count, item.position
         )
         for item in own
     ]
-    return compilation.plan_fold(candidates, threshold=threshold)
+    return compilation_rules.plan_fold(candidates, threshold=threshold)
 
 
 # --- helpers ----------------------------------------------------------------------------------------------
@@ -554,9 +551,9 @@ def check_evidence(evidence: Any) -> list[dict[str, Any]]:
         if unknown:
             raise ValidationFailed(f"unknown member {unknown[0]!r}", field=f"{where}.{unknown[0]}")
         kind = entry.get("kind", "code")
-        if kind not in compilation.EVIDENCE_KINDS:
+        if kind not in compilation_rules.EVIDENCE_KINDS:
             raise ValidationFailed(
-                f"kind must be one of {', '.join(compilation.EVIDENCE_KINDS)}", field=f"{where}.kind"
+                f"kind must be one of {', '.join(compilation_rules.EVIDENCE_KINDS)}", field=f"{where}.kind"
             )
         text = _clean_text(entry.get("text"), f"{where}.text", world.TEXT_MAX, required=True)
         item_id = entry.get("id", str(index + 1))
@@ -614,7 +611,7 @@ def _finished(project_id: str, request_id: str) -> CompileOutcome | None:
         return None
     if str(row.project_id) != str(project_id):
         raise NotFound(f"no compile request {request_id}", field="request_id")
-    if row.status != compilation.REQUEST_DONE:
+    if row.status != compilation_events.REQUEST_DONE:
         raise ValidationFailed(f"compile request {request_id} is {row.status}", field="request_id")
     return CompileOutcome(request_id, selectors.context_get(project_id=project_id, digest=row.digest), row)
 

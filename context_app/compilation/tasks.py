@@ -11,7 +11,7 @@ from celery import shared_task
 from django.db.models import Q
 
 from context_app.compilation.models import ContextCompilation
-from nexum.core.compilation import REQUEST_QUEUED
+from nexum.core.compilation.events import REQUEST_QUEUED
 from nexum.work.kinds import WorkKind
 from nexum.work.worker import WorkTask, run_leased
 

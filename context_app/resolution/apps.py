@@ -8,5 +8,5 @@ class ResolutionConfig(AppConfig):
 
     def ready(self) -> None:
         # Register the event types and the built-in source kinds.
-        import nexum.core.resolution
+        import nexum.core.resolution.events
         import nexum.sources  # noqa: F401

@@ -18,7 +18,7 @@ from context_app.resolution.models import (
     TaskContext,
     TaskQuestions,
 )
-from nexum.core import resolution as core
+from nexum.core.resolution import events as resolution_events
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
 from nexum.eventstore.store import StoredEvent
 from nexum.ids import as_uuid
@@ -39,7 +39,7 @@ class ResolutionProjection(Projection):
 
     @handles("SourceRegistered")
     def source_registered(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: core.SourceRegistered = stored.event  # type: ignore[assignment]
+        event: resolution_events.SourceRegistered = stored.event  # type: ignore[assignment]
         rows.insert(
             Source,
             id=as_uuid(event.source_id),
@@ -58,7 +58,7 @@ class ResolutionProjection(Projection):
 
     @handles("GrantIssued")
     def grant_issued(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: core.GrantIssued = stored.event  # type: ignore[assignment]
+        event: resolution_events.GrantIssued = stored.event  # type: ignore[assignment]
         rows.insert(
             Grant,
             id=as_uuid(event.grant_id),
@@ -78,7 +78,7 @@ class ResolutionProjection(Projection):
 
     @handles("GrantRevoked")
     def grant_revoked(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: core.GrantRevoked = stored.event  # type: ignore[assignment]
+        event: resolution_events.GrantRevoked = stored.event  # type: ignore[assignment]
         rows.update(
             Grant,
             as_uuid(event.grant_id),
@@ -89,7 +89,7 @@ class ResolutionProjection(Projection):
 
     @handles("RequiredQuestionsSet")
     def questions_set(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: core.RequiredQuestionsSet = stored.event  # type: ignore[assignment]
+        event: resolution_events.RequiredQuestionsSet = stored.event  # type: ignore[assignment]
         fields = {
             "questions": [dict(q) for q in event.questions],
             "actor": _actor(stored),
@@ -137,7 +137,7 @@ class ResolutionProjection(Projection):
 
     @handles("RetrievalPerformed")
     def retrieval_performed(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: core.RetrievalPerformed = stored.event  # type: ignore[assignment]
+        event: resolution_events.RetrievalPerformed = stored.event  # type: ignore[assignment]
         self._retrieval(
             stored,
             rows,
@@ -155,7 +155,7 @@ class ResolutionProjection(Projection):
 
     @handles("RetrievalDenied")
     def retrieval_denied(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: core.RetrievalDenied = stored.event  # type: ignore[assignment]
+        event: resolution_events.RetrievalDenied = stored.event  # type: ignore[assignment]
         self._retrieval(
             stored,
             rows,
@@ -173,7 +173,7 @@ class ResolutionProjection(Projection):
 
     @handles("BundleResolved")
     def bundle_resolved(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: core.BundleResolved = stored.event  # type: ignore[assignment]
+        event: resolution_events.BundleResolved = stored.event  # type: ignore[assignment]
         resolve_id = as_uuid(event.resolve_id)
         rows.insert(
             Resolve,
@@ -226,7 +226,7 @@ class ResolutionProjection(Projection):
 
     @handles("EscalationOpened")
     def escalation_opened(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: core.EscalationOpened = stored.event  # type: ignore[assignment]
+        event: resolution_events.EscalationOpened = stored.event  # type: ignore[assignment]
         rows.insert(
             Escalation,
             id=as_uuid(event.escalation_id),
@@ -243,7 +243,7 @@ class ResolutionProjection(Projection):
             sources=list(event.sources),
             conflict_group=event.conflict_group or "",
             evidence=[dict(e) for e in event.evidence],
-            state=core.ESCALATION_OPEN,
+            state=resolution_events.ESCALATION_OPEN,
             resolution="",
             resolution_detail={},
             resolution_reason="",
@@ -256,11 +256,11 @@ class ResolutionProjection(Projection):
 
     @handles("EscalationResolved")
     def escalation_resolved(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: core.EscalationResolved = stored.event  # type: ignore[assignment]
+        event: resolution_events.EscalationResolved = stored.event  # type: ignore[assignment]
         rows.update(
             Escalation,
             as_uuid(event.escalation_id),
-            state=core.ESCALATION_RESOLVED,
+            state=resolution_events.ESCALATION_RESOLVED,
             resolution=event.resolution,
             resolution_detail=dict(event.detail),
             resolution_reason=event.reason,
@@ -271,7 +271,7 @@ class ResolutionProjection(Projection):
 
     @handles("PlanGateOverridden")
     def plan_gate_overridden(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: core.PlanGateOverridden = stored.event  # type: ignore[assignment]
+        event: resolution_events.PlanGateOverridden = stored.event  # type: ignore[assignment]
         self._touch_context(
             stored,
             rows,

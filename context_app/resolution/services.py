@@ -38,11 +38,12 @@ from context_app.resolution.models import (
     TaskContext,
     TaskQuestions,
 )
-from nexum.core import resolution as core
 from nexum.core.digests import canonical_json
 from nexum.core.errors import ConcurrencyError, Conflict, DomainError, NotFound, ValidationFailed
 from nexum.core.events import Event
-from nexum.core.resolver import (
+from nexum.core.resolution import events as resolution_events
+from nexum.core.resolution import rules as resolution_rules
+from nexum.core.resolution.resolver import (
     Bundle,
     Freshness,
     ResolveBudget,
@@ -56,6 +57,7 @@ from nexum.eventstore import store
 from nexum.source_policy import SourceNotAllowed
 from nexum.sources import SourceRefused, build_source, fetch
 from nexum.tokenization import DEFAULT_ENCODING, counter_for
+from nexum.work.dispatch import BrokerUnavailable, publish
 from tasks_app import selectors as task_selectors
 from tasks_app.models import Project, Task
 
@@ -134,7 +136,7 @@ def source_register(
         content_trust=content_trust,
         derived_from=derived_from,
     )
-    core.check_source_name(name)
+    resolution_rules.check_source_name(name)
     if not isinstance(kind, str):
         raise ValidationFailed("kind must be a string", field="kind")
     if not isinstance(config, Mapping):
@@ -153,9 +155,9 @@ def source_register(
     if Source.objects.filter(project_id=project.id, name=name).exists():
         raise Conflict(f"a source named {name!r} already exists", field="name", code="source_exists")
     store.append(
-        stream_id=core.source_stream(source_id),
+        stream_id=resolution_events.source_stream(source_id),
         events=[
-            core.SourceRegistered(
+            resolution_events.SourceRegistered(
                 source_id=source_id,
                 name=name,
                 kind=kind,
@@ -218,7 +220,7 @@ def grant_issue(
     else:
         task = task_selectors.task_get(project_id=project.id, task_id=task_id)  # type: ignore[arg-type]
         scope_goal, scope_task = str(task.goal_id), (None if task.is_goal else str(task.id))
-    scopes = core.check_grant_scopes(sources)
+    scopes = resolution_rules.check_grant_scopes(sources)
     known = set(
         Source.objects.filter(project_id=project.id, name__in=list(scopes)).values_list("name", flat=True)
     )
@@ -230,15 +232,15 @@ def grant_issue(
             raise ValidationFailed("expires_at must be a timezone-aware time", field="expires_at")
         if expires_at <= _now(now):
             raise ValidationFailed("expires_at is in the past", field="expires_at")
-    reason = core.check_reason(reason)
+    reason = resolution_rules.check_reason(reason)
     if idempotency_key is not None:
         grant_id = str(uuid.uuid5(_IDS, f"grant:{project.id}:{idempotency_key}"))
     else:
         grant_id = str(uuid.uuid4())
     store.append(
-        stream_id=core.grant_stream(grant_id),
+        stream_id=resolution_events.grant_stream(grant_id),
         events=[
-            core.GrantIssued(
+            resolution_events.GrantIssued(
                 grant_id=grant_id,
                 goal_id=scope_goal,
                 task_id=scope_task,
@@ -271,8 +273,12 @@ def grant_revoke(
     grant = selectors.grant_get(project_id=project_id, grant_id=grant_id)
     if grant.revoked_at is None:
         store.append(
-            stream_id=core.grant_stream(str(grant.id)),
-            events=[core.GrantRevoked(grant_id=str(grant.id), reason=core.check_reason(reason))],
+            stream_id=resolution_events.grant_stream(str(grant.id)),
+            events=[
+                resolution_events.GrantRevoked(
+                    grant_id=str(grant.id), reason=resolution_rules.check_reason(reason)
+                )
+            ],
             expected_version=grant.version,
             metadata={"actor": actor},
             project_id=str(grant.project_id),
@@ -294,7 +300,7 @@ def questions_set(
 ) -> TaskQuestions:
     """Replace the required questions of a task's step: ``[{question, subjects: [...]}, …]``."""
     task = _task(project_id, task_id)
-    checked = core.check_questions(questions)
+    checked = resolution_rules.check_questions(questions)
     row = TaskQuestions.objects.filter(task_id=task.id).first()
     current = row.version if row is not None else 0
     if expected_version is not None and expected_version != current:
@@ -302,10 +308,12 @@ def questions_set(
             f"the questions are at version {current}, not {expected_version}", field="expected_version"
         )
     store.append(
-        stream_id=core.questions_stream(str(task.id)),
+        stream_id=resolution_events.questions_stream(str(task.id)),
         events=[
-            core.RequiredQuestionsSet(
-                task_id=str(task.id), goal_id=str(task.goal_id), questions=core.questions_to_data(checked)
+            resolution_events.RequiredQuestionsSet(
+                task_id=str(task.id),
+                goal_id=str(task.goal_id),
+                questions=resolution_rules.questions_to_data(checked),
             )
         ],
         expected_version=current,
@@ -372,7 +380,7 @@ def bundle_resolve(
     if task.is_goal:
         raise ValidationFailed("resolve the context of a task, not of a goal", field="task_id")
     project = task_selectors.project_get(project_id=str(task.project_id))
-    stream_id = core.context_stream(str(task.id))
+    stream_id = resolution_events.context_stream(str(task.id))
     idempotency_key = f"resolve:{request_id}" if request_id else None
     if request_id is not None:
         if not isinstance(request_id, str) or not 0 < len(request_id) <= 150:
@@ -397,10 +405,10 @@ def bundle_resolve(
         raise ValidationFailed("sources must map source names to lists of scopes", field="sources")
     sources = list(Source.objects.filter(project_id=project.id).order_by("name"))
     specs = [source_spec(source) for source in sources]
-    grant = core.effective_grant(selectors.grant_records(task=task), now)
+    grant = resolution_rules.effective_grant(selectors.grant_records(task=task), now)
     questions = selectors.task_questions(task_id=str(task.id))
     if query is None:
-        query = core.build_query(task.objective, task.inputs, questions)
+        query = resolution_rules.build_query(task.objective, task.inputs, questions)
     elif not isinstance(query, str) or len(query) > 4000:
         raise ValidationFailed("query must be a string of at most 4000 characters", field="query")
 
@@ -443,6 +451,19 @@ def bundle_resolve(
     return ResolveOutcome(resolve, selectors.bundle_content(digest=resolve.bundle_digest))
 
 
+def bundle_resolve_request(*, project_id: str, task_id: str, request_id: str, actor: str) -> None:
+    """Queue ``bundle_resolve`` for a worker, by ids (R10); the request id makes a redelivery harmless.
+
+    Unlike a compile or a completion, nothing is recorded before the worker runs it, so there is nothing for
+    the dispatcher to send again: a broker that is down is ``BrokerUnavailable`` (503), with nothing queued or
+    written. In process (Celery eager) it runs now."""
+    from context_app.resolution.tasks import resolve_context  # the task module imports this one
+
+    ids = {"project_id": project_id, "task_id": task_id, "request_id": request_id, "actor": actor}
+    if not publish(resolve_context, kwargs=ids):
+        raise BrokerUnavailable("the broker is unreachable: nothing was queued; send the request again later")
+
+
 def resolve_id_for(*, task_id: str, request_id: str) -> str:
     """The id of the resolve a request id names (so a redelivery finds the resolve it already made)."""
     return str(uuid.uuid5(_IDS, f"resolve:{task_id}:{request_id}"))
@@ -479,7 +500,7 @@ def _resolve_events(
     for call in calls:
         result = by_source[call.source]
         events.append(
-            core.RetrievalPerformed(
+            resolution_events.RetrievalPerformed(
                 resolve_id=resolve_id,
                 task_id=task_id,
                 goal_id=goal_id,
@@ -494,7 +515,7 @@ def _resolve_events(
         )
     for denial in bundle.denials:
         events.append(
-            core.RetrievalDenied(
+            resolution_events.RetrievalDenied(
                 resolve_id=resolve_id,
                 task_id=task_id,
                 goal_id=goal_id,
@@ -505,11 +526,11 @@ def _resolve_events(
                 query=query,
             )
         )
-    gaps = core.gaps_of(bundle)
+    gaps = resolution_rules.gaps_of(bundle)
     existing = Escalation.objects.filter(task_id=task.id)
-    open_by_key = {e.key: str(e.id) for e in existing if e.state == core.ESCALATION_OPEN}
-    resolved_keys = {e.key for e in existing if e.state == core.ESCALATION_RESOLVED}
-    plan = core.plan_escalations(
+    open_by_key = {e.key: str(e.id) for e in existing if e.state == resolution_events.ESCALATION_OPEN}
+    resolved_keys = {e.key for e in existing if e.state == resolution_events.ESCALATION_RESOLVED}
+    plan = resolution_rules.plan_escalations(
         gaps,
         open_by_key=open_by_key,
         resolved_keys=resolved_keys,
@@ -518,7 +539,7 @@ def _resolve_events(
     )
     opened = [(str(uuid.uuid5(_IDS, f"escalation:{resolve_id}:{gap.key}")), gap) for gap in plan.to_open]
     events.append(
-        core.BundleResolved(
+        resolution_events.BundleResolved(
             resolve_id=resolve_id,
             task_id=task_id,
             goal_id=goal_id,
@@ -547,7 +568,7 @@ def _resolve_events(
     )
     for ident, gap in opened:
         events.append(
-            core.EscalationOpened(
+            resolution_events.EscalationOpened(
                 escalation_id=ident,
                 task_id=task_id,
                 goal_id=goal_id,
@@ -560,15 +581,15 @@ def _resolve_events(
                 subjects=gap.subjects,
                 sources=gap.sources,
                 conflict_group=gap.conflict_group,
-                evidence=core.evidence_of(gap, bundle),
+                evidence=resolution_rules.evidence_of(gap, bundle),
             )
         )
     for ident in plan.to_close:
         events.append(
-            core.EscalationResolved(
+            resolution_events.EscalationResolved(
                 escalation_id=ident,
                 task_id=task_id,
-                resolution=core.RESOLVE_GAP_CLOSED,
+                resolution=resolution_events.RESOLVE_GAP_CLOSED,
                 detail={"resolve_id": resolve_id, "bundle_digest": bundle.digest},
                 reason="a later resolve no longer shows this gap",
             )
@@ -606,17 +627,19 @@ def escalation_resolve(
     conflicts of other tasks of the goal on that subject among the same members close with it (each on its
     own task's stream, ``detail.settled_by`` naming this escalation)."""
     escalation = selectors.escalation_get(project_id=project_id, escalation_id=escalation_id)
-    if action not in core.RESOLUTION_ACTIONS:
-        raise ValidationFailed(f"action must be one of {', '.join(core.RESOLUTION_ACTIONS)}", field="action")
+    if action not in resolution_events.RESOLUTION_ACTIONS:
+        raise ValidationFailed(
+            f"action must be one of {', '.join(resolution_events.RESOLUTION_ACTIONS)}", field="action"
+        )
     digests = check_authority(
         project_id=project_id,
         action=f"escalation.{action}",
         content_trust=content_trust,
         derived_from=derived_from,
     )
-    reason = core.check_reason(reason)
-    if escalation.state != core.ESCALATION_OPEN:
-        raise core.EscalationAlreadyResolved(
+    reason = resolution_rules.check_reason(reason)
+    if escalation.state != resolution_events.ESCALATION_OPEN:
+        raise resolution_rules.EscalationAlreadyResolved(
             f"escalation {escalation.id} is already resolved ({escalation.resolution})",
             field="escalation_id",
         )
@@ -625,8 +648,8 @@ def escalation_resolve(
     with transaction.atomic():
         detail: dict[str, Any] = {}
         closing = [escalation]
-        if action == core.RESOLVE_SUPPLY_FACT:
-            from context_app import services as world_services
+        if action == resolution_events.RESOLVE_SUPPLY_FACT:
+            from context_app.world import services as world_services
 
             if not isinstance(text, str) or not text.strip():
                 raise ValidationFailed("supply the missing fact as text", field="text")
@@ -644,13 +667,13 @@ def escalation_resolve(
                 actor=actor,
             )
             detail = {"fact_id": str(fact.id)}
-        elif action == core.RESOLVE_PICK_SIDE:
+        elif action == resolution_events.RESOLVE_PICK_SIDE:
             evidence = [entry["digest"] for entry in escalation.evidence]
             if not is_conflict:
                 raise ValidationFailed("only a conflict has sides to pick", field="action")
-            rejected = core.decide_pick_side(evidence, list(chosen))
+            rejected = resolution_rules.decide_pick_side(evidence, list(chosen))
             detail = {"chosen": sorted(set(chosen)), "rejected": list(rejected)}
-        elif action == core.RESOLVE_GRANT_SOURCE:
+        elif action == resolution_events.RESOLVE_GRANT_SOURCE:
             if not isinstance(source, str):
                 raise ValidationFailed("name the source to grant", field="source")
             grant = grant_issue(
@@ -674,11 +697,13 @@ def escalation_resolve(
                     actor=actor,
                 )
             closing = list(
-                Escalation.objects.filter(task_id=task.id, state=core.ESCALATION_OPEN).order_by("position")
+                Escalation.objects.filter(task_id=task.id, state=resolution_events.ESCALATION_OPEN).order_by(
+                    "position"
+                )
             )
         resolved: dict[str, list[Event]] = {
             str(task.id): [
-                core.EscalationResolved(
+                resolution_events.EscalationResolved(
                     escalation_id=str(item.id),
                     task_id=str(task.id),
                     resolution=action,
@@ -690,11 +715,11 @@ def escalation_resolve(
         }
         for other in _settled_with(escalation, action, detail):
             resolved.setdefault(str(other.task_id), []).append(
-                core.EscalationResolved(
+                resolution_events.EscalationResolved(
                     escalation_id=str(other.id),
                     task_id=str(other.task_id),
                     resolution=action,
-                    detail=core.settled_detail(
+                    detail=resolution_rules.settled_detail(
                         detail,
                         settled_by=str(escalation.id),
                         members=[entry["digest"] for entry in other.evidence],
@@ -704,7 +729,7 @@ def escalation_resolve(
             )
         for task_id, events in resolved.items():
             store.append(
-                stream_id=core.context_stream(task_id),
+                stream_id=resolution_events.context_stream(task_id),
                 events=events,
                 expected_version=TaskContext.objects.get(task_id=task_id).version,
                 metadata={"actor": actor},
@@ -716,7 +741,7 @@ def escalation_resolve(
 
 def _settled_with(escalation: Escalation, action: str, detail: Mapping[str, Any]) -> list[Escalation]:
     """The open conflicts of the goal (other than ``escalation``) that its settlement decides too."""
-    settlement = core.settlement_of(
+    settlement = resolution_rules.settlement_of(
         escalation_id=str(escalation.id),
         kind=escalation.kind,
         subjects=escalation.subjects,
@@ -727,12 +752,12 @@ def _settled_with(escalation: Escalation, action: str, detail: Mapping[str, Any]
     if settlement is None:
         return []
     candidates = Escalation.objects.filter(
-        goal_id=escalation.goal_id, kind="conflict", state=core.ESCALATION_OPEN
+        goal_id=escalation.goal_id, kind="conflict", state=resolution_events.ESCALATION_OPEN
     ).exclude(id=escalation.id)
     return [
         other
         for other in candidates.order_by("position")
-        if core.settles(
+        if resolution_rules.settles(
             settlement,
             kind=other.kind,
             subjects=other.subjects,
@@ -752,9 +777,11 @@ def plan_gate_check(*, project_id: str, task_id: str) -> None:
         return
     open_escalations = [
         {"id": str(e.id), "kind": e.kind, "missing": e.missing}
-        for e in Escalation.objects.filter(task_id=task_id, state=core.ESCALATION_OPEN).order_by("position")
+        for e in Escalation.objects.filter(task_id=task_id, state=resolution_events.ESCALATION_OPEN).order_by(
+            "position"
+        )
     ]
-    core.decide_plan_gate(
+    resolution_rules.decide_plan_gate(
         has_bundle=True,
         complete=bool(head.complete),
         open_escalations=open_escalations,
@@ -780,7 +807,7 @@ def plan_gate_override(
         derived_from=derived_from,
     )
     task = _task(project_id, task_id)
-    reason = core.check_reason(reason)
+    reason = resolution_rules.check_reason(reason)
     if not reason.strip():
         raise ValidationFailed("an override needs a reason", field="reason")
     head = TaskContext.objects.filter(task_id=task.id).first()
@@ -789,9 +816,9 @@ def plan_gate_override(
             "the task has no resolved bundle; there is no gate to override", field="task_id"
         )
     store.append(
-        stream_id=core.context_stream(str(task.id)),
+        stream_id=resolution_events.context_stream(str(task.id)),
         events=[
-            core.PlanGateOverridden(
+            resolution_events.PlanGateOverridden(
                 task_id=str(task.id),
                 resolve_id=str(head.latest_resolve_id),
                 bundle_digest=head.latest_bundle_digest,

@@ -1,7 +1,7 @@
 """One error hierarchy for everything a user can cause.
 
 Each error carries a stable ``code``, a human ``message`` and, where one input is at fault, the ``field``.
-The API maps these to HTTP statuses in one place (nexum/api/errors.py); the core never knows about HTTP.
+The API maps these to HTTP statuses in one place (nexum_web/api/errors.py); the core never knows about HTTP.
 """
 
 from __future__ import annotations

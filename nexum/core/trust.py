@@ -2,8 +2,8 @@
 
 Rules:
 - Classes are ordered: ``untrusted_retrieved < agent_reported < repository_authored < signed_skill <
-  signed_policy < kernel`` and stored by name (``TRUST_CLASSES``, lowest first, is the one order; every other
-  list of classes derives from it). ``agent_reported`` is what the executing agent says about the world: it
+  signed_policy < kernel`` and stored by name (``TrustClass`` is the one order; every list of classes derives
+  from it). ``agent_reported`` is what the executing agent says about the world: it
   informs, and like retrieved content it is never authority.
 - An item never carries a class above its source's highest class (``cap_trust``).
 - Every class above ``repository_authored`` (``signed_skill``, ``signed_policy`` and ``kernel``) needs an
@@ -51,9 +51,6 @@ class TrustClass(IntEnum):
         names = ", ".join(cls.__members__)
         raise ValidationFailed(f"unknown trust class {value!r}; expected one of {names}", field=field)
 
-
-TRUST_CLASSES: tuple[str, ...] = tuple(TrustClass.__members__)
-"""Every class by name, lowest first."""
 
 SIGNED_CLASSES = frozenset({TrustClass.signed_skill, TrustClass.signed_policy, TrustClass.kernel})
 """Classes that must carry a verifying signature."""

@@ -14,7 +14,8 @@ held by a worker that died, is sent again within about the lease's lifetime plus
 broker or a worker is back. Extra sends are harmless: a delivery finds the request answered, or its lease
 live, and does nothing. Two dispatchers only send more often.
 
-Run in process (no broker, Celery eager), sending a request runs it here, now.
+Run in process (no broker, Celery eager), sending a request runs it here, now: ``send_on_commit`` does not
+wait for a commit, so the service that recorded the request answers with its outcome.
 """
 
 from __future__ import annotations
@@ -61,10 +62,18 @@ def send(kind: WorkKind, request_id: str) -> bool:
 
 
 def send_on_commit(kind: WorkKind, request_id: str) -> None:
-    """Send the request once the transaction that recorded it commits (at once outside a transaction)."""
+    """Send the request once the transaction that recorded it commits (at once outside a transaction): the one
+    way a service hands work to a worker.
+
+    In process (Celery eager) there is no worker to wait for: the request runs now, in this transaction, which
+    sees the row it just recorded (a caller's outer transaction included), so the caller can answer with the
+    outcome."""
     from django.db import transaction
 
-    transaction.on_commit(lambda: send(kind, request_id))
+    if kind.task.app.conf.task_always_eager:
+        send(kind, request_id)
+    else:
+        transaction.on_commit(lambda: send(kind, request_id))
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from nexum.api.strict import NOT_BLANK
+from nexum_web.api.strict import NOT_BLANK
 from nexum.eventstore.models import Event as EventRow
 from tests.api.test_foundation_api import assert_error
 from tests.api.test_task_api import create_goal, task_id

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from context_app.compilation.models import CompiledContext
-from context_app.models import WorldItem
+from context_app.compilation.models import StoredContext
+from context_app.world.models import WorldItem
 from nexum.eventstore.models import Event as EventRow
 from tests.integration.compile_world import build_auth_world
 
@@ -80,7 +80,7 @@ def test_an_idempotency_key_names_the_request(api, auth):
 def test_another_projects_ids_are_404_and_nothing_is_written(api, other_api, auth):
     context = api.post(compile_url(auth), {"model": "local"}, format="json").json()
     digest = context["context"]["digest"]
-    events, stored = EventRow.objects.count(), CompiledContext.objects.count()
+    events, stored = EventRow.objects.count(), StoredContext.objects.count()
     for response in (
         other_api.post(compile_url(auth), {"model": "local"}, format="json"),
         other_api.post(compile_url(auth), {"model": "local", "async": True}, format="json"),
@@ -91,7 +91,7 @@ def test_another_projects_ids_are_404_and_nothing_is_written(api, other_api, aut
     ):
         assert response.status_code == 404, response.json()
         assert response.json()["error"]["code"] == "not_found"
-    assert EventRow.objects.count() == events and CompiledContext.objects.count() == stored
+    assert EventRow.objects.count() == events and StoredContext.objects.count() == stored
 
 
 @pytest.mark.parametrize(
@@ -130,8 +130,8 @@ def test_the_admin_page_shows_the_context(admin_client, api, auth):
     first = api.post(compile_url(auth), {"model": "quick"}, format="json").json()["context"]
     api.post(f"/api/v1/tasks/{auth.task.id}/progress", {"text": "tried the cookie store fix"}, format="json")
     second = api.post(compile_url(auth), {"model": "quick"}, format="json").json()["context"]
-    stored = CompiledContext.objects.get(digest=second["digest"])
-    page = admin_client.get(f"/admin/compilation/compiledcontext/{stored.pk}/change/")
+    stored = StoredContext.objects.get(digest=second["digest"])
+    page = admin_client.get(f"/admin/compilation/storedcontext/{stored.pk}/change/")
     assert page.status_code == 200
     html = page.content.decode()
     for text in (
@@ -144,9 +144,9 @@ def test_the_admin_page_shows_the_context(admin_client, api, auth):
     ):
         assert text in html
     assert "Diff with the previous compile" in html
-    earlier = CompiledContext.objects.get(digest=first["digest"])
-    diff = admin_client.get(f"/admin/compilation/compiledcontext/{earlier.pk}/diff/{stored.pk}/")
+    earlier = StoredContext.objects.get(digest=first["digest"])
+    diff = admin_client.get(f"/admin/compilation/storedcontext/{earlier.pk}/diff/{stored.pk}/")
     assert diff.status_code == 200 and "Entered" in diff.content.decode()
-    replay = admin_client.get(f"/admin/compilation/compiledcontext/{stored.pk}/replay/")
+    replay = admin_client.get(f"/admin/compilation/storedcontext/{stored.pk}/replay/")
     assert replay.status_code == 200 and "The digests match." in replay.content.decode()
-    assert admin_client.get("/admin/compilation/compiledcontext/").status_code == 200
+    assert admin_client.get("/admin/compilation/storedcontext/").status_code == 200

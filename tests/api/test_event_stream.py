@@ -13,7 +13,7 @@ import httpx2
 import pytest
 from django.db import connection
 
-from context_app.services import progress_record, scope_resolve
+from context_app.world.services import progress_record, scope_resolve
 from nexum.eventstore import store
 from tasks_app.selectors import goal_tasks
 from tasks_app.services import agent_token_issue, goal_create

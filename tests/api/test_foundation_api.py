@@ -164,8 +164,8 @@ def test_the_schema_declares_the_bearer_scheme_on_every_operation_but_health():
 
 def test_domain_errors_map_to_their_statuses():
     """Every kind of domain error has its documented HTTP status through the one handler."""
-    from nexum.api.errors import STATUS_BY_KIND, exception_handler
     from nexum.core import errors
+    from nexum_web.api.errors import STATUS_BY_KIND, exception_handler
 
     expected = {
         errors.ValidationFailed: 400,

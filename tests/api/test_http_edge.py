@@ -12,9 +12,9 @@ from django.conf import settings as django_settings
 from django.test import RequestFactory
 from rest_framework.test import APIClient
 
-from nexum.api import parsers
 from nexum.eventstore.models import Event as EventRow
-from nexum.urls import server_error
+from nexum_web.api import parsers
+from nexum_web.urls import server_error
 
 pytestmark = pytest.mark.django_db
 

@@ -15,8 +15,8 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from nexum.eventstore.models import Event as EventRow
-from nexum.mcp.calls import Caller
-from nexum.mcp.server import NEXUM_REFUSED, calling_as, server
+from nexum_web.mcp.calls import Caller
+from nexum_web.mcp.server import NEXUM_REFUSED, calling_as, server
 from tasks_app.services import agent_token_issue
 from tests.api.test_verification_api import echo_check
 from tests.integration.compile_world import load_catalog

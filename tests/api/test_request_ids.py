@@ -11,8 +11,8 @@ import re
 import pytest
 from rest_framework.test import APIClient
 
-from nexum.api.views import HealthView
 from nexum.logs import JsonFormatter
+from nexum_web.api.views import HealthView
 from tests.api.test_foundation_api import assert_error
 
 pytestmark = pytest.mark.django_db

@@ -64,22 +64,11 @@ def test_the_resolve_path_through_the_api(
     )
     assert response.status_code == 200 and response.json()["version"] == 1
 
-    sent: list[dict[str, Any]] = []
-    original = resolution_tasks.resolve_context.apply
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        sent.append(kwargs["kwargs"])
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(resolution_tasks.resolve_context, "apply", spy)
     response = api.post(f"/api/v1/tasks/{task_id}/resolve", {}, format="json")
     assert response.status_code == 200, response.json()
     body = response.json()
     assert body["complete"] is False and len(body["bundle"]["items"]) == 2
     assert [e["kind"] for e in body["escalations"]] == ["conflict"]
-    # the Celery payload carries ids only
-    assert set(sent[0]) == {"project_id", "task_id", "request_id", "actor"}
-    assert "port is" not in json.dumps(sent)
 
     digest = body["bundle_digest"]
     assert api.get(f"/api/v1/bundles/{digest}").json()["digest"] == digest
@@ -123,6 +112,19 @@ def test_the_resolve_path_through_the_api(
     )
     assert again.status_code == 409
     assert api.post(f"/api/v1/tasks/{task_id}/start", {}, format="json").status_code == 200
+
+    sent: list[dict[str, Any]] = []
+    original = resolution_tasks.resolve_context.apply_async
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        sent.append(kwargs["kwargs"])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(resolution_tasks.resolve_context, "apply_async", spy)
+    assert api.post(f"/api/v1/tasks/{task_id}/resolve", {"async": True}, format="json").status_code == 202
+    # the Celery payload carries ids only
+    assert set(sent[0]) == {"project_id", "task_id", "request_id", "actor"}
+    assert "port is" not in json.dumps(sent)
 
 
 @pytest.mark.django_db

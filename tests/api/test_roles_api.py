@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from context_app import services as world_services
 from context_app.catalog.management.commands.load_model_catalog import DEFAULT_CATALOG
 from context_app.catalog.services import model_overlay_set
 from context_app.resolution import services as resolution
 from context_app.resolution.models import Escalation
+from context_app.world import services as world_services
 from nexum.core.errors import ValidationFailed
 from nexum.eventstore import store
 from nexum.eventstore.models import Event as EventRow

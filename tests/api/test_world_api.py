@@ -7,7 +7,7 @@ import base64
 import pytest
 import tiktoken
 
-from context_app.models import WorldItem
+from context_app.world.models import WorldItem
 from nexum.eventstore.models import Event as EventRow
 from tasks_app import selectors as task_selectors
 from tasks_app.services import goal_create

@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from context_app.compilation.models import CompiledContext
+from context_app.compilation.models import StoredContext
 from context_app.resolution import services as resolution
 from context_app.resolution.models import Escalation
-from nexum.core.resolution import PlanGateClosed
+from nexum.core.resolution.rules import PlanGateClosed
 from nexum.eventstore.models import Event
 from tasks_app.models import Task
 from tasks_app.services import task_start
@@ -23,12 +23,12 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 def test_an_operator_opens_a_compiled_context_and_sees_its_exclusions_with_reasons(
     live_server, page, demo_world, staff_user
 ):
-    squeezed = CompiledContext.objects.filter(excluded_count__gt=0).order_by("position").first()
+    squeezed = StoredContext.objects.filter(excluded_count__gt=0).order_by("position").first()
     assert squeezed is not None, "the demo compiles one context under a small budget"
     log_in(page, live_server.url)
     assert page.locator("#nexum-dashboard").get_by_text("Recent compiles").is_visible()
 
-    page.goto(f"{live_server.url}/admin/compilation/compiledcontext/")
+    page.goto(f"{live_server.url}/admin/compilation/storedcontext/")
     page.get_by_role("link", name=squeezed.digest[:16]).click()
 
     page.wait_for_selector("pre.nx-prompt")

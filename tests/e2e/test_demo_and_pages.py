@@ -13,8 +13,8 @@ from django.contrib import admin
 from django.test import Client
 from django.urls import reverse
 
-from context_app.models import WorldItem
 from context_app.resolution.models import BundleItem, Escalation, Grant
+from context_app.world.models import WorldItem
 from nexum.eventstore.models import Event
 from tasks_app.models import AgentToken, Task
 from tests.e2e.conftest import STAFF
@@ -30,7 +30,7 @@ def staff_client(staff_user) -> Client:
 
 
 def test_the_demo_world_has_every_feature_and_a_second_load_writes_nothing(demo_world):
-    from nexum.ui.demo import load_demo_world
+    from nexum_web.ui.demo import load_demo_world
 
     tasks = demo_world.tasks
     assert {key: task.state for key, task in tasks.items()} == {
@@ -85,11 +85,11 @@ def test_every_admin_page_and_the_escalation_ui_answer_without_error(
         else:
             assert meta.label == "auth.Group", f"the demo has no {meta.label}"
     pages += [reverse("ui:escalation", args=[e.id]) for e in Escalation.objects.all()]
-    from context_app.compilation.models import CompiledContext
+    from context_app.compilation.models import StoredContext
 
-    contexts = list(CompiledContext.objects.order_by("position"))
-    pages.append(reverse("admin:compilation_compiledcontext_replay", args=[contexts[0].pk]))
-    pages.append(reverse("admin:compilation_compiledcontext_diff", args=[contexts[0].pk, contexts[1].pk]))
+    contexts = list(StoredContext.objects.order_by("position"))
+    pages.append(reverse("admin:compilation_storedcontext_replay", args=[contexts[0].pk]))
+    pages.append(reverse("admin:compilation_storedcontext_diff", args=[contexts[0].pk, contexts[1].pk]))
     pages += [
         f"/admin/eventstore/event/?q={term}" for term in ("task-", "TaskStarted", "1", "nothing-like-it")
     ]
@@ -207,3 +207,47 @@ def test_keeping_the_docs_side_for_s2_settles_the_expiry_conflict_for_s3_too(dem
     assert f"The settlement {reach}." in response.content.decode()
     prompt = s3_prompt()
     assert "60 minutes" not in prompt and "15 minutes" in prompt
+
+
+BUG = "    # BUG (the demo's failing spec): the expiry is never enforced.\n    del expiry\n"
+FIX = '    if now >= expiry:\n        raise InvalidToken("expired")\n'
+
+
+def test_the_fix_story_shows_the_fixed_code_and_a_reset_brings_the_failing_demo_back(demo_settings, settings):
+    """The README's story: fix tokens.py in the workspace copy, resolve s3 again, start it, ask the gate
+    (completed), and s3's next compile shows the fixed code — the repository source reads the copy the gate
+    checks. ``nexum_demo --reset`` (``make demo-reset``) then gives the demo from its start: s3 failed."""
+    from django.core.management import call_command
+
+    from nexum.workspaces import project_workspace
+    from nexum_web.ui.demo import EXAMPLES_DIR
+
+    settings.DEBUG = True
+    call_command("nexum_demo", stdout=io.StringIO())
+    s3 = Task.objects.get(project__slug="demo", key="s3")
+    assert s3.state == "failed"
+    tokens = project_workspace("demo") / "auth-service" / "auth_service" / "tokens.py"
+    assert BUG in tokens.read_text()
+    tokens.write_text(tokens.read_text().replace(BUG, FIX))
+
+    agent = Client(HTTP_AUTHORIZATION=f"Bearer {settings.NEXUM_DEMO_TOKEN}")
+
+    def post(path: str, body: dict) -> dict:
+        response = agent.post(f"/api/v1/tasks/{s3.id}/{path}", body, content_type="application/json")
+        assert response.status_code == 200, response.content
+        return response.json()
+
+    post("resolve", {})
+    assert post("start", {})["state"] == "running"
+    assert post("complete", {"answer": "verify_token now refuses expired tokens"})["outcome"] == "completed"
+    prompt = post("compile", {"model": "frontier"})["context"]["prompt_block"]
+    assert 'raise InvalidToken("expired")' in prompt
+    assert "the expiry is never enforced" not in prompt
+    assert "Check auth-service pytest: passed" in prompt
+
+    printed = io.StringIO()
+    call_command("nexum_demo", reset=True, stdout=printed)
+    assert "restored from examples/" in printed.getvalue()
+    assert tokens.read_text() == (EXAMPLES_DIR / "auth-service" / "auth_service" / "tokens.py").read_text()
+    assert Task.objects.get(project__slug="demo", key="s3").state == "failed"
+    assert "s3 failed" in printed.getvalue()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from context_app import services as world
 from context_app.catalog.management.commands.load_model_catalog import DEFAULT_CATALOG
 from context_app.catalog.services import model_catalog_replace
+from context_app.world import services as world
 from tasks_app.models import Task
 from tasks_app.services import goal_create, task_start
 

@@ -6,19 +6,19 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from context_app import services as world
 from context_app.catalog.services import model_overlay_set
 from context_app.compilation import selectors, services
 from context_app.compilation.models import (
     CompactionFold,
-    CompiledContext,
     ContextCompilation,
     FoldedItem,
+    StoredContext,
 )
 from context_app.compilation.tasks import compile_requested
-from context_app.models import WorldItem
-from nexum.core.compilation import compile_stream
-from nexum.core.compiler import BudgetTooSmall, ContextItem
+from context_app.world import services as world
+from context_app.world.models import WorldItem
+from nexum.core.compilation.compiler import BudgetTooSmall, ContextItem
+from nexum.core.compilation.events import compile_stream
 from nexum.core.errors import NotFound, ValidationFailed
 from nexum.eventstore import projections, store
 from nexum.eventstore.models import Event as EventRow
@@ -93,7 +93,7 @@ def test_same_digest_is_stored_once_and_each_compile_is_an_event(auth):
     first = compile_for(auth, "local")
     second = compile_for(auth, "local")
     assert first.context.digest == second.context.digest
-    assert CompiledContext.objects.filter(digest=first.context.digest).count() == 1
+    assert StoredContext.objects.filter(digest=first.context.digest).count() == 1
     assert compiled_events(auth) == 2
     assert len(selectors.task_compilations(project_id=auth.project_id, task_id=auth.task.id)) == 2
 
@@ -142,9 +142,9 @@ def test_a_redelivered_compile_message_stores_and_appends_nothing_twice(auth):
         )
     request_id = str(queued.request_id)
     compile_requested.run(request_id)
-    contexts, events = CompiledContext.objects.count(), EventRow.objects.count()
+    contexts, events = StoredContext.objects.count(), EventRow.objects.count()
     compile_requested.run(request_id)
-    assert CompiledContext.objects.count() == contexts
+    assert StoredContext.objects.count() == contexts
     assert EventRow.objects.count() == events
     assert store.stream_version(compile_stream(request_id)) == 2
     row = ContextCompilation.objects.get(request_id=request_id)
@@ -152,19 +152,17 @@ def test_a_redelivered_compile_message_stores_and_appends_nothing_twice(auth):
 
 
 def test_a_refused_queued_compile_is_recorded_as_failed(auth, monkeypatch):
-    with transaction.atomic():
-        queued = services.context_compile_request(
-            project_id=auth.project_id, task_id=str(auth.task.id), model_word="quick", actor="test"
-        )
-
     def too_small(**kwargs):
         raise BudgetTooSmall("the pinned content needs 900 tokens even when cut; 10 left", field="budget")
 
     monkeypatch.setattr(services, "compile_task", too_small)
-    compile_requested.run(str(queued.request_id))
+    with transaction.atomic():  # in process (Celery eager) the request runs as soon as it is recorded
+        queued = services.context_compile_request(
+            project_id=auth.project_id, task_id=str(auth.task.id), model_word="quick", actor="test"
+        )
     row = ContextCompilation.objects.get(request_id=queued.request_id)
     assert row.status == "failed" and row.error["code"] == "budget_too_small"
-    assert not CompiledContext.objects.exists()
+    assert not StoredContext.objects.exists()
     events = EventRow.objects.count()
     compile_requested.run(str(queued.request_id))  # redelivered: nothing more
     assert EventRow.objects.count() == events
@@ -269,7 +267,7 @@ def test_another_projects_task_is_not_found_and_nothing_is_written(auth, other_p
         services.context_compile(
             project_id=str(other_project.id), task_id=str(auth.task.id), model_word="local", actor="x"
         )
-    assert EventRow.objects.count() == events and not CompiledContext.objects.exists()
+    assert EventRow.objects.count() == events and not StoredContext.objects.exists()
 
 
 @pytest.mark.parametrize(
@@ -290,7 +288,7 @@ def test_bad_input_names_the_field_and_writes_nothing(auth, arguments, field):
             project_id=auth.project_id, task_id=str(auth.task.id), actor="x", **arguments
         )
     assert caught.value.field == field
-    assert EventRow.objects.count() == events and not CompiledContext.objects.exists()
+    assert EventRow.objects.count() == events and not StoredContext.objects.exists()
 
 
 def test_rebuild_reproduces_the_compile_history_and_keeps_the_contexts(auth):
@@ -303,11 +301,11 @@ def test_rebuild_reproduces_the_compile_history_and_keeps_the_contexts(auth):
             project_id=auth.project_id, task_id=str(auth.task.id), model_word="quick", actor="test"
         )
     live = projections.snapshot()
-    contexts = list(CompiledContext.objects.values_list("digest", flat=True))
+    contexts = list(StoredContext.objects.values_list("digest", flat=True))
     assert live["compilation_contextcompilation"] and live["compilation_compactionfold"]
     projections.rebuild()
     assert projections.snapshot() == live
-    assert list(CompiledContext.objects.values_list("digest", flat=True)) == contexts
+    assert list(StoredContext.objects.values_list("digest", flat=True)) == contexts
 
 
 def test_candidates_are_metadata_and_only_included_texts_are_loaded(auth):

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from context_app import services as world
 from context_app.compilation import services
+from context_app.world import services as world
 from nexum.eventstore.models import Event as EventRow
 from tasks_app.models import Task
 from tasks_app.services import goal_create, task_start

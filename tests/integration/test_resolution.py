@@ -20,10 +20,10 @@ from context_app.compilation import services as compilation
 from context_app.resolution import selectors, services
 from context_app.resolution.models import BundleItem, Escalation, Retrieval
 from nexum.core.budgets import ModelBudget
-from nexum.core.compiler import CompileInput, ContextItem, Step, compile_context
+from nexum.core.compilation.compiler import CompileInput, ContextItem, Step, compile_context
 from nexum.core.errors import NotFound, PolicyRefused
-from nexum.core.resolution import PlanGateClosed
-from nexum.core.resolver import ResolveBudget
+from nexum.core.resolution.resolver import ResolveBudget
+from nexum.core.resolution.rules import PlanGateClosed
 from nexum.core.trust import TrustClass, sign_item
 from nexum.eventstore import projections
 from nexum.eventstore.models import Event as EventRow
@@ -574,7 +574,7 @@ def test_a_settlement_stays_within_its_goal_and_its_subject(project, tmp_path):
 
 @pytest.mark.django_db
 def test_a_fact_supplied_for_a_conflict_is_the_goals_and_settles_it_for_every_task(project, tmp_path):
-    from context_app.selectors import item_list
+    from context_app.world.selectors import item_list
 
     _conflicting_sources(project, tmp_path)
     tasks = _sibling_tasks(project)
@@ -668,7 +668,7 @@ def test_a_stale_only_answer_escalates_for_a_high_risk_step(project, http):
         text="The release is on 3 March.",
         actor="human:bo",
     )
-    from context_app.models import WorldItem
+    from context_app.world.models import WorldItem
 
     fact = WorldItem.objects.get(kind="fact")
     assert (fact.verified, fact.source, fact.subject) == (True, "human:bo", "release date")

@@ -12,8 +12,8 @@ from context_app.catalog import selectors as catalog_selectors
 from context_app.catalog.management.commands.load_model_catalog import DEFAULT_CATALOG
 from context_app.catalog.services import model_catalog_replace
 from context_app.compilation import services as compilation
-from context_app.models import Tool, WorldItem
-from nexum.core.compiler import SECTION_TITLES
+from context_app.world.models import Tool, WorldItem
+from nexum.core.compilation.compiler import SECTION_TITLES
 from nexum.core.digests import canonical_json
 from nexum.tokenization import UnknownEncoding, counter_for, default_registry
 from tests.integration.compile_world import build_auth_world

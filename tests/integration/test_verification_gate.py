@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from django.db import connections
 
-from context_app.services import Scope, artifact_record, fact_record
+from context_app.world.services import Scope, artifact_record, fact_record
 from nexum.core.errors import DomainError
 from nexum.eventstore import projections
 from nexum.eventstore.models import Event as EventRow

@@ -8,8 +8,8 @@ from django.db import transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from context_app import selectors, services
-from context_app.models import Tool, ToolScope, WorldItem
+from context_app.world import selectors, services
+from context_app.world.models import Tool, ToolScope, WorldItem
 from nexum.core import world
 from nexum.core.errors import ConcurrencyError, IllegalTransition, NotFound, TooLarge, ValidationFailed
 from nexum.eventstore import projections, store
@@ -379,7 +379,7 @@ def test_the_migrations_backfill_what_the_projection_writes(project, settings):
                 cursor.execute(sql)
 
     for migration in ("0002_world_item_changed_position", "0003_world_item_terms_text_and_candidates_index"):
-        import_module(f"context_app.migrations.{migration}").backfill(apps, Editor())
+        import_module(f"context_app.world.migrations.{migration}").backfill(apps, Editor())
     assert dict(WorldItem.objects.values_list("id", "changed_position")) == written
     assert dict(WorldItem.objects.values_list("id", "terms_text")) == terms
     assert all(row.terms_text == " ".join(row.terms) for row in WorldItem.objects.all())

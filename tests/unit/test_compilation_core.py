@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nexum.core.compilation import (
+from nexum.core.compilation.rules import (
     FoldCandidate,
     diff_contexts,
     extractive_summary,

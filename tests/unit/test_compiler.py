@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from nexum.core.budgets import ModelBudget
-from nexum.core.compiler import (
+from nexum.core.compilation.compiler import (
     BudgetTooSmall,
     CompiledContext,
     CompileInput,

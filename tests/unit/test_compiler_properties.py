@@ -9,7 +9,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nexum.core.budgets import ModelBudget
-from nexum.core.compiler import CompiledContext, CompileInput, ContextItem, Step, ToolSpec, compile_context
+from nexum.core.compilation.compiler import (
+    CompiledContext,
+    CompileInput,
+    ContextItem,
+    Step,
+    ToolSpec,
+    compile_context,
+)
 from nexum.core.digests import canonical_json, digest_of
 from nexum.tokenization import counter_for
 

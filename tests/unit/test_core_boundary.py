@@ -33,4 +33,4 @@ def test_core_imports_nothing_from_the_apps():
     for path in CORE.rglob("*.py"):
         assert not imported_roots(path) & apps, path
         source = path.read_text()
-        assert "nexum.eventstore" not in source and "nexum.api" not in source, path
+        assert "nexum.eventstore" not in source and "nexum_web.api" not in source, path

@@ -1,4 +1,4 @@
-"""The resolver service's pure rules (nexum/core/resolution.py): grants in force, gaps, the gate."""
+"""The resolver service's pure rules (nexum/core/resolution/rules.py): grants in force, gaps, the gate."""
 
 from __future__ import annotations
 
@@ -6,48 +6,48 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from nexum.core import resolution as core
 from nexum.core.errors import ValidationFailed
-from nexum.core.resolver import Escalation
+from nexum.core.resolution import rules
+from nexum.core.resolution.resolver import Escalation
 
 NOW = datetime(2025, 3, 1, tzinfo=UTC)
 
 
 def test_the_grant_in_force_is_the_union_of_unexpired_grants():
     grants = [
-        core.GrantRecord({"repo": ("src/",)}, None),
-        core.GrantRecord({"repo": ("docs/",), "web": ("*",)}, NOW + timedelta(hours=1)),
-        core.GrantRecord({"tickets": ("*",)}, NOW - timedelta(hours=1)),
+        rules.GrantRecord({"repo": ("src/",)}, None),
+        rules.GrantRecord({"repo": ("docs/",), "web": ("*",)}, NOW + timedelta(hours=1)),
+        rules.GrantRecord({"tickets": ("*",)}, NOW - timedelta(hours=1)),
     ]
-    grant = core.effective_grant(grants, NOW)
+    grant = rules.effective_grant(grants, NOW)
     assert dict(grant.scopes) == {"repo": ("docs/", "src/"), "web": ("*",)}
     assert grant.expires_at is None
 
 
 def test_only_expired_grants_give_an_expired_grant_and_none_gives_none():
-    expired = [core.GrantRecord({"web": ("*",)}, NOW - timedelta(hours=2))]
-    assert core.effective_grant(expired, NOW).expires_at == NOW - timedelta(hours=2)
-    assert core.effective_grant([], NOW) is None
+    expired = [rules.GrantRecord({"web": ("*",)}, NOW - timedelta(hours=2))]
+    assert rules.effective_grant(expired, NOW).expires_at == NOW - timedelta(hours=2)
+    assert rules.effective_grant([], NOW) is None
 
 
 def test_gaps_escalate_once_and_resolved_gaps_stay_resolved():
     a = Escalation(kind="conflict", missing="which port", reason="r", conflict_group="g1")
     b = Escalation(kind="unanswered", missing="an answer to: who", reason="r")
-    plan = core.plan_escalations([a, b], open_by_key={a.key: "e1", "gone": "e9"}, resolved_keys={b.key})
+    plan = rules.plan_escalations([a, b], open_by_key={a.key: "e1", "gone": "e9"}, resolved_keys={b.key})
     assert plan.to_open == () and plan.still_open == ("e1",) and plan.to_close == ("e9",)
-    fresh = core.plan_escalations([a, b], open_by_key={}, resolved_keys=())
+    fresh = rules.plan_escalations([a, b], open_by_key={}, resolved_keys=())
     assert [gap.key for gap in fresh.to_open] == [a.key, b.key]
 
 
 def test_a_narrowed_resolve_opens_gaps_but_closes_none():
     a = Escalation(kind="conflict", missing="which port", reason="r", conflict_group="g1")
     b = Escalation(kind="unanswered", missing="an answer to: who", reason="r")
-    plan = core.plan_escalations([b], open_by_key={a.key: "e1"}, resolved_keys=(), narrowed=True)
+    plan = rules.plan_escalations([b], open_by_key={a.key: "e1"}, resolved_keys=(), narrowed=True)
     assert plan.to_close == () and plan.still_open == ("e1",) and plan.to_open == (b,)
 
 
 def test_a_settled_conflict_is_settled_for_the_goal_on_its_subject_and_members_only():
-    picked = core.settlement_of(
+    picked = rules.settlement_of(
         escalation_id="e1",
         kind="conflict",
         subjects=["deploy port"],
@@ -55,7 +55,7 @@ def test_a_settled_conflict_is_settled_for_the_goal_on_its_subject_and_members_o
         resolution="pick_side",
         detail={"chosen": ["d1"], "rejected": ["d2", "d3"]},
     )
-    assert picked == core.Settlement(
+    assert picked == rules.Settlement(
         "e1", "deploy port", frozenset({"d1", "d2", "d3"}), frozenset({"d2", "d3"})
     )
     for kind, resolution in (
@@ -64,16 +64,16 @@ def test_a_settled_conflict_is_settled_for_the_goal_on_its_subject_and_members_o
         ("conflict", "cancel"),
     ):
         assert (
-            core.settlement_of(
+            rules.settlement_of(
                 escalation_id="e", kind=kind, subjects=["x"], members=["d1"], resolution=resolution, detail={}
             )
             is None
         )
     # the same subject (however written) among the same members or some of them: nothing new to decide
-    assert core.settles(picked, kind="conflict", subjects=["Deploy  PORT"], members=["d1", "d2"])
-    assert not core.settles(picked, kind="conflict", subjects=["deploy port"], members=["d1", "d4"])
-    assert not core.settles(picked, kind="conflict", subjects=["release date"], members=["d1", "d2"])
-    assert not core.settles(picked, kind="stale_only", subjects=["deploy port"], members=["d1"])
+    assert rules.settles(picked, kind="conflict", subjects=["Deploy  PORT"], members=["d1", "d2"])
+    assert not rules.settles(picked, kind="conflict", subjects=["deploy port"], members=["d1", "d4"])
+    assert not rules.settles(picked, kind="conflict", subjects=["release date"], members=["d1", "d2"])
+    assert not rules.settles(picked, kind="stale_only", subjects=["deploy port"], members=["d1"])
 
     settled = Escalation(
         kind="conflict",
@@ -89,38 +89,40 @@ def test_a_settled_conflict_is_settled_for_the_goal_on_its_subject_and_members_o
         subjects=("deploy port",),
         item_digests=("d1", "d4"),
     )
-    plan = core.plan_escalations([settled, new_claim], open_by_key={}, resolved_keys=(), settlements=[picked])
+    plan = rules.plan_escalations(
+        [settled, new_claim], open_by_key={}, resolved_keys=(), settlements=[picked]
+    )
     assert plan.to_open == (new_claim,)
 
     # rejected where the item is on the settlement's subject, on any task of the goal
     items = [("d1", "deploy port"), ("d2", "Deploy port"), ("d3", "release date"), ("d2", None)]
-    assert core.rejected_items([picked], items) == frozenset({"d2"})
-    assert core.settled_detail(
+    assert rules.rejected_items([picked], items) == frozenset({"d2"})
+    assert rules.settled_detail(
         {"chosen": ["d1"], "rejected": ["d2", "d3"]}, settled_by="e1", members=["d1", "d2"]
     ) == {"settled_by": "e1", "chosen": ["d1"], "rejected": ["d2"]}
-    assert core.settled_detail({"fact_id": "f"}, settled_by="e1", members=["d1"]) == {
+    assert rules.settled_detail({"fact_id": "f"}, settled_by="e1", members=["d1"]) == {
         "settled_by": "e1",
         "fact_id": "f",
     }
 
 
 def test_the_plan_gate_is_closed_only_by_open_escalations_without_override():
-    core.decide_plan_gate(
+    rules.decide_plan_gate(
         has_bundle=False, complete=False, open_escalations=[{"kind": "x"}], overridden=False
     )
-    core.decide_plan_gate(has_bundle=True, complete=True, open_escalations=[], overridden=False)
+    rules.decide_plan_gate(has_bundle=True, complete=True, open_escalations=[], overridden=False)
     gap = {"id": "e1", "kind": "conflict", "missing": "which port"}
-    core.decide_plan_gate(has_bundle=True, complete=False, open_escalations=[gap], overridden=True)
-    with pytest.raises(core.PlanGateClosed) as closed:
-        core.decide_plan_gate(has_bundle=True, complete=False, open_escalations=[gap], overridden=False)
+    rules.decide_plan_gate(has_bundle=True, complete=False, open_escalations=[gap], overridden=True)
+    with pytest.raises(rules.PlanGateClosed) as closed:
+        rules.decide_plan_gate(has_bundle=True, complete=False, open_escalations=[gap], overridden=False)
     assert closed.value.code == "plan_gate_closed" and closed.value.details["open_escalations"] == [gap]
 
 
 def test_picking_a_side_rejects_the_others():
-    assert core.decide_pick_side(["a", "b", "c"], ["a"]) == ("b", "c")
+    assert rules.decide_pick_side(["a", "b", "c"], ["a"]) == ("b", "c")
     for chosen in ([], ["z"], ["a", "b", "c"]):
         with pytest.raises(ValidationFailed):
-            core.decide_pick_side(["a", "b", "c"], chosen)
+            rules.decide_pick_side(["a", "b", "c"], chosen)
 
 
 @pytest.mark.parametrize(
@@ -129,12 +131,12 @@ def test_picking_a_side_rejects_the_others():
 )
 def test_malformed_grant_scopes_are_refused(scopes):
     with pytest.raises(ValidationFailed):
-        core.check_grant_scopes(scopes)
+        rules.check_grant_scopes(scopes)
 
 
 def test_questions_are_checked_and_round_trip():
-    questions = core.check_questions([{"question": "Which port?", "subject": "deploy port"}])
-    assert core.questions_from_data(core.questions_to_data(questions)) == questions
+    questions = rules.check_questions([{"question": "Which port?", "subject": "deploy port"}])
+    assert rules.questions_from_data(rules.questions_to_data(questions)) == questions
     for bad in ("x", [{"question": ""}], [{"question": "q", "subjects": "s"}], [{"question": "q", "x": 1}]):
         with pytest.raises(ValidationFailed):
-            core.check_questions(bad)
+            rules.check_questions(bad)

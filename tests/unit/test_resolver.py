@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nexum.core.errors import ValidationFailed
-from nexum.core.resolver import (
+from nexum.core.resolution.resolver import (
     DENY_GRANT_EXPIRED,
     DENY_NOT_PLANNED,
     DENY_OUTSIDE_GRANT,

@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from nexum.core.errors import ValidationFailed
-from nexum.core.resolver import (
+from nexum.core.resolution.resolver import (
     Freshness,
     Grant,
     RequiredQuestion,

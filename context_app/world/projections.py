@@ -1,0 +1,197 @@
+"""World-state read models from the log: items (with the current view of facts), tools and tool scopes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.utils.dateparse import parse_datetime
+
+from context_app.world.models import Tool, ToolScope, WorldItem
+from nexum.core import world
+from nexum.core.events import event_to_data
+from nexum.eventstore.projections import Projection, ReadModelRows, handles
+from nexum.eventstore.store import StoredEvent
+from nexum.ids import as_uuid
+
+
+class WorldProjection(Projection):
+    models = (WorldItem, Tool, ToolScope)
+
+    def _recorded(self, stored: StoredEvent, rows: ReadModelRows, kind: str, **extra: Any) -> None:
+        event: world._ItemRecorded = stored.event  # type: ignore[assignment]
+        fields = {**event_to_data(event), **extra}
+        rendered = world.render_item(kind, fields)
+        rows.insert(
+            WorldItem,
+            id=as_uuid(event.item_id),
+            project_id=as_uuid(stored.project_id),
+            goal_id=as_uuid(event.goal_id),
+            task_id=as_uuid(event.task_id) if event.task_id else None,
+            kind=kind,
+            text=event.text,
+            rendered=rendered,
+            token_counts=dict(event.token_counts),
+            line_count=world.line_count(rendered),
+            terms=list(event.terms),
+            terms_text=" ".join(event.terms),
+            trust_class=event.trust_class,
+            source=fields.get("source") or "",
+            actor=str(stored.metadata.get("actor", "")),
+            position=stored.position,
+            changed_position=stored.position,
+            recorded_at=stored.recorded_at,
+            updated_at=stored.recorded_at,
+            version=stored.version,
+            subject=fields.get("subject") or "",
+            observed_at=fields.get("observed_at") or None,
+            verified=bool(fields.get("verified")),
+            status=world.FACT_CURRENT,
+            supersedes=as_uuid(fields["supersedes"]) if fields.get("supersedes") else None,
+            superseded_by=None,
+            rationale=fields.get("rationale") or "",
+            attempt=fields.get("attempt"),
+            uri=fields.get("uri") or "",
+            excerpt=fields.get("excerpt") or "",
+            media_type=fields.get("media_type") or "",
+            content_sha256=fields.get("content_sha256") or "",
+            content_size=fields.get("content_size"),
+            tool=fields.get("tool") or "",
+            arguments_digest=fields.get("arguments_digest") or "",
+        )
+
+    @handles("FactRecorded")
+    def fact_recorded(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: world.FactRecorded = stored.event  # type: ignore[assignment]
+        observed = _datetime(event.observed_at) or stored.recorded_at
+        self._recorded(stored, rows, "fact", observed_at=observed)
+
+    @handles("DecisionRecorded")
+    def decision_recorded(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        self._recorded(stored, rows, "decision")
+
+    @handles("FailureRecorded")
+    def failure_recorded(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        self._recorded(stored, rows, "failure")
+
+    @handles("ArtifactRecorded")
+    def artifact_recorded(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: world.ArtifactRecorded = stored.event  # type: ignore[assignment]
+        self._recorded(stored, rows, "artifact", source=event.uri)
+
+    @handles("ProgressRecorded")
+    def progress_recorded(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        self._recorded(stored, rows, "progress")
+
+    @handles("ToolCallRecorded")
+    def tool_call_recorded(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: world.ToolCallRecorded = stored.event  # type: ignore[assignment]
+        self._recorded(stored, rows, "tool_call", source=event.tool)
+
+    @handles("FactVerified")
+    def fact_verified(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: world.FactVerified = stored.event  # type: ignore[assignment]
+        rows.update(
+            WorldItem,
+            as_uuid(event.fact_id),
+            verified=True,
+            updated_at=stored.recorded_at,
+            version=stored.version,
+            changed_position=stored.position,
+        )
+
+    @handles("FactSuperseded")
+    def fact_superseded(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: world.FactSuperseded = stored.event  # type: ignore[assignment]
+        rows.update(
+            WorldItem,
+            as_uuid(event.fact_id),
+            status=world.FACT_SUPERSEDED,
+            superseded_by=as_uuid(event.superseded_by),
+            updated_at=stored.recorded_at,
+            version=stored.version,
+            changed_position=stored.position,
+        )
+
+    @handles("FactRetracted")
+    def fact_retracted(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: world.FactRetracted = stored.event  # type: ignore[assignment]
+        rows.update(
+            WorldItem,
+            as_uuid(event.fact_id),
+            status=world.FACT_RETRACTED,
+            updated_at=stored.recorded_at,
+            version=stored.version,
+            changed_position=stored.position,
+        )
+
+    @handles("ItemTokensCounted")
+    def tokens_counted(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: world.ItemTokensCounted = stored.event  # type: ignore[assignment]
+        for item_id, tokens in sorted(event.counts.items()):
+            row = rows.get(WorldItem, as_uuid(item_id))
+            if row is not None:
+                counts = {**row["token_counts"], event.encoding: tokens}
+                rows.update(
+                    WorldItem,
+                    as_uuid(item_id),
+                    token_counts=dict(sorted(counts.items())),
+                    changed_position=stored.position,
+                )
+
+    @handles("ToolDefined")
+    def tool_defined(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: world.ToolDefined = stored.event  # type: ignore[assignment]
+        fields = {
+            "name": event.name,
+            "description": event.description,
+            "schema": dict(event.schema),
+            "pinned": event.pinned,
+            "score": event.score,
+            "token_counts": dict(event.token_counts),
+            "terms": list(event.terms),
+            "updated_at": stored.recorded_at,
+            "version": stored.version,
+        }
+        tool_id = as_uuid(event.tool_id)
+        if rows.get(Tool, tool_id) is None:
+            rows.insert(
+                Tool,
+                id=tool_id,
+                project_id=as_uuid(stored.project_id),
+                created_at=stored.recorded_at,
+                **fields,
+            )
+        else:
+            rows.update(Tool, tool_id, **fields)
+
+    @handles("ToolRemoved")
+    def tool_removed(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: world.ToolRemoved = stored.event  # type: ignore[assignment]
+        rows.delete(Tool, as_uuid(event.tool_id))
+
+    @handles("ToolScopeSet")
+    def tool_scope_set(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: world.ToolScopeSet = stored.event  # type: ignore[assignment]
+        scope_id = as_uuid(event.scope_id)
+        fields = {
+            "allowed": list(event.allowed) if event.allowed is not None else None,
+            "pinned": list(event.pinned),
+            "updated_at": stored.recorded_at,
+            "version": stored.version,
+        }
+        if rows.get(ToolScope, scope_id) is None:
+            rows.insert(
+                ToolScope,
+                id=scope_id,
+                project_id=as_uuid(stored.project_id),
+                goal_id=as_uuid(event.goal_id),
+                task_id=as_uuid(event.task_id) if event.task_id else None,
+                **fields,
+            )
+        else:
+            rows.update(ToolScope, scope_id, **fields)
+
+
+def _datetime(value: str | None) -> datetime | None:
+    return parse_datetime(value) if value else None

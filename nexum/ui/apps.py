@@ -1,7 +1,0 @@
-from django.apps import AppConfig
-
-
-class UiConfig(AppConfig):
-    name = "nexum.ui"
-    label = "nexum_ui"
-    verbose_name = "Escalation UI and dashboard"

@@ -1,0 +1,373 @@
+"""Compile endpoints (SPEC I1, C8, C10, C12): compile a task's context (synchronously or queued), poll a
+queued compile, read a stored context, replay it, and diff two contexts.
+
+A POST to ``/tasks/{id}/compile`` honours the ``Idempotency-Key`` header: the key names the request, so a
+retry returns the first answer and writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.http import HttpResponse
+from django.urls import reverse
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.utils.encoders import JSONEncoder
+from rest_framework.views import APIView
+
+from context_app.compilation import selectors, services
+from context_app.compilation.models import ContextCompilation, StoredContext
+from nexum.core import world
+from nexum.core.compilation import events as compilation_events
+from nexum.core.compilation import rules as compilation_rules
+from nexum.core.compilation.compiler import Truncation
+from nexum_web.api.auth import CallerTrustField
+from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
+from nexum_web.api.pagination import LogListQuery, log_page, page_schema
+from nexum_web.api.strict import StrictInput
+from tasks_app.selectors import task_get
+
+# --- input ------------------------------------------------------------------------------------------------
+
+
+class OverridesInput(StrictInput):
+    context_tokens = serializers.IntegerField(required=False, min_value=1, max_value=10_000_000)
+    tool_count = serializers.IntegerField(required=False, min_value=0, max_value=10_000)
+
+
+class EvidenceInput(StrictInput):
+    kind = serializers.ChoiceField(choices=compilation_rules.EVIDENCE_KINDS, default="code")
+    id = serializers.CharField(required=False, max_length=services.EVIDENCE_ID_MAX)
+    text = serializers.CharField(max_length=world.TEXT_MAX, trim_whitespace=False)
+    origin = serializers.CharField(required=False, allow_blank=True, max_length=world.SHORT_MAX)
+    trust_class = CallerTrustField()
+
+
+class CompileInput(StrictInput):
+    model = serializers.CharField(max_length=100, help_text="a catalog word: model word, alias or tier word")
+    overrides = OverridesInput(required=False, help_text="explicit budget overrides (B3)")
+    evidence = serializers.ListField(
+        child=EvidenceInput(), required=False, max_length=services.EVIDENCE_MAX_ITEMS
+    )
+    compaction = serializers.BooleanField(
+        required=False, allow_null=True, default=None, help_text="this request's compaction choice (O6)"
+    )
+    async_ = serializers.BooleanField(
+        required=False, default=False, help_text="queue the compile and answer with a request id to poll"
+    )
+
+    def get_fields(self) -> dict[str, Any]:
+        fields = super().get_fields()
+        fields["async"] = fields.pop("async_")
+        return fields
+
+
+# --- output -----------------------------------------------------------------------------------------------
+
+
+def context_fields(context: StoredContext) -> dict[str, Any]:
+    """A compiled context as the API shows it, but for ``excluded`` (``context_json`` adds it)."""
+    return {
+        "digest": context.digest,
+        "task_id": str(context.task_id),
+        "goal_id": str(context.goal_id),
+        "model": context.model_word,
+        "encoding": context.encoding,
+        "position": context.position,
+        "budget": context.budget,
+        "prompt_block": context.prompt_block,
+        "tools": list(context.tools),
+        "included": [{"kind": kind, "id": item_id} for kind, item_id in context.included],
+        "truncated": [Truncation(*record)._asdict() for record in context.truncated],
+        "section_tokens": dict(context.section_tokens),
+        "prompt_tokens": context.prompt_tokens,
+        "tool_tokens": context.tool_tokens,
+        "total_tokens": context.total_tokens,
+        "bundle_digest": context.bundle_digest or None,
+        "evidence_digest": context.evidence_digest or None,
+        "compiler_version": context.compiler_version,
+    }
+
+
+def context_json(context: StoredContext) -> str:
+    """The context as JSON text, ``excluded`` written by the compiler from its exclusion runs
+    (``StoredContext.excluded_json``): a large world's tens of thousands of records cost no object each."""
+    excluded = selectors.compiled_result(context).excluded_json()
+    return _with_member(_json(context_fields(context)), "excluded", excluded)
+
+
+def _json(value: Any) -> str:
+    """JSON text as DRF's renderer writes it (compact, UTF-8 kept, dates and UUIDs as strings)."""
+    return json.dumps(value, cls=JSONEncoder, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _with_member(object_json: str, name: str, value_json: str) -> str:
+    """The JSON object ``object_json`` with one more member whose value is already JSON text."""
+    separator = "" if object_json == "{}" else ","
+    return f"{object_json[:-1]}{separator}{_json(name)}:{value_json}}}"
+
+
+def _json_response(text: str, status_code: int = status.HTTP_200_OK) -> HttpResponse:
+    return HttpResponse(text, status=status_code, content_type="application/json")
+
+
+def compile_request_data(row: ContextCompilation) -> dict[str, Any]:
+    return {
+        "request_id": str(row.request_id),
+        "status": row.status,
+        "task_id": str(row.task_id),
+        "model": row.model_word,
+        "digest": row.digest or None,
+        "position": row.position,
+        "error": row.error,
+        "requested_at": row.requested_at,
+        "finished_at": row.finished_at,
+    }
+
+
+EXCLUDED = inline_serializer(
+    "ExcludedItem",
+    {
+        "kind": serializers.CharField(),
+        "id": serializers.CharField(),
+        "tokens_needed": serializers.IntegerField(),
+        "tokens_left": serializers.IntegerField(),
+        "reason": serializers.CharField(),
+    },
+    many=True,
+)
+COMPILED_CONTEXT = inline_serializer(
+    "CompiledContext",
+    {
+        "digest": serializers.CharField(help_text="sha256 of the context's canonical form"),
+        "task_id": serializers.UUIDField(),
+        "goal_id": serializers.UUIDField(),
+        "model": serializers.CharField(),
+        "encoding": serializers.CharField(),
+        "position": serializers.IntegerField(help_text="the log position the context was compiled at"),
+        "budget": serializers.DictField(),
+        "prompt_block": serializers.CharField(),
+        "tools": serializers.ListField(child=serializers.CharField()),
+        "included": serializers.ListField(child=serializers.DictField()),
+        "excluded": EXCLUDED,
+        "truncated": serializers.ListField(child=serializers.DictField()),
+        "section_tokens": serializers.DictField(),
+        "prompt_tokens": serializers.IntegerField(),
+        "tool_tokens": serializers.IntegerField(),
+        "total_tokens": serializers.IntegerField(),
+        "bundle_digest": serializers.CharField(allow_null=True),
+        "evidence_digest": serializers.CharField(allow_null=True),
+        "compiler_version": serializers.IntegerField(),
+    },
+)
+COMPILE_REQUEST = inline_serializer(
+    "CompileRequest",
+    {
+        "request_id": serializers.UUIDField(),
+        "status": serializers.ChoiceField(choices=["queued", "done", "failed"]),
+        "task_id": serializers.UUIDField(),
+        "model": serializers.CharField(),
+        "digest": serializers.CharField(allow_null=True),
+        "position": serializers.IntegerField(allow_null=True),
+        "error": serializers.DictField(allow_null=True),
+        "requested_at": serializers.DateTimeField(),
+        "finished_at": serializers.DateTimeField(allow_null=True),
+        "context": COMPILED_CONTEXT,
+    },
+)
+COMPILE_ANSWER = inline_serializer(
+    "CompileAnswer",
+    {"request_id": serializers.UUIDField(), "context": COMPILED_CONTEXT},
+)
+REPLAY = inline_serializer(
+    "ContextReplay",
+    {
+        "digest": serializers.CharField(),
+        "replayed_digest": serializers.CharField(),
+        "matches": serializers.BooleanField(),
+        "position": serializers.IntegerField(),
+    },
+)
+DIFF_ENTRY = inline_serializer(
+    "ContextDiffEntry",
+    {
+        "kind": serializers.CharField(),
+        "id": serializers.CharField(),
+        "reason": serializers.CharField(allow_null=True, help_text="why the other context left it out"),
+    },
+    many=True,
+)
+DIFF = inline_serializer(
+    "ContextDiff",
+    {
+        "from": serializers.CharField(),
+        "to": serializers.CharField(),
+        "entered": DIFF_ENTRY,
+        "left": DIFF_ENTRY,
+    },
+)
+
+
+# --- views ------------------------------------------------------------------------------------------------
+
+
+class TaskCompileView(APIView):
+    @extend_schema(
+        operation_id="task_compile",
+        summary="Compile the task's context for one model call",
+        description=(
+            "Synchronous by default (200 with the compiled context). With `async: true` the compile is "
+            "queued and the answer is 202 with a request id to poll at `/compiles/{request_id}`."
+        ),
+        request=CompileInput,
+        parameters=[IDEMPOTENCY_HEADER],
+        responses={200: COMPILE_ANSWER, 202: COMPILE_REQUEST},
+    )
+    def post(self, request: Request, task_id: str) -> HttpResponse:
+        payload = CompileInput(data=request.data, context={"request": request})
+        payload.is_valid(raise_exception=True)
+        values = payload.validated_data
+        key = idempotency_key(request)
+        project_id = request.user.project_id
+        arguments = {
+            "project_id": project_id,
+            "task_id": task_id,
+            "model_word": values["model"],
+            "overrides": dict(values.get("overrides") or {}) or None,
+            "extra_evidence": [dict(entry) for entry in values.get("evidence", [])],
+            "compaction": values.get("compaction"),
+            "request_id": services.request_id_for_key(project_id, key) if key else None,
+            "actor": request.user.actor,
+        }
+        if values["async"]:
+            queued = services.context_compile_request(**arguments)
+            body = compile_request_data(queued)
+            body["url"] = reverse("v1:compile-request", args=[body["request_id"]])
+            return Response(body, status=status.HTTP_202_ACCEPTED)
+        outcome = services.context_compile(**arguments)
+        answer = _json({"request_id": outcome.request_id})
+        return _json_response(_with_member(answer, "context", context_json(outcome.context)))
+
+
+class CompileRequestView(APIView):
+    @extend_schema(
+        operation_id="compile_request_get",
+        summary="A compile request: queued, done (with its context) or failed (with the error)",
+        responses={200: COMPILE_REQUEST},
+    )
+    def get(self, request: Request, request_id: str) -> HttpResponse:
+        project_id = request.user.project_id
+        row = selectors.compile_request_get(project_id=project_id, request_id=request_id)
+        body = _json(compile_request_data(row))
+        if row.status == compilation_events.REQUEST_DONE:
+            context = selectors.context_get(project_id=project_id, digest=row.digest)
+            body = _with_member(body, "context", context_json(context))
+        return _json_response(body)
+
+
+class CompileHistoryEntrySerializer(serializers.Serializer):
+    request_id = serializers.UUIDField()
+    digest = serializers.CharField(help_text="the compiled context: GET /contexts/{digest}")
+    model = serializers.CharField(source="model_word")
+    position = serializers.IntegerField(help_text="the log position the context was compiled at")
+    compiled_position = serializers.IntegerField(
+        help_text="the log position of the compile's own event (the list's cursor)"
+    )
+    encoding = serializers.CharField()
+    prompt_tokens = serializers.IntegerField()
+    tool_tokens = serializers.IntegerField()
+    included_count = serializers.IntegerField()
+    excluded_count = serializers.IntegerField()
+    actor = serializers.CharField()
+    requested_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField()
+
+
+class TaskContextListView(APIView):
+    query_serializers = {"GET": LogListQuery}
+
+    @extend_schema(
+        operation_id="task_contexts_list",
+        summary="The task's compile history in log order: every finished compile with its context's digest",
+        responses={200: page_schema("CompileHistoryPage", CompileHistoryEntrySerializer)},
+    )
+    def get(self, request: Request, task_id: str) -> Response:
+        project_id = request.user.project_id
+        task = task_get(project_id=project_id, task_id=task_id)
+        return Response(
+            log_page(
+                lambda after, count: list(
+                    selectors.task_compile_history(project_id=project_id, task_id=task.id, after=after)[
+                        :count
+                    ]
+                ),
+                limit=request.query["limit"],
+                cursor=request.query.get("cursor"),
+                serialize=lambda rows: CompileHistoryEntrySerializer(rows, many=True).data,
+                position=lambda row: row.compiled_position,
+            )
+        )
+
+
+class ContextDetailView(APIView):
+    @extend_schema(
+        operation_id="context_get", summary="A compiled context by digest", responses={200: COMPILED_CONTEXT}
+    )
+    def get(self, request: Request, digest: str) -> HttpResponse:
+        context = selectors.context_get(project_id=request.user.project_id, digest=digest)
+        return _json_response(context_json(context))
+
+
+class ContextReplayView(APIView):
+    def _replay(self, request: Request, digest: str) -> Response:
+        outcome = services.context_replay(project_id=request.user.project_id, digest=digest)
+        return Response(
+            {
+                "digest": outcome.digest,
+                "replayed_digest": outcome.replayed_digest,
+                "matches": outcome.matches,
+                "position": outcome.position,
+            }
+        )
+
+    @extend_schema(
+        operation_id="context_replay",
+        summary="Recompile at the stored position and compare digests (writes nothing)",
+        request=None,
+        responses={200: REPLAY},
+    )
+    def post(self, request: Request, digest: str) -> Response:
+        return self._replay(request, digest)
+
+    @extend_schema(operation_id="context_replay_get", summary="Same as POST", responses={200: REPLAY})
+    def get(self, request: Request, digest: str) -> Response:
+        return self._replay(request, digest)
+
+
+class ContextDiffView(APIView):
+    @extend_schema(
+        operation_id="context_diff",
+        summary="Which items and tools entered and left between two compiled contexts, and why",
+        parameters=[
+            OpenApiParameter("digest", str, OpenApiParameter.PATH, description="the earlier context"),
+            OpenApiParameter("other", str, OpenApiParameter.PATH, description="the later context"),
+        ],
+        responses={200: DIFF},
+    )
+    def get(self, request: Request, digest: str, other: str) -> Response:
+        project_id = request.user.project_id
+        before = selectors.context_get(project_id=project_id, digest=digest)
+        after = selectors.context_get(project_id=project_id, digest=other)
+        diff = selectors.context_diff(before=before, after=after)
+        return Response(
+            {
+                "from": before.digest,
+                "to": after.digest,
+                "entered": [entry._asdict() for entry in diff.entered],
+                "left": [entry._asdict() for entry in diff.left],
+            }
+        )

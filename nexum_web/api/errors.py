@@ -1,0 +1,158 @@
+"""One error format for the whole API (SPEC I3):
+``{"error": {"code", "message", "field", "details", "request_id"}}``.
+
+Every error a caller can cause maps here to a stable code and an HTTP status; nothing a caller sends yields
+a 500. Domain errors carry their own code; DRF and Django errors are given the codes below. Any other
+exception is a 500 in the same shape, logged as Django logs it, never Django's debug page. ``request_id`` is
+the id of the request (``nexum.logs``), the one the logs carry.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core import signals
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404, HttpRequest, JsonResponse
+from django.utils.log import log_response
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+
+from nexum_web.api.strict import UNKNOWN_FIELD, UNKNOWN_PARAMETER
+from nexum.core.errors import DomainError, TooLarge
+from nexum.eventstore.models import AppendOnlyError
+from nexum.logs import current_request_id
+
+STATUS_BY_KIND = {
+    "invalid": status.HTTP_400_BAD_REQUEST,
+    "forbidden": status.HTTP_403_FORBIDDEN,
+    "not_found": status.HTTP_404_NOT_FOUND,
+    "conflict": status.HTTP_409_CONFLICT,
+    "too_large": status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+    "refused": status.HTTP_422_UNPROCESSABLE_ENTITY,
+    "unavailable": status.HTTP_503_SERVICE_UNAVAILABLE,
+}
+
+# The codes of DRF's own exceptions, by class: stable names, documented in the README.
+DRF_CODES = {
+    exceptions.ParseError: "malformed_request",
+    exceptions.AuthenticationFailed: "authentication_failed",
+    exceptions.NotAuthenticated: "not_authenticated",
+    exceptions.PermissionDenied: "permission_denied",
+    exceptions.NotFound: "not_found",
+    exceptions.MethodNotAllowed: "method_not_allowed",
+    exceptions.NotAcceptable: "not_acceptable",
+    exceptions.UnsupportedMediaType: "unsupported_media_type",
+    exceptions.Throttled: "throttled",
+}
+
+
+def error_body(code: str, message: str, field: str | None = None, details: Any = None) -> dict[str, Any]:
+    return {
+        "error": {
+            "code": code,
+            "message": message,
+            "field": field,
+            "details": details or {},
+            "request_id": current_request_id(),
+        }
+    }
+
+
+SERVER_ERROR_MESSAGE = "internal error; the operator has the details under this request_id"
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
+    if isinstance(exc, RequestDataTooBig):
+        exc = _body_too_large(context["request"])
+    if isinstance(exc, DomainError):
+        return Response(
+            error_body(exc.code, exc.message, exc.field, exc.details), status=STATUS_BY_KIND[exc.kind]
+        )
+    if isinstance(exc, AppendOnlyError):
+        return Response(error_body("append_only", str(exc)), status=status.HTTP_409_CONFLICT)
+    if isinstance(exc, Http404):
+        return Response(error_body("not_found", "not found"), status=status.HTTP_404_NOT_FOUND)
+    if isinstance(exc, DjangoPermissionDenied):
+        return Response(
+            error_body("permission_denied", "permission denied"), status=status.HTTP_403_FORBIDDEN
+        )
+    if isinstance(exc, DjangoValidationError):
+        return Response(error_body("invalid", "; ".join(exc.messages)), status=status.HTTP_400_BAD_REQUEST)
+    if isinstance(exc, exceptions.ValidationError):
+        field, message, code = _first_error(exc.detail)
+        return Response(error_body(code, message, field, exc.detail), status=status.HTTP_400_BAD_REQUEST)
+    if isinstance(exc, exceptions.APIException):
+        code = next((name for klass, name in DRF_CODES.items() if isinstance(exc, klass)), "error")
+        response = Response(error_body(code, str(exc.detail)), status=exc.status_code)
+        if isinstance(exc, exceptions.Throttled) and exc.wait is not None:
+            response["Retry-After"] = str(int(exc.wait))
+        return response
+    return _server_error(exc, context["request"])
+
+
+def _body_too_large(request: HttpRequest) -> TooLarge:
+    """Django refused to read a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (by its Content-Length, unread)."""
+    size = request.META.get("CONTENT_LENGTH")
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return TooLarge(
+        f"the request body is {size} bytes; the limit is {limit} bytes",
+        details={"size": int(size) if size and size.isdigit() else None, "max_bytes": limit},
+    )
+
+
+def _server_error(exc: Exception, request: Any) -> Response:
+    """An exception no mapping knows: what Django does for an uncaught one (the ``got_request_exception``
+    signal, the traceback logged on ``django.request``), answered in the one error shape."""
+    django_request = getattr(request, "_request", request)
+    signals.got_request_exception.send(sender=None, request=django_request)
+    response = Response(error_body("server_error", SERVER_ERROR_MESSAGE), status=500)
+    log_response(
+        "%s: %s",
+        response.reason_phrase,
+        django_request.path,
+        response=response,
+        request=django_request,
+        exception=exc,
+    )
+    return response
+
+
+def _first_error(detail: Any, prefix: str = "") -> tuple[str | None, str, str]:
+    """The dotted path, message and code of the first leaf error in DRF's nested error detail. The code is
+    ``invalid`` but for the codes the strict input bases give (``unknown_field``, ``unknown_parameter``)."""
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            if key == "non_field_errors":
+                path = key
+            elif isinstance(key, int) or str(key).isdigit():
+                path = f"{prefix}[{key}]"
+            else:
+                path = f"{prefix}.{key}" if prefix else str(key)
+            field, message, code = _first_error(value, path)
+            return (None if field == "non_field_errors" else field), message, code
+    if isinstance(detail, list):
+        for index, value in enumerate(detail):
+            if isinstance(value, dict | list):
+                return _first_error(value, f"{prefix}[{index}]")
+            return (prefix or None), str(value), _stable_code(value)
+    return (prefix or None), str(detail), _stable_code(detail)
+
+
+def _stable_code(detail: Any) -> str:
+    code = getattr(detail, "code", None)
+    return code if code in (UNKNOWN_FIELD, UNKNOWN_PARAMETER) else "invalid"
+
+
+def json_not_found(request: HttpRequest) -> JsonResponse:
+    """The view of every path under /api/ that no endpoint matches (nexum_web/urls.py), in debug as well."""
+    return JsonResponse(error_body("not_found", f"no such endpoint: {request.path}"), status=404)
+
+
+def json_server_error(request: HttpRequest) -> JsonResponse:
+    """Django's 500 (debug off): the error shape without the traceback, which Django logged under the same
+    request id (``django.request``, see ``nexum.logs``)."""
+    return JsonResponse(error_body("server_error", SERVER_ERROR_MESSAGE), status=500)

@@ -1,0 +1,47 @@
+"""The API's method check, made before authentication.
+
+DRF authenticates a request before it looks for the view's handler, so a method no API view has (``TRACE``,
+``POST`` on a read-only endpoint) would be answered 401 to a caller without a token. The method is a property
+of the URL, not of the caller: it is checked first, and answered 405 in the one error shape with ``Allow``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from rest_framework.views import APIView
+
+from nexum_web.api.errors import error_body
+
+
+def allowed_methods(view_class: type[APIView]) -> list[str]:
+    """The methods a view answers: its handlers, and HEAD wherever GET is (as Django's View does)."""
+    names = {name for name in view_class.http_method_names if hasattr(view_class, name)}
+    if "get" in names:
+        names.add("head")
+    return sorted(name.upper() for name in names)
+
+
+class MethodCheckMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_view(
+        self, request: HttpRequest, view_func: Any, view_args: Any, view_kwargs: Any
+    ) -> HttpResponse | None:
+        view_class = getattr(view_func, "view_class", None)
+        if not (isinstance(view_class, type) and issubclass(view_class, APIView)):
+            return None
+        allowed = allowed_methods(view_class)
+        if request.method in allowed:
+            return None
+        response = JsonResponse(
+            error_body("method_not_allowed", f'method "{request.method}" is not allowed here'), status=405
+        )
+        response["Allow"] = ", ".join(allowed)
+        return response

@@ -1,0 +1,160 @@
+"""The event stream: the project's events pushed as Server-Sent Events (issue 18).
+
+``GET /api/v1/events/stream`` sends every event of the caller's project after a position, in log order, as
+one SSE message each (``id:`` the log position, ``event:`` its type, ``data:`` the event as the feed shows
+it), then keeps polling the log and sends what is appended. Where it starts: the ``Last-Event-ID`` header (a
+reconnecting client's last id), else ``?after=`` (default 0, the log's start). Positions are given in commit
+order (the append lock), so a reader resuming after position P misses nothing committed later: across
+reconnects each event arrives once, in order.
+
+A connection is bounded: it closes after ``?timeout=`` seconds, at most (and by default)
+``NEXUM_EVENT_STREAM_MAX_S``, so a gunicorn thread is never held for good; ``timeout=0`` sends what is there
+and closes. The client reconnects with ``Last-Event-ID`` (an ``EventSource`` does so by itself, after the
+``retry:`` the stream announces). While idle, a comment line is sent every ``NEXUM_EVENT_STREAM_HEARTBEAT_S``
+so proxies keep the connection open.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from django.conf import settings
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import renderers, serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from nexum_web.api.pagination import MAX_POSITION
+from nexum_web.api.strict import StrictQuery
+from nexum.core.errors import ValidationFailed
+from nexum.eventstore import store
+from nexum_web.api.views import StoredEventSerializer
+
+LAST_EVENT_ID = "Last-Event-ID"
+BATCH = 500
+RETRY_MS = 1000
+
+
+class EventStreamRenderer(renderers.BaseRenderer):
+    """Lets a client ask for ``text/event-stream``; the stream itself is written by the view."""
+
+    media_type = "text/event-stream"
+    format = "event-stream"
+
+    def render(
+        self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None
+    ) -> bytes:
+        return json.dumps(data).encode()
+
+
+# One message of the stream, as OpenAPI before 3.2 describes an event stream: each event's members.
+SSE_EVENT = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "description": "the event's log position"},
+        "event": {"type": "string", "description": "the event's type"},
+        "data": {"type": "string", "description": "the event as the feed shows it, JSON"},
+        "retry": {"type": "integer", "description": "how long a client waits before reconnecting, in ms"},
+    },
+}
+
+
+class EventStreamQuery(StrictQuery):
+    after = serializers.IntegerField(
+        min_value=0,
+        max_value=MAX_POSITION,
+        default=0,
+        help_text="start after this log position (Last-Event-ID wins)",
+    )
+    timeout = serializers.IntegerField(
+        min_value=0,
+        max_value=86_400,
+        required=False,
+        help_text="seconds before the stream closes (0: send what is there and close); at most, and by "
+        "default, NEXUM_EVENT_STREAM_MAX_S",
+    )
+
+
+def _last_event_id(request: Request) -> int | None:
+    header = request.headers.get(LAST_EVENT_ID)
+    if header is None:
+        return None
+    if not header.isascii() or not header.isdigit() or int(header) > MAX_POSITION:
+        raise ValidationFailed(
+            f"{LAST_EVENT_ID} is a log position (a non-negative integer)", field=LAST_EVENT_ID
+        )
+    return int(header)
+
+
+class EventStreamView(APIView):
+    """The project's events as Server-Sent Events, resumable with Last-Event-ID (see the module docstring)."""
+
+    renderer_classes = [renderers.JSONRenderer, EventStreamRenderer]
+    query_serializers = {"GET": EventStreamQuery}
+
+    @extend_schema(
+        parameters=[
+            # The media type is chosen by the Accept header; DRF's ?format= override is not a parameter here.
+            OpenApiParameter("format", exclude=True),
+            OpenApiParameter(
+                LAST_EVENT_ID,
+                OpenApiTypes.INT,
+                OpenApiParameter.HEADER,
+                required=False,
+                description="resume after this log position (the last `id:` received); wins over `after`",
+            ),
+        ],
+        responses={
+            (200, "text/event-stream"): OpenApiResponse(
+                SSE_EVENT,
+                description="`retry: 1000`, then per event `id: <position>`, `event: <type>`, `data: <the "
+                "event as the feed shows it, JSON>`; `: keep-alive` comments while idle; closes after the "
+                "timeout: reconnect with Last-Event-ID",
+            )
+        },
+    )
+    def get(self, request: Request) -> StreamingHttpResponse:
+        resume = _last_event_id(request)
+        after = request.query["after"] if resume is None else resume
+        limit = settings.NEXUM_EVENT_STREAM_MAX_S
+        timeout = min(request.query.get("timeout", limit), limit)
+        frames = _frames(request.user.project_id, after, time.monotonic() + timeout)
+        response = StreamingHttpResponse(frames, content_type="text/event-stream; charset=utf-8")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"  # a proxy passes each message on at once
+        return response
+
+    def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(response, Response):  # an error: always the JSON error shape
+            request.accepted_renderer = renderers.JSONRenderer()
+            request.accepted_media_type = renderers.JSONRenderer.media_type
+        return super().finalize_response(request, response, *args, **kwargs)
+
+
+def _frames(project_id: str, after: int, deadline: float) -> Iterator[str]:
+    yield f"retry: {RETRY_MS}\n\n"
+    position = after
+    idle_since = time.monotonic()
+    while True:
+        events = store.read_all(after=position, limit=BATCH, project_id=project_id)
+        for event in events:
+            data = json.dumps(StoredEventSerializer(event).data, ensure_ascii=False, separators=(",", ":"))
+            yield f"id: {event.position}\nevent: {event.event_type}\ndata: {data}\n\n"
+            position = event.position
+        now = time.monotonic()
+        if events:
+            idle_since = now
+        if len(events) == BATCH and now < deadline:
+            continue
+        if now >= deadline:
+            return
+        if now - idle_since >= settings.NEXUM_EVENT_STREAM_HEARTBEAT_S:
+            yield ": keep-alive\n\n"
+            idle_since = now
+        time.sleep(min(settings.NEXUM_EVENT_STREAM_POLL_S, deadline - now))

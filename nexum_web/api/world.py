@@ -1,0 +1,658 @@
+"""The world-state endpoints (SPEC I1, W1–W4): record items on a goal or task, change facts, list and read
+items, and keep the project's tool registry and the tool narrowing of goals and tasks.
+
+Views validate with a serializer (unknown members are refused, naming the member), call one service and
+serialize the result. A POST honours the ``Idempotency-Key`` header: a retry returns the original result.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from context_app.world import selectors, services
+from context_app.world.artifacts import default_store
+from context_app.world.models import Tool, WorldItem
+from nexum.core import world
+from nexum.core.errors import ValidationFailed
+from nexum_web.api.auth import CallerTrustField, OperatorOnly
+from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
+from nexum_web.api.pagination import ListQuery, LogListQuery, keyset_page, log_page, page_schema
+from nexum_web.api.strict import StrictInput, StrictQuery
+
+# --- input ------------------------------------------------------------------------------------------------
+
+
+def _text(required: bool = True, max_length: int = world.TEXT_MAX, **kwargs: Any) -> serializers.CharField:
+    """A text member: required ones may not be empty, optional ones default to "" and may be."""
+    if not required:
+        kwargs.setdefault("default", "")
+        kwargs.setdefault("allow_blank", True)
+    return serializers.CharField(required=required, max_length=max_length, **kwargs)
+
+
+class FactInput(StrictInput):
+    text = _text()
+    source = _text(required=False, max_length=world.SHORT_MAX)
+    subject = _text(required=False, max_length=world.SHORT_MAX)
+    observed_at = serializers.DateTimeField(required=False, default=None, allow_null=True)
+    trust_class = CallerTrustField()
+    verified = serializers.BooleanField(required=False, default=False)
+
+
+class DecisionInput(StrictInput):
+    text = _text()
+    rationale = _text(required=False)
+    trust_class = CallerTrustField()
+
+
+class FailureInput(StrictInput):
+    text = _text()
+    attempt = serializers.IntegerField(required=False, min_value=1, max_value=1_000_000, default=None)
+    trust_class = CallerTrustField()
+
+
+class ProgressInput(StrictInput):
+    text = _text()
+    trust_class = CallerTrustField()
+
+
+class ToolCallInput(StrictInput):
+    tool = _text(max_length=64)
+    arguments = serializers.JSONField(
+        required=False,
+        allow_null=True,
+        help_text="the call's arguments (any JSON); only their digest is kept",
+    )
+    arguments_digest = serializers.RegexField(r"^[0-9a-f]{64}$", required=False, help_text="sha256, hex")
+    result_summary = _text()
+    trust_class = CallerTrustField()
+
+    exclusive = (("arguments", "arguments_digest"),)
+
+
+class ArtifactInput(StrictInput):
+    summary = _text()
+    uri = _text(required=False, max_length=world.SHORT_MAX)
+    excerpt = serializers.CharField(required=False, allow_blank=True, max_length=world.TEXT_MAX)
+    media_type = _text(required=False, max_length=200)
+    content_base64 = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    content_text = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    trust_class = CallerTrustField()
+
+    exclusive = (("content_base64", "content_text"),)
+
+
+class FactVerifyInput(StrictInput):
+    note = _text(required=False)
+    expected_version = serializers.IntegerField(required=False, min_value=0, default=None)
+
+
+class FactRetractInput(StrictInput):
+    reason = _text()
+    expected_version = serializers.IntegerField(required=False, min_value=0, default=None)
+
+
+class FactSupersedeInput(StrictInput):
+    text = _text()
+    source = serializers.CharField(required=False, allow_blank=True, max_length=world.SHORT_MAX)
+    subject = serializers.CharField(required=False, allow_blank=True, max_length=world.SHORT_MAX)
+    observed_at = serializers.DateTimeField(required=False, default=None, allow_null=True)
+    trust_class = CallerTrustField()
+    verified = serializers.BooleanField(required=False, default=False)
+    reason = _text(required=False)
+    expected_version = serializers.IntegerField(required=False, min_value=0, default=None)
+
+
+class ToolInput(StrictInput):
+    description = _text(required=False)
+    schema = serializers.DictField(required=False, default=dict, help_text="the tool's JSON schema")
+    pinned = serializers.BooleanField(required=False, default=False)
+    score = serializers.FloatField(required=False, allow_null=True, default=None)
+    expected_version = serializers.IntegerField(required=False, min_value=0, default=None)
+
+
+TOOL_NAME = world.TOOL_NAME.pattern
+TOOL_NAME_IN_PATH = OpenApiParameter("name", str, OpenApiParameter.PATH, pattern=TOOL_NAME)
+
+
+class ToolCreateInput(ToolInput):
+    name = serializers.RegexField(TOOL_NAME, help_text="1–64 letters, digits, '_', '-' or '.'")
+
+
+class ToolScopeInput(StrictInput):
+    allowed = serializers.ListField(
+        child=serializers.CharField(max_length=64),
+        allow_null=True,
+        required=False,
+        default=None,
+        max_length=1000,
+    )
+    pinned = serializers.ListField(
+        child=serializers.CharField(max_length=64), required=False, default=list, max_length=1000
+    )
+    expected_version = serializers.IntegerField(required=False, min_value=0, default=None)
+
+
+class ItemQuery(LogListQuery):
+    goal = serializers.UUIDField(required=False)
+    task = serializers.UUIDField(required=False)
+    kind = serializers.ChoiceField(choices=world.ITEM_KINDS, required=False)
+    own = serializers.BooleanField(
+        required=False, default=False, help_text="with task: only the task's own items, not its goal's"
+    )
+    current = serializers.BooleanField(
+        required=False, default=False, help_text="leave out superseded and retracted facts"
+    )
+
+
+# --- output -----------------------------------------------------------------------------------------------
+
+KIND_FIELDS = {
+    "fact": ("subject", "observed_at", "verified", "status", "supersedes", "superseded_by"),
+    "decision": ("rationale",),
+    "failure": ("attempt",),
+    "artifact": ("uri", "summary", "excerpt", "media_type", "content_sha256", "content_size"),
+    "progress": (),
+    "tool_call": ("tool", "arguments_digest", "result_summary"),
+}
+_KIND_SPECIFIC = {name for names in KIND_FIELDS.values() for name in names}
+
+
+class ItemSerializer(serializers.ModelSerializer):
+    """An item; members of other kinds are left out (a fact has ``verified``, a decision ``rationale`` …)."""
+
+    # Kind-specific members are present only on their kind's items: not required in the schema.
+    summary = serializers.CharField(source="text", required=False, help_text="artifacts: the summary")
+    result_summary = serializers.CharField(source="text", required=False, help_text="tool calls")
+    content_sha256 = serializers.CharField(
+        allow_null=True, required=False, help_text="artifacts: sha256 of the stored content, if any"
+    )
+
+    class Meta:
+        model = WorldItem
+        fields = (
+            "id",
+            "kind",
+            "goal_id",
+            "task_id",
+            "text",
+            "rendered",
+            "token_counts",
+            "line_count",
+            "terms",
+            "trust_class",
+            "source",
+            "actor",
+            "position",
+            "recorded_at",
+            "updated_at",
+            "version",
+            *sorted(_KIND_SPECIFIC),
+        )
+        extra_kwargs = {name: {"required": False} for name in _KIND_SPECIFIC}
+
+    def to_representation(self, instance: WorldItem) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        keep = set(KIND_FIELDS[instance.kind])
+        for name in _KIND_SPECIFIC - keep:
+            data.pop(name, None)
+        if "content_sha256" in data:
+            data["content_sha256"] = data["content_sha256"] or None
+        return data
+
+
+class HistoryEntrySerializer(serializers.Serializer):
+    position = serializers.IntegerField()
+    version = serializers.IntegerField()
+    type = serializers.CharField(source="event_type")
+    data = serializers.DictField()
+    actor = serializers.CharField(source="metadata.actor", default="")
+    recorded_at = serializers.DateTimeField()
+
+
+class ToolSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Tool
+        fields = (
+            "name",
+            "description",
+            "schema",
+            "pinned",
+            "score",
+            "token_counts",
+            "version",
+            "created_at",
+            "updated_at",
+        )
+
+
+ITEM_PAGE = page_schema("ItemPage", ItemSerializer)
+FACT_WITH_HISTORY = inline_serializer(
+    "FactWithHistory", {"fact": ItemSerializer(), "history": HistoryEntrySerializer(many=True)}
+)
+SCOPE_TOOLS = inline_serializer(
+    "ScopeTools",
+    {
+        "goal_id": serializers.UUIDField(),
+        "task_id": serializers.UUIDField(allow_null=True),
+        "allowed": serializers.ListField(child=serializers.CharField(), allow_null=True),
+        "pinned": serializers.ListField(child=serializers.CharField()),
+        "version": serializers.IntegerField(),
+        "tools": ToolSerializer(many=True),
+    },
+)
+
+
+# --- recording items --------------------------------------------------------------------------------------
+
+
+def _scope(request: Request, *, goal_id: str | None = None, task_id: str | None = None) -> services.Scope:
+    return services.scope_resolve(project_id=request.user.project_id, goal_id=goal_id, task_id=task_id)
+
+
+class _RecordItem(APIView):
+    """POST: record one item of ``kind`` on the goal or task in the path."""
+
+    kind: ClassVar[str]
+    input_serializer: ClassVar[type[serializers.Serializer]]
+    scope_kind: ClassVar[str]  # "goal" | "task"
+
+    def record(self, scope: services.Scope, values: dict[str, Any], actor: str, key: str | None) -> WorldItem:
+        raise NotImplementedError
+
+    def post(self, request: Request, scope_id: str) -> Response:
+        payload = self.input_serializer(data=request.data, context={"request": request})
+        payload.is_valid(raise_exception=True)
+        key = idempotency_key(request)
+        scope = _scope(request, **{f"{self.scope_kind}_id": scope_id})
+        item = self.record(scope, dict(payload.validated_data), request.user.actor, key)
+        return Response(ItemSerializer(item).data, status=status.HTTP_201_CREATED)
+
+
+def _record_view(
+    kind: str,
+    scope_kind: str,
+    input_serializer: type[serializers.Serializer],
+    record: Callable[..., WorldItem],
+) -> type[_RecordItem]:
+    noun = kind.replace("_", " ")
+
+    class View(_RecordItem):
+        @extend_schema(
+            operation_id=f"{scope_kind}_{kind}_record",
+            summary=f"Record a {noun} on a {scope_kind}",
+            request=input_serializer,
+            parameters=[IDEMPOTENCY_HEADER],
+            responses={201: ItemSerializer},
+        )
+        def post(self, request: Request, scope_id: str) -> Response:
+            return super().post(request, scope_id)
+
+    View.kind = kind
+    View.scope_kind = scope_kind
+    View.input_serializer = input_serializer
+    View.record = staticmethod(record)  # type: ignore[assignment,method-assign]
+    View.__name__ = View.__qualname__ = f"{scope_kind.title()}{kind.title().replace('_', '')}View"
+    return View
+
+
+def _fact(scope: services.Scope, values: dict[str, Any], actor: str, key: str | None) -> WorldItem:
+    return services.fact_record(scope=scope, **values, actor=actor, idempotency_key=key)
+
+
+def _decision(scope: services.Scope, values: dict[str, Any], actor: str, key: str | None) -> WorldItem:
+    return services.decision_record(scope=scope, **values, actor=actor, idempotency_key=key)
+
+
+def _failure(scope: services.Scope, values: dict[str, Any], actor: str, key: str | None) -> WorldItem:
+    return services.failure_record(scope=scope, **values, actor=actor, idempotency_key=key)
+
+
+def _progress(scope: services.Scope, values: dict[str, Any], actor: str, key: str | None) -> WorldItem:
+    return services.progress_record(scope=scope, **values, actor=actor, idempotency_key=key)
+
+
+def _tool_call(scope: services.Scope, values: dict[str, Any], actor: str, key: str | None) -> WorldItem:
+    if "arguments" not in values and "arguments_digest" not in values:
+        values["arguments"] = {}
+    return services.tool_call_record(scope=scope, **values, actor=actor, idempotency_key=key)
+
+
+def _artifact(scope: services.Scope, values: dict[str, Any], actor: str, key: str | None) -> WorldItem:
+    content = None
+    if "content_text" in values:
+        content = values.pop("content_text").encode("utf-8")
+    elif "content_base64" in values:
+        encoded = "".join(values.pop("content_base64").split())  # line-wrapped base64 is fine
+        max_bytes = default_store().max_bytes
+        if len(encoded) > (max_bytes + 2) // 3 * 4 + 4:  # surely over the limit once decoded
+            default_store().check_size(len(encoded) * 3 // 4, field="content_base64")
+        try:
+            content = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise ValidationFailed("content_base64 is not valid base64", field="content_base64") from None
+    return services.artifact_record(scope=scope, **values, content=content, actor=actor, idempotency_key=key)
+
+
+GoalFactView = _record_view("fact", "goal", FactInput, _fact)
+GoalDecisionView = _record_view("decision", "goal", DecisionInput, _decision)
+GoalProgressView = _record_view("progress", "goal", ProgressInput, _progress)
+TaskFactView = _record_view("fact", "task", FactInput, _fact)
+TaskDecisionView = _record_view("decision", "task", DecisionInput, _decision)
+TaskFailureView = _record_view("failure", "task", FailureInput, _failure)
+TaskProgressView = _record_view("progress", "task", ProgressInput, _progress)
+TaskToolCallView = _record_view("tool_call", "task", ToolCallInput, _tool_call)
+
+
+GoalArtifactView = _record_view("artifact", "goal", ArtifactInput, _artifact)
+TaskArtifactView = _record_view("artifact", "task", ArtifactInput, _artifact)
+
+
+# --- facts --------------------------------------------------------------------------------------------------
+
+
+class FactDetailView(APIView):
+    @extend_schema(summary="A fact with its history (every event of its stream)", responses=FACT_WITH_HISTORY)
+    def get(self, request: Request, fact_id: str) -> Response:
+        fact = selectors.fact_get(project_id=request.user.project_id, fact_id=fact_id)
+        history = selectors.fact_history(fact=fact)
+        return Response(
+            {"fact": ItemSerializer(fact).data, "history": HistoryEntrySerializer(history, many=True).data}
+        )
+
+
+class FactVerifyView(APIView):
+    @extend_schema(
+        summary="Mark a current fact verified",
+        request=FactVerifyInput,
+        parameters=[IDEMPOTENCY_HEADER],
+        responses=ItemSerializer,
+    )
+    def post(self, request: Request, fact_id: str) -> Response:
+        payload = FactVerifyInput(data=request.data)
+        payload.is_valid(raise_exception=True)
+        fact = services.fact_verify(
+            project_id=request.user.project_id,
+            fact_id=fact_id,
+            **payload.validated_data,
+            actor=request.user.actor,
+            idempotency_key=idempotency_key(request),
+        )
+        return Response(ItemSerializer(fact).data)
+
+
+class FactRetractView(APIView):
+    @extend_schema(
+        summary="Retract a current fact (it stays in the history)",
+        request=FactRetractInput,
+        parameters=[IDEMPOTENCY_HEADER],
+        responses=ItemSerializer,
+    )
+    def post(self, request: Request, fact_id: str) -> Response:
+        payload = FactRetractInput(data=request.data)
+        payload.is_valid(raise_exception=True)
+        fact = services.fact_retract(
+            project_id=request.user.project_id,
+            fact_id=fact_id,
+            **payload.validated_data,
+            actor=request.user.actor,
+            idempotency_key=idempotency_key(request),
+        )
+        return Response(ItemSerializer(fact).data)
+
+
+class FactSupersedeView(APIView):
+    @extend_schema(
+        summary="Replace a current fact by a new one in the same scope; returns the new fact",
+        request=FactSupersedeInput,
+        parameters=[IDEMPOTENCY_HEADER],
+        responses={201: ItemSerializer},
+    )
+    def post(self, request: Request, fact_id: str) -> Response:
+        payload = FactSupersedeInput(data=request.data, context={"request": request})
+        payload.is_valid(raise_exception=True)
+        fact = services.fact_supersede(
+            project_id=request.user.project_id,
+            fact_id=fact_id,
+            **payload.validated_data,
+            actor=request.user.actor,
+            idempotency_key=idempotency_key(request),
+        )
+        return Response(ItemSerializer(fact).data, status=status.HTTP_201_CREATED)
+
+
+# --- reading items ----------------------------------------------------------------------------------------
+
+
+class ItemListView(APIView):
+    query_serializers = {"GET": ItemQuery}
+
+    @extend_schema(
+        operation_id="v1_items_list",
+        summary="Items in log order, filtered by goal, task (what it sees, or its own) and kind",
+        responses=ITEM_PAGE,
+    )
+    def get(self, request: Request) -> Response:
+        values = request.query
+        goal_id = task_id = task_goal_id = None
+        if "goal" in values:
+            goal_id = _scope(request, goal_id=str(values["goal"])).goal_id
+        if "task" in values:
+            scope = _scope(request, task_id=str(values["task"]))
+            if scope.task_id is None:  # a goal given as a task: its shared items
+                goal_id = scope.goal_id
+            else:
+                task_id, task_goal_id = scope.task_id, scope.goal_id
+        items = functools.partial(
+            selectors.item_list,
+            project_id=request.user.project_id,
+            goal_id=goal_id,
+            task_id=task_id,
+            task_goal_id=task_goal_id,
+            own_only=values["own"],
+            kinds=[values["kind"]] if "kind" in values else None,
+            current_only=values["current"],
+        )
+        return Response(
+            log_page(
+                lambda after, count: list(items(after=after)[:count]),
+                limit=values["limit"],
+                cursor=values.get("cursor"),
+                serialize=lambda rows: ItemSerializer(rows, many=True).data,
+            )
+        )
+
+
+class ItemDetailView(APIView):
+    @extend_schema(summary="One item of any kind", responses=ItemSerializer)
+    def get(self, request: Request, item_id: str) -> Response:
+        item = selectors.item_get(project_id=request.user.project_id, item_id=item_id)
+        return Response(ItemSerializer(item).data)
+
+
+class ArtifactContentView(APIView):
+    @extend_schema(
+        summary="An artifact's stored content, as sent (verified against its sha256: 409 artifact_integrity"
+        " when the stored bytes were changed; they are never served)",
+        responses={(200, "*/*"): OpenApiTypes.BINARY},
+    )
+    def get(self, request: Request, item_id: str) -> HttpResponse:
+        artifact = selectors.item_get(project_id=request.user.project_id, item_id=item_id, kind="artifact")
+        if not artifact.content_sha256:
+            raise ValidationFailed(
+                "this artifact has no stored content, only its uri", field="item_id", code="no_content"
+            )
+        content = default_store().read(artifact.content_sha256)
+        return HttpResponse(content, content_type=artifact.media_type or "application/octet-stream")
+
+
+# --- tools --------------------------------------------------------------------------------------------------
+
+
+TOOL_REGISTRY = "changing the project's tool registry"
+TOOL_SCOPE = "narrowing or pinning the tools of a goal or task"
+
+
+class ToolListView(APIView):
+    operator_only = {"POST": OperatorOnly(TOOL_REGISTRY)}
+    query_serializers = {"GET": ListQuery}
+
+    @extend_schema(
+        summary="The project's tool registry, by name", responses=page_schema("ToolPage", ToolSerializer)
+    )
+    def get(self, request: Request) -> Response:
+        return Response(
+            keyset_page(
+                selectors.tool_list(project_id=request.user.project_id),
+                limit=request.query["limit"],
+                cursor=request.query.get("cursor"),
+                serialize=lambda tools: ToolSerializer(tools, many=True).data,
+            )
+        )
+
+    @extend_schema(
+        summary="Register a tool (409 if the name is taken)",
+        request=ToolCreateInput,
+        parameters=[IDEMPOTENCY_HEADER],
+        responses={201: ToolSerializer},
+    )
+    def post(self, request: Request) -> Response:
+        payload = ToolCreateInput(data=request.data)
+        payload.is_valid(raise_exception=True)
+        tool = services.tool_define(
+            project_id=request.user.project_id,
+            **payload.validated_data,
+            create_only=True,
+            actor=request.user.actor,
+            idempotency_key=idempotency_key(request),
+        )
+        return Response(ToolSerializer(tool).data, status=status.HTTP_201_CREATED)
+
+
+class ToolDeleteQuery(StrictQuery):
+    expected_version = serializers.IntegerField(required=False, min_value=0, max_value=2**31 - 1)
+
+
+class ToolDetailView(APIView):
+    operator_only = {"PUT": OperatorOnly(TOOL_REGISTRY), "DELETE": OperatorOnly(TOOL_REGISTRY)}
+    query_serializers = {"DELETE": ToolDeleteQuery}
+
+    @extend_schema(summary="One tool", parameters=[TOOL_NAME_IN_PATH], responses=ToolSerializer)
+    def get(self, request: Request, name: str) -> Response:
+        return Response(
+            ToolSerializer(selectors.tool_get(project_id=request.user.project_id, name=name)).data
+        )
+
+    @extend_schema(
+        summary="Register or redefine a tool (the whole definition)",
+        request=ToolInput,
+        parameters=[TOOL_NAME_IN_PATH, IDEMPOTENCY_HEADER],
+        responses=ToolSerializer,
+    )
+    def put(self, request: Request, name: str) -> Response:
+        payload = ToolInput(data=request.data)
+        payload.is_valid(raise_exception=True)
+        tool = services.tool_define(
+            project_id=request.user.project_id,
+            name=name,
+            **payload.validated_data,
+            actor=request.user.actor,
+            idempotency_key=idempotency_key(request),
+        )
+        return Response(ToolSerializer(tool).data)
+
+    @extend_schema(
+        summary="Remove a tool from the registry", parameters=[TOOL_NAME_IN_PATH], responses={204: None}
+    )
+    def delete(self, request: Request, name: str) -> Response:
+        services.tool_remove(
+            project_id=request.user.project_id,
+            name=name,
+            expected_version=request.query.get("expected_version"),
+            actor=request.user.actor,
+        )
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class _ScopeToolsView(APIView):
+    scope_kind: ClassVar[str]
+    operator_only = {"PUT": OperatorOnly(TOOL_SCOPE)}
+
+    def _response(self, scope: services.Scope) -> Response:
+        scope_row = selectors.tool_scope_get(scope_id=scope.scope_id)
+        tools = selectors.tools_for_scope(
+            project_id=scope.project_id, goal_id=scope.goal_id, task_id=scope.task_id
+        )
+        return Response(
+            {
+                "goal_id": scope.goal_id,
+                "task_id": scope.task_id,
+                "allowed": scope_row.allowed if scope_row else None,
+                "pinned": scope_row.pinned if scope_row else [],
+                "version": scope_row.version if scope_row else 0,
+                "tools": ToolSerializer(tools, many=True).data,
+            }
+        )
+
+    def get(self, request: Request, scope_id: str) -> Response:
+        return self._response(_scope(request, **{f"{self.scope_kind}_id": scope_id}))
+
+    def put(self, request: Request, scope_id: str) -> Response:
+        payload = ToolScopeInput(data=request.data)
+        payload.is_valid(raise_exception=True)
+        key = idempotency_key(request)
+        scope = _scope(request, **{f"{self.scope_kind}_id": scope_id})
+        services.tool_scope_set(
+            scope=scope, **payload.validated_data, actor=request.user.actor, idempotency_key=key
+        )
+        return self._response(scope)
+
+
+class GoalToolsView(_ScopeToolsView):
+    scope_kind = "goal"
+
+    @extend_schema(
+        summary="The tools a goal's tasks may use, and the goal's narrowing", responses=SCOPE_TOOLS
+    )
+    def get(self, request: Request, scope_id: str) -> Response:
+        return super().get(request, scope_id)
+
+    @extend_schema(
+        summary="Narrow (allowed; null for all) and pin the goal's tools",
+        request=ToolScopeInput,
+        parameters=[IDEMPOTENCY_HEADER],
+        responses=SCOPE_TOOLS,
+    )
+    def put(self, request: Request, scope_id: str) -> Response:
+        return super().put(request, scope_id)
+
+
+class TaskToolsView(_ScopeToolsView):
+    scope_kind = "task"
+
+    @extend_schema(
+        summary="The tools a task may use (registry, goal, then task narrowing)", responses=SCOPE_TOOLS
+    )
+    def get(self, request: Request, scope_id: str) -> Response:
+        return super().get(request, scope_id)
+
+    @extend_schema(
+        summary="Narrow (allowed; null for all) and pin the task's tools",
+        request=ToolScopeInput,
+        parameters=[IDEMPOTENCY_HEADER],
+        responses=SCOPE_TOOLS,
+    )
+    def put(self, request: Request, scope_id: str) -> Response:
+        return super().put(request, scope_id)

@@ -1,0 +1,172 @@
+"""The MCP server: the SDK's low-level ``Server`` with Nexum's tools and resources, and its two transports.
+
+Handlers are asynchronous (the SDK's); the work is Django's and synchronous. Each handler runs its API call
+with ``sync_to_async(thread_sensitive=True)``: under the HTTP transport, which enters the SDK through
+``async_to_sync`` from the WSGI request's thread, that runs the call back on that same thread, inside the
+request (its database connection, closed when the request ends; its request id). Under stdio the calls run
+one at a time on one thread, and the command closes a stale database connection before each.
+
+Who calls is the ``Caller`` of the connection: the HTTP view sets it from the request's bearer token, the
+stdio command from ``--token``. Every tool call is an API request carrying that token
+(``nexum_web.mcp.calls``).
+
+Errors: an API error becomes an MCP (JSON-RPC) error whose ``data`` is the API's error object (``code``,
+``message``, ``field``, ``details``, ``request_id``) with the HTTP ``status``; its message names the field.
+Bad input (400) is ``INVALID_PARAMS`` (-32602); any other refusal (401, 403, 404, 409, 413, 422, 503) is
+``NEXUM_REFUSED`` (-32080); a server error is ``INTERNAL_ERROR`` (-32603). A refused call wrote nothing: the
+API refuses before its service writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from functools import partial
+from typing import Any, TypeVar
+
+import mcp_types as types
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+
+from nexum_web.mcp.calls import ApiAnswer, Caller
+from nexum_web.mcp.tools import RESOURCES, TOOLS, answer_text, input_schema
+
+NEXUM_REFUSED = -32080
+
+_caller: ContextVar[Caller | None] = ContextVar("nexum_mcp_caller", default=None)
+
+_T = TypeVar("_T")
+
+
+@contextmanager
+def calling_as(caller: Caller) -> Iterator[None]:
+    """Every MCP request handled in this context calls the API as ``caller``."""
+    token = _caller.set(caller)
+    try:
+        yield
+    finally:
+        _caller.reset(token)
+
+
+def _current_caller() -> Caller:
+    caller = _caller.get()
+    if caller is None:
+        raise MCPError(types.INTERNAL_ERROR, "no caller: the transport did not authenticate this connection")
+    return caller
+
+
+async def _in_django(call: Callable[[], _T], caller: Caller) -> _T:
+    def run() -> _T:
+        if caller.own_connections:
+            close_old_connections()
+        return call()
+
+    return await sync_to_async(run, thread_sensitive=True)()
+
+
+def mcp_error(answer: ApiAnswer) -> MCPError:
+    """The MCP error of a refused API call, naming the field at fault."""
+    error = answer.body.get("error", {}) if isinstance(answer.body, dict) else {}
+    code = error.get("code", "error")
+    field = error.get("field")
+    message = f"{code}: {error.get('message', '')}" + (f" (field: {field})" if field else "")
+    if answer.status == 400:
+        rpc_code = types.INVALID_PARAMS
+    elif answer.status >= 500 and code != "unavailable":
+        rpc_code = types.INTERNAL_ERROR
+    else:
+        rpc_code = NEXUM_REFUSED
+    return MCPError(rpc_code, message, data={**error, "status": answer.status})
+
+
+async def _list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+    schemas = await sync_to_async(
+        lambda: {name: input_schema(name) for name in TOOLS}, thread_sensitive=True
+    )()
+    return types.ListToolsResult(
+        tools=[
+            types.Tool(
+                name=spec.name,
+                description=spec.description,
+                input_schema=schemas[spec.name],
+                annotations=types.ToolAnnotations(read_only_hint=spec.method == "GET"),
+            )
+            for spec in TOOLS.values()
+        ]
+    )
+
+
+async def _call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    spec = TOOLS.get(params.name)
+    if spec is None:
+        raise MCPError(types.INVALID_PARAMS, f"unknown tool: {params.name}", data={"field": "name"})
+    caller = _current_caller()
+    answer = await _in_django(lambda: spec.call(caller, params.arguments or {}), caller)
+    if not answer.ok:
+        raise mcp_error(answer)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=answer_text(answer.body))],
+        structured_content=answer.body if isinstance(answer.body, dict) else {"result": answer.body},
+    )
+
+
+async def _list_resources(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+    return types.ListResourcesResult(resources=[])
+
+
+async def _list_resource_templates(
+    ctx: Any, params: types.PaginatedRequestParams | None
+) -> types.ListResourceTemplatesResult:
+    return types.ListResourceTemplatesResult(
+        resource_templates=[
+            types.ResourceTemplate(
+                uri_template=spec.uri_template,
+                name=spec.name,
+                description=spec.description,
+                mime_type="application/json",
+            )
+            for spec in RESOURCES
+        ]
+    )
+
+
+async def _read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+    uri = str(params.uri)
+    for spec in RESOURCES:
+        values = spec.match(uri)
+        if values is not None:
+            caller = _current_caller()
+            answer = await _in_django(partial(spec.read, caller, values), caller)
+            if not answer.ok:
+                raise mcp_error(answer)
+            return types.ReadResourceResult(
+                contents=[
+                    types.TextResourceContents(
+                        uri=uri, text=answer_text(answer.body), mime_type="application/json"
+                    )
+                ]
+            )
+    raise MCPError(types.INVALID_PARAMS, f"no such resource: {uri}", data={"field": "uri"})
+
+
+server: Server[Any] = Server(
+    "nexum",
+    instructions="Nexum keeps your task's world state. Record what you learn (record_*), compile_context "
+    "before each model call, and request_completion when done: deterministic checks decide.",
+    on_list_tools=_list_tools,
+    on_call_tool=_call_tool,
+    on_list_resources=_list_resources,
+    on_list_resource_templates=_list_resource_templates,
+    on_read_resource=_read_resource,
+)
+
+
+async def serve_stdio(caller: Caller) -> None:
+    """Serve ``server`` on this process's stdin and stdout, every call made as ``caller``."""
+    with calling_as(caller):
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
