@@ -21,10 +21,10 @@ from django.utils.log import log_response
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
-from nexum_web.api.strict import UNKNOWN_FIELD, UNKNOWN_PARAMETER
 from nexum.core.errors import DomainError, TooLarge
 from nexum.eventstore.models import AppendOnlyError
 from nexum.logs import current_request_id
+from nexum_web.api.strict import UNKNOWN_FIELD, UNKNOWN_PARAMETER
 
 STATUS_BY_KIND = {
     "invalid": status.HTTP_400_BAD_REQUEST,

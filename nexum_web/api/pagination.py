@@ -26,9 +26,9 @@ from django.db.models import Model, Q, QuerySet
 from drf_spectacular.utils import inline_serializer
 from rest_framework import serializers
 
-from nexum_web.api.strict import StrictQuery
 from nexum.core.errors import NotFound
 from nexum.core.text import is_storable
+from nexum_web.api.strict import StrictQuery
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500

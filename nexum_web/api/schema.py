@@ -22,11 +22,10 @@ from drf_spectacular.plumbing import get_doc
 from drf_spectacular.utils import inline_serializer
 from rest_framework import serializers
 
+from nexum.core.roles import OPERATOR
 from nexum_web.api.auth import AgentTokenAuthentication, CallerTrustField, operator_rule
 from nexum_web.api.pagination import ListQuery
 from nexum_web.api.strict import NOT_BLANK, StrictInput, blank_refused, query_serializer
-from nexum.core.roles import OPERATOR
-from nexum_web.api.auth import AgentTokenAuthentication, operator_rule
 
 ERROR = inline_serializer(
     "Error",

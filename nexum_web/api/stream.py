@@ -30,10 +30,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from nexum_web.api.pagination import MAX_POSITION
-from nexum_web.api.strict import StrictQuery
 from nexum.core.errors import ValidationFailed
 from nexum.eventstore import store
+from nexum_web.api.pagination import MAX_POSITION
+from nexum_web.api.strict import StrictQuery
 from nexum_web.api.views import StoredEventSerializer
 
 LAST_EVENT_ID = "Last-Event-ID"

@@ -16,8 +16,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from nexum_web.api.pagination import LogListQuery, log_page, page_schema
 from nexum.eventstore import store
+from nexum_web.api.pagination import LogListQuery, log_page, page_schema
 
 
 class HealthView(APIView):
