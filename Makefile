@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run demo-reset serve serve-environment demo-agent test lint format bench clean
+.PHONY: run demo-reset serve serve-environment demo-agent test contract lint format bench clean
 
 # The Python client (clients/python) is installed beside the service: its tests run against a live server.
 $(STAMP): pyproject.toml clients/python/pyproject.toml
@@ -50,6 +50,10 @@ test: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Schema = server: schemathesis against a live server, every check (tests/e2e/test_api_contract.py).
+contract: $(STAMP)
+	NEXUM_SCHEMATHESIS=1 $(BIN)/python -m pytest tests/e2e/test_api_contract.py -p no:randomly
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -152,9 +152,11 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": [
         "nexum_web.api.auth.IsProjectAgent",
         "nexum_web.api.auth.OperatorOnlyOperations",
+        "nexum_web.api.strict.DeclaredQueryOnly",
     ],
     "EXCEPTION_HANDLER": "nexum_web.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "nexum_web.api.schema.RoleAwareSchema",
+    "DEFAULT_METADATA_CLASS": "nexum_web.api.metadata.DescriptionMetadata",
     "DEFAULT_PARSER_CLASSES": ["nexum_web.api.parsers.DepthLimitedJSONParser"],
     "UNAUTHENTICATED_USER": None,
 }
@@ -163,6 +165,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "World state, context compilation and verification for LLM agents.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Request bodies get components of their own, where a string that may not be blank says minLength 1.
+    "COMPONENT_SPLIT_REQUEST": True,
     # Swagger UI and Redoc from this server's static files (drf-spectacular-sidecar), never from a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -221,7 +225,6 @@ NEXUM_PROJECTIONS = [
     "context_app.compilation.projections.CompilationProjection",
     "verification_app.projections.VerificationProjection",
 ]
-NEXUM_EVENT_FEED_MAX_LIMIT = 1000
 # The SSE event stream (nexum_web/api/stream.py): a connection closes after at most this many seconds (the
 # client resumes with Last-Event-ID), polls the log this often while idle, and sends a comment this often when
 # idle.

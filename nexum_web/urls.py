@@ -17,6 +17,7 @@ api_v1 = [
     path("events/stream", stream.EventStreamView.as_view(), name="event-stream"),
     path("goals", tasks.GoalListCreateView.as_view(), name="goals"),
     path("goals/<str:goal_id>", tasks.GoalDetailView.as_view(), name="goal"),
+    path("goals/<str:goal_id>/tasks/<str:key>", tasks.GoalTaskDetailView.as_view(), name="goal-task"),
     path("tasks", tasks.TaskListView.as_view(), name="tasks"),
     path("tasks/<str:task_id>", tasks.TaskDetailView.as_view(), name="task"),
     path("tasks/<str:task_id>/start", tasks.TaskStartView.as_view(), name="task-start"),
@@ -76,6 +77,7 @@ api_v1 = [
         name="escalation-resolve",
     ),
     path("tasks/<str:task_id>/compile", compilation.TaskCompileView.as_view(), name="task-compile"),
+    path("tasks/<str:task_id>/contexts", compilation.TaskContextListView.as_view(), name="task-contexts"),
     path("compiles/<str:request_id>", compilation.CompileRequestView.as_view(), name="compile-request"),
     path("contexts/<str:digest>", compilation.ContextDetailView.as_view(), name="context"),
     path(

@@ -78,16 +78,31 @@ def goal_tasks(*, goal: Task) -> QuerySet[Task]:
     return Task.objects.filter(goal_id=goal.id, is_goal=False).order_by("ordinal")
 
 
+def goal_task_get(*, project_id: str | uuid.UUID, goal_id: str | uuid.UUID, key: str) -> Task:
+    """The task with ``key`` in a goal of the project (a task is addressable by goal and key)."""
+    goal = goal_get(project_id=project_id, goal_id=goal_id)
+    task = Task.objects.filter(goal_id=goal.id, is_goal=False, key=key).first()
+    if task is None:
+        raise NotFound(f"goal {goal.id} has no task {key!r}", field="key")
+    return task
+
+
 def task_list(
-    *, project_id: str | uuid.UUID, goal_id: str | uuid.UUID | None = None, state: str | None = None
+    *,
+    project_id: str | uuid.UUID,
+    goal_id: str | uuid.UUID | None = None,
+    state: str | None = None,
+    key: str | None = None,
 ) -> QuerySet[Task]:
-    """The project's tasks (goals excluded), optionally of one goal (``NotFound`` if not the project's) and
-    in one state; ordered by goal, then plan order."""
+    """The project's tasks (goals excluded), optionally of one goal (``NotFound`` if not the project's), in
+    one state, with one key; ordered by creation, then goal and plan order."""
     tasks = Task.objects.filter(project_id=project_id, is_goal=False)
     if goal_id is not None:
         tasks = tasks.filter(goal_id=goal_get(project_id=project_id, goal_id=goal_id).id)
     if state is not None:
         tasks = tasks.filter(state=state)
+    if key is not None:
+        tasks = tasks.filter(key=key)
     return tasks.order_by("created_at", "goal_id", "ordinal")
 
 

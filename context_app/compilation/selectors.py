@@ -21,6 +21,7 @@ from functools import partial
 from typing import Any
 
 from django.db import connection
+from django.db.models import QuerySet
 
 from context_app.compilation.candidates import CANDIDATES, TaskCandidates, changed_rows
 from context_app.compilation.models import (
@@ -355,6 +356,14 @@ def compiled_result(context: StoredContext) -> CompiledContext:
         exclusion_runs_json=context.exclusion_runs,
         compiler_version=context.compiler_version,
     )
+
+
+def task_compile_history(*, project_id: str, task_id: Any, after: int = 0) -> QuerySet[ContextCompilation]:
+    """The task's finished compiles after log position ``after``, in the order they were recorded (by the
+    position of their ``ContextCompiled`` event)."""
+    return ContextCompilation.objects.filter(
+        project_id=project_id, task_id=task_id, status="done", compiled_position__gt=after
+    ).order_by("compiled_position")
 
 
 def task_compilations(*, project_id: str, task_id: Any) -> list[ContextCompilation]:

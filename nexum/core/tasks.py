@@ -365,7 +365,7 @@ def _task_spec(item: object, where: str) -> TaskSpec:
 
 
 def _key(value: object, field: str) -> str:
-    if not isinstance(value, str) or not KEY_PATTERN.match(value):
+    if not isinstance(value, str) or not KEY_PATTERN.fullmatch(value):
         raise ValidationFailed(
             "a task key is 1–64 letters, digits, '_', '.' or '-', starting with a letter or digit",
             field=field,

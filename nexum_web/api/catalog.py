@@ -13,11 +13,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from context_app.catalog import selectors, services
-from nexum.core.overlays import ContextWindowOverlay
+from nexum.core.errors import NotFound
+from nexum.core.overlays import UNKNOWN_MODEL_WORD, ContextWindowOverlay
 from nexum_web.api.auth import OperatorOnly
+from nexum_web.api.strict import StrictInput, printable
 
 
-class OverlaySerializer(serializers.Serializer):
+class OverlaySerializer(StrictInput):
     """An overlay's members; each is optional ("whatever the model card says")."""
 
     context_tokens = serializers.IntegerField(required=False, min_value=1, help_text="lowers the window")
@@ -44,12 +46,12 @@ class BudgetSerializer(serializers.Serializer):
     window = serializers.IntegerField()
 
 
-class BudgetOverridesSerializer(serializers.Serializer):
+class BudgetOverridesSerializer(StrictInput):
     context_tokens = serializers.IntegerField(allow_null=True, required=False)
     tool_count = serializers.IntegerField(allow_null=True, required=False)
 
 
-class CardSerializer(serializers.Serializer):
+class CardSerializer(StrictInput):
     word = serializers.CharField()
     model_id = serializers.CharField()
     tier = serializers.ChoiceField(choices=["local", "cloud"])
@@ -66,7 +68,7 @@ class CardSerializer(serializers.Serializer):
     overrides = BudgetOverridesSerializer(required=False)
 
 
-class CatalogDocumentSerializer(serializers.Serializer):
+class CatalogDocumentSerializer(StrictInput):
     cards = CardSerializer(many=True)
     aliases = serializers.DictField(
         child=serializers.CharField(), required=False, help_text="word → the word it is another name for"
@@ -108,6 +110,16 @@ class OverlayChangeSerializer(serializers.Serializer):
     version = serializers.IntegerField()
     previous = OverlayField(help_text="the overlay declared on the word before")
     model = WordSerializer(help_text="the word as it stands now")
+
+
+def _require_word(project_id: str, word: str) -> None:
+    """A word in the path names a resource: one the project's catalog lacks is 404 ``unknown_model_word``."""
+    if word not in selectors.catalog_for(project_id):
+        raise NotFound(
+            f"unknown model word {printable(word)}; the project's catalog has no such word",
+            field="word",
+            code=UNKNOWN_MODEL_WORD,
+        )
 
 
 def _catalog_data(version: int, document: Any) -> dict[str, Any]:
@@ -159,6 +171,7 @@ class ModelOverlayView(APIView):
 
     @extend_schema(request=OverlaySerializer, responses=OverlayChangeSerializer)
     def put(self, request: Request, word: str) -> Response:
+        _require_word(request.user.project_id, word)
         change = services.model_overlay_set(
             project_id=request.user.project_id,
             word=word,
@@ -170,6 +183,7 @@ class ModelOverlayView(APIView):
 
     @extend_schema(request=None, responses=OverlayChangeSerializer)
     def delete(self, request: Request, word: str) -> Response:
+        _require_word(request.user.project_id, word)
         change = services.model_overlay_clear(
             project_id=request.user.project_id,
             word=word,

@@ -28,7 +28,9 @@ from nexum.core.compilation.compiler import REASON_CODES, CompiledContext, Trunc
 from nexum.core.errors import ValidationFailed
 from nexum_web.api.auth import CallerTrustField
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
-from nexum_web.api.world import StrictInput, StrictText
+from nexum_web.api.pagination import LogListQuery, log_page, page_schema
+from nexum_web.api.strict import StrictInput, StrictQuery
+from tasks_app.selectors import task_get
 
 # --- input ------------------------------------------------------------------------------------------------
 
@@ -40,14 +42,14 @@ class OverridesInput(StrictInput):
 
 class EvidenceInput(StrictInput):
     kind = serializers.ChoiceField(choices=compilation_rules.EVIDENCE_KINDS, default="code")
-    id = StrictText(required=False, max_length=services.EVIDENCE_ID_MAX)
-    text = StrictText(max_length=world.TEXT_MAX, trim_whitespace=False)
-    origin = StrictText(required=False, allow_blank=True, max_length=world.SHORT_MAX)
+    id = serializers.CharField(required=False, max_length=services.EVIDENCE_ID_MAX)
+    text = serializers.CharField(max_length=world.TEXT_MAX, trim_whitespace=False)
+    origin = serializers.CharField(required=False, allow_blank=True, max_length=world.SHORT_MAX)
     trust_class = CallerTrustField()
 
 
 class CompileInput(StrictInput):
-    model = StrictText(max_length=100, help_text="a catalog word: model word, alias or tier word")
+    model = serializers.CharField(max_length=100, help_text="a catalog word: model word, alias or tier word")
     overrides = OverridesInput(required=False, help_text="explicit budget overrides (B3)")
     evidence = serializers.ListField(
         child=EvidenceInput(), required=False, max_length=services.EVIDENCE_MAX_ITEMS
@@ -110,24 +112,37 @@ def context_json(context: StoredContext, *, excluded: str, result: CompiledConte
     return body
 
 
+class ExcludedQuery(StrictQuery):
+    """How much of what a context left out the answer carries."""
+
+    excluded = serializers.ChoiceField(
+        choices=EXCLUDED_VIEWS,
+        default="summary",
+        help_text="`summary` (default): counts per reason and the runs; `full`: also every excluded record",
+    )
+
+
+class ExcludedPageQuery(StrictQuery):
+    """A page of a stored context's excluded records: the cursor is the index of the page's first record
+    (the list's own order never changes for a stored context)."""
+
+    limit = serializers.IntegerField(min_value=1, max_value=EXCLUDED_MAX_LIMIT, default=EXCLUDED_LIMIT)
+    cursor = serializers.IntegerField(
+        min_value=0, max_value=10**12, default=0, help_text="the next_cursor of the previous page"
+    )
+
+
 def excluded_view(request: Request) -> str:
-    """The ``excluded`` query parameter: ``summary`` (the default) or ``full``."""
-    value = request.query_params.get("excluded", "summary")
-    if value not in EXCLUDED_VIEWS:
-        raise ValidationFailed(f"excluded must be one of {', '.join(EXCLUDED_VIEWS)}", field="excluded")
-    return value
+    """The declared ``excluded`` query parameter: ``summary`` or ``full``."""
+    return request.query["excluded"]
 
 
 def _page_bounds(request: Request, total: int) -> tuple[int, int]:
-    """``limit`` and ``cursor`` of a page of the excluded list: the cursor is the index of the first record
-    of the page, as a string (a list's own order: it never changes for a stored context)."""
-    limit_text = request.query_params.get("limit", str(EXCLUDED_LIMIT))
-    if not limit_text.isdigit() or not 1 <= int(limit_text) <= EXCLUDED_MAX_LIMIT:
-        raise ValidationFailed(f"limit must be an integer from 1 to {EXCLUDED_MAX_LIMIT}", field="limit")
-    cursor_text = request.query_params.get("cursor", "0")
-    if not cursor_text.isdigit() or len(cursor_text) > 12 or int(cursor_text) > total:
+    """``cursor`` and ``limit`` of a page of the excluded list; a cursor past the list is not one it gave."""
+    cursor, limit = request.query["cursor"], request.query["limit"]
+    if cursor > total:
         raise ValidationFailed("not a cursor this list gave", field="cursor")
-    return int(cursor_text), int(limit_text)
+    return cursor, limit
 
 
 def _json(value: Any) -> str:
@@ -196,13 +211,6 @@ EXCLUDED_PAGE = inline_serializer(
             allow_null=True, help_text="pass as ?cursor= for the next page; null on the last page"
         ),
     },
-)
-EXCLUDED_PARAMETER = OpenApiParameter(
-    "excluded",
-    str,
-    OpenApiParameter.QUERY,
-    enum=list(EXCLUDED_VIEWS),
-    description="`summary` (default): counts per reason and the runs; `full`: also every excluded record",
 )
 COMPILED_CONTEXT = inline_serializer(
     "CompiledContext",
@@ -287,6 +295,8 @@ DIFF = inline_serializer(
 
 
 class TaskCompileView(APIView):
+    query_serializers = {"POST": ExcludedQuery}
+
     @extend_schema(
         operation_id="task_compile",
         summary="Compile the task's context for one model call",
@@ -295,7 +305,7 @@ class TaskCompileView(APIView):
             "queued and the answer is 202 with a request id to poll at `/compiles/{request_id}`."
         ),
         request=CompileInput,
-        parameters=[IDEMPOTENCY_HEADER, EXCLUDED_PARAMETER],
+        parameters=[IDEMPOTENCY_HEADER],
         responses={200: COMPILE_ANSWER, 202: COMPILE_REQUEST},
     )
     def post(self, request: Request, task_id: str) -> HttpResponse:
@@ -327,10 +337,11 @@ class TaskCompileView(APIView):
 
 
 class CompileRequestView(APIView):
+    query_serializers = {"GET": ExcludedQuery}
+
     @extend_schema(
         operation_id="compile_request_get",
         summary="A compile request: queued, done (with its context) or failed (with the error)",
-        parameters=[EXCLUDED_PARAMETER],
         responses={200: COMPILE_REQUEST},
     )
     def get(self, request: Request, request_id: str) -> HttpResponse:
@@ -344,11 +355,56 @@ class CompileRequestView(APIView):
         return _json_response(body)
 
 
+class CompileHistoryEntrySerializer(serializers.Serializer):
+    request_id = serializers.UUIDField()
+    digest = serializers.CharField(help_text="the compiled context: GET /contexts/{digest}")
+    model = serializers.CharField(source="model_word")
+    position = serializers.IntegerField(help_text="the log position the context was compiled at")
+    compiled_position = serializers.IntegerField(
+        help_text="the log position of the compile's own event (the list's cursor)"
+    )
+    encoding = serializers.CharField()
+    prompt_tokens = serializers.IntegerField()
+    tool_tokens = serializers.IntegerField()
+    included_count = serializers.IntegerField()
+    excluded_count = serializers.IntegerField()
+    actor = serializers.CharField()
+    requested_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField()
+
+
+class TaskContextListView(APIView):
+    query_serializers = {"GET": LogListQuery}
+
+    @extend_schema(
+        operation_id="task_contexts_list",
+        summary="The task's compile history in log order: every finished compile with its context's digest",
+        responses={200: page_schema("CompileHistoryPage", CompileHistoryEntrySerializer)},
+    )
+    def get(self, request: Request, task_id: str) -> Response:
+        project_id = request.user.project_id
+        task = task_get(project_id=project_id, task_id=task_id)
+        return Response(
+            log_page(
+                lambda after, count: list(
+                    selectors.task_compile_history(project_id=project_id, task_id=task.id, after=after)[
+                        :count
+                    ]
+                ),
+                limit=request.query["limit"],
+                cursor=request.query.get("cursor"),
+                serialize=lambda rows: CompileHistoryEntrySerializer(rows, many=True).data,
+                position=lambda row: row.compiled_position,
+            )
+        )
+
+
 class ContextDetailView(APIView):
+    query_serializers = {"GET": ExcludedQuery}
+
     @extend_schema(
         operation_id="context_get",
         summary="A compiled context by digest",
-        parameters=[EXCLUDED_PARAMETER],
         responses={200: COMPILED_CONTEXT},
     )
     def get(self, request: Request, digest: str) -> HttpResponse:
@@ -358,13 +414,11 @@ class ContextDetailView(APIView):
 
 
 class ContextExcludedView(APIView):
+    query_serializers = {"GET": ExcludedPageQuery}
+
     @extend_schema(
         operation_id="context_excluded_list",
         summary="Every item and tool a compiled context left out, in order, a page at a time",
-        parameters=[
-            OpenApiParameter("limit", int, OpenApiParameter.QUERY, description=f"1–{EXCLUDED_MAX_LIMIT}"),
-            OpenApiParameter("cursor", str, OpenApiParameter.QUERY, description="the previous next_cursor"),
-        ],
         responses={200: EXCLUDED_PAGE},
     )
     def get(self, request: Request, digest: str) -> HttpResponse:

@@ -24,6 +24,7 @@ from rest_framework.response import Response
 from nexum.core.errors import DomainError, TooLarge
 from nexum.eventstore.models import AppendOnlyError
 from nexum.logs import current_request_id
+from nexum_web.api.strict import UNKNOWN_FIELD, UNKNOWN_PARAMETER
 
 STATUS_BY_KIND = {
     "invalid": status.HTTP_400_BAD_REQUEST,
@@ -82,8 +83,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if isinstance(exc, DjangoValidationError):
         return Response(error_body("invalid", "; ".join(exc.messages)), status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, exceptions.ValidationError):
-        field, message = _first_error(exc.detail)
-        return Response(error_body("invalid", message, field, exc.detail), status=status.HTTP_400_BAD_REQUEST)
+        field, message, code = _first_error(exc.detail)
+        return Response(error_body(code, message, field, exc.detail), status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, exceptions.APIException):
         code = next((name for klass, name in DRF_CODES.items() if isinstance(exc, klass)), "error")
         response = Response(error_body(code, str(exc.detail)), status=exc.status_code)
@@ -120,19 +121,30 @@ def _server_error(exc: Exception, request: Any) -> Response:
     return response
 
 
-def _first_error(detail: Any, prefix: str = "") -> tuple[str | None, str]:
-    """The dotted path and message of the first leaf error in DRF's nested error detail."""
+def _first_error(detail: Any, prefix: str = "") -> tuple[str | None, str, str]:
+    """The dotted path, message and code of the first leaf error in DRF's nested error detail. The code is
+    ``invalid`` but for the codes the strict input bases give (``unknown_field``, ``unknown_parameter``)."""
     if isinstance(detail, dict):
         for key, value in detail.items():
-            path = key if key == "non_field_errors" else (f"{prefix}.{key}" if prefix else str(key))
-            field, message = _first_error(value, path)
-            return (None if field == "non_field_errors" else field), message
+            if key == "non_field_errors":
+                path = key
+            elif isinstance(key, int) or str(key).isdigit():
+                path = f"{prefix}[{key}]"
+            else:
+                path = f"{prefix}.{key}" if prefix else str(key)
+            field, message, code = _first_error(value, path)
+            return (None if field == "non_field_errors" else field), message, code
     if isinstance(detail, list):
         for index, value in enumerate(detail):
             if isinstance(value, dict | list):
                 return _first_error(value, f"{prefix}[{index}]")
-            return (prefix or None), str(value)
-    return (prefix or None), str(detail)
+            return (prefix or None), str(value), _stable_code(value)
+    return (prefix or None), str(detail), _stable_code(detail)
+
+
+def _stable_code(detail: Any) -> str:
+    code = getattr(detail, "code", None)
+    return code if code in (UNKNOWN_FIELD, UNKNOWN_PARAMETER) else "invalid"
 
 
 def json_not_found(request: HttpRequest) -> JsonResponse:

@@ -3,18 +3,20 @@
 
 from __future__ import annotations
 
-from drf_spectacular.types import OpenApiTypes
+import re
+
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework.request import Request
 
 from nexum.core.errors import ValidationFailed
+from nexum_web.api.strict import NOT_BLANK
 
 HEADER = "Idempotency-Key"
 KEY_MAX = 200
 
 IDEMPOTENCY_HEADER = OpenApiParameter(
     HEADER,
-    OpenApiTypes.STR,
+    {"type": "string", "minLength": 1, "maxLength": KEY_MAX, "pattern": NOT_BLANK},
     OpenApiParameter.HEADER,
     required=False,
     description="Makes the POST safe to retry: a repeat with the same key writes nothing and returns the "
@@ -27,6 +29,6 @@ def idempotency_key(request: Request) -> str | None:
     key = request.headers.get(HEADER)
     if key is None:
         return None
-    if not key.strip() or len(key) > KEY_MAX:
+    if not re.search(NOT_BLANK, key) or len(key) > KEY_MAX:
         raise ValidationFailed(f"the {HEADER} header is 1–{KEY_MAX} characters, not blank", field=HEADER)
     return key

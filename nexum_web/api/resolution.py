@@ -21,7 +21,8 @@ from nexum.core.resolution import events as resolution_events
 from nexum.core.resolution.resolver import ResolveBudget
 from nexum_web.api.auth import TRUST_CLASS_CHOICES, OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
-from nexum_web.api.tasks import StrictSerializer
+from nexum_web.api.pagination import ListQuery, keyset_page, page_schema
+from nexum_web.api.strict import StrictInput
 from tasks_app.selectors import goal_get, task_get
 
 
@@ -45,7 +46,7 @@ class ProvenanceMixin(serializers.Serializer):
 # --- requests ---
 
 
-class SourceCreateSerializer(ProvenanceMixin, StrictSerializer):
+class SourceCreateSerializer(ProvenanceMixin, StrictInput):
     name = serializers.CharField(max_length=100)
     kind = serializers.CharField(
         max_length=64, help_text="folder, docs, tickets_json, http_json, or a plugin"
@@ -55,7 +56,7 @@ class SourceCreateSerializer(ProvenanceMixin, StrictSerializer):
     )
 
 
-class GrantCreateSerializer(ProvenanceMixin, StrictSerializer):
+class GrantCreateSerializer(ProvenanceMixin, StrictInput):
     sources = serializers.DictField(
         child=serializers.ListField(child=serializers.CharField(max_length=500), allow_empty=True),
         help_text="source name → granted scopes ([] or ['*'] = every scope the source declares)",
@@ -64,17 +65,17 @@ class GrantCreateSerializer(ProvenanceMixin, StrictSerializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
 
 
-class QuestionSerializer(serializers.Serializer):
+class QuestionSerializer(StrictInput):
     question = serializers.CharField(max_length=2000)
     subjects = serializers.ListField(child=serializers.CharField(max_length=500), min_length=1)
 
 
-class QuestionsSetSerializer(StrictSerializer):
+class QuestionsSetSerializer(StrictInput):
     questions = serializers.ListField(child=serializers.DictField(), max_length=50)
     expected_version = serializers.IntegerField(min_value=0, required=False)
 
 
-class ResolveRequestSerializer(StrictSerializer):
+class ResolveRequestSerializer(StrictInput):
     max_items = serializers.IntegerField(min_value=0, max_value=1000, required=False)
     max_tokens = serializers.IntegerField(min_value=0, max_value=1_000_000, required=False)
     sources = serializers.DictField(
@@ -85,19 +86,19 @@ class ResolveRequestSerializer(StrictSerializer):
     query = serializers.CharField(
         required=False, max_length=4000, help_text="default: objective, inputs, questions"
     )
-    run_async = serializers.BooleanField(
+    async_ = serializers.BooleanField(
         required=False,
         default=False,
         help_text="queue it and answer 202; read the result at /tasks/{id}/bundle",
     )
 
-    def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, dict) and "async" in data:
-            data = {**{k: v for k, v in data.items() if k != "async"}, "run_async": data["async"]}
-        return super().to_internal_value(data)
+    def get_fields(self) -> dict[str, Any]:
+        fields = super().get_fields()
+        fields["async"] = fields.pop("async_")
+        return fields
 
 
-class EscalationResolveSerializer(ProvenanceMixin, StrictSerializer):
+class EscalationResolveSerializer(ProvenanceMixin, StrictInput):
     action = serializers.ChoiceField(choices=resolution_events.RESOLUTION_ACTIONS)
     text = serializers.CharField(required=False, max_length=20000, help_text="supply_fact: the missing fact")
     subject = serializers.CharField(required=False, allow_blank=True, max_length=500)
@@ -113,11 +114,11 @@ class EscalationResolveSerializer(ProvenanceMixin, StrictSerializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
 
 
-class PlanGateOverrideSerializer(ProvenanceMixin, StrictSerializer):
+class PlanGateOverrideSerializer(ProvenanceMixin, StrictInput):
     reason = serializers.CharField(max_length=2000, help_text="why the task may start despite its gaps")
 
 
-class EscalationListQuery(serializers.Serializer):
+class EscalationListQuery(ListQuery):
     state = serializers.ChoiceField(
         choices=(resolution_events.ESCALATION_OPEN, resolution_events.ESCALATION_RESOLVED), required=False
     )
@@ -149,6 +150,7 @@ class QuestionsSerializer(serializers.ModelSerializer):  # type: ignore[type-arg
     class Meta:
         model = TaskQuestions
         fields = ("task_id", "questions", "version", "updated_at")
+        extra_kwargs = {"updated_at": {"allow_null": True, "help_text": "null: never set"}}
 
 
 class EscalationSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -191,6 +193,9 @@ class BundleSerializer(serializers.Serializer):
     tokens_used = serializers.IntegerField()
 
 
+GRANT_PAGE = page_schema("GrantPage", GrantSerializer)
+
+
 class ResolveSerializer(serializers.Serializer):
     resolve_id = serializers.UUIDField()
     task_id = serializers.UUIDField()
@@ -226,11 +231,18 @@ class SourceListCreateView(APIView):
     """The project's sources (R1); register one."""
 
     operator_only = {"POST": OperatorOnly("registering a source")}
+    query_serializers = {"GET": ListQuery}
+    error_statuses = {"POST": (422,)}
 
-    @extend_schema(responses=SourceSerializer(many=True))
+    @extend_schema(responses=page_schema("SourcePage", SourceSerializer))
     def get(self, request: Request) -> Response:
         return Response(
-            SourceSerializer(selectors.source_list(project_id=request.user.project_id), many=True).data
+            keyset_page(
+                selectors.source_list(project_id=request.user.project_id),
+                limit=request.query["limit"],
+                cursor=request.query.get("cursor"),
+                serialize=lambda rows: SourceSerializer(rows, many=True).data,
+            )
         )
 
     @extend_schema(request=SourceCreateSerializer, responses={201: SourceSerializer})
@@ -246,6 +258,8 @@ class SourceListCreateView(APIView):
 class _GrantView(APIView):
     scope = "task"
     operator_only = {"POST": OperatorOnly("issuing a grant")}
+    query_serializers = {"GET": ListQuery}
+    error_statuses = {"POST": (422,)}
 
     def _scope(self, request: Request, scope_id: str) -> dict[str, str]:
         if self.scope == "goal":
@@ -254,7 +268,14 @@ class _GrantView(APIView):
 
     def get(self, request: Request, scope_id: str) -> Response:
         grants = selectors.grant_list(project_id=request.user.project_id, **self._scope(request, scope_id))
-        return Response(GrantSerializer(grants, many=True).data)
+        return Response(
+            keyset_page(
+                grants,
+                limit=request.query["limit"],
+                cursor=request.query.get("cursor"),
+                serialize=lambda rows: GrantSerializer(rows, many=True).data,
+            )
+        )
 
     def post(self, request: Request, scope_id: str) -> Response:
         body = GrantCreateSerializer(data=request.data)
@@ -274,7 +295,7 @@ class GoalGrantView(_GrantView):
 
     scope = "goal"
 
-    @extend_schema(responses=GrantSerializer(many=True))
+    @extend_schema(responses=GRANT_PAGE)
     def get(self, request: Request, scope_id: str) -> Response:
         return super().get(request, scope_id)
 
@@ -290,7 +311,7 @@ class TaskGrantView(_GrantView):
 
     scope = "task"
 
-    @extend_schema(responses=GrantSerializer(many=True))
+    @extend_schema(responses=GRANT_PAGE)
     def get(self, request: Request, scope_id: str) -> Response:
         return super().get(request, scope_id)
 
@@ -333,6 +354,8 @@ class TaskResolveView(APIView):
     (202) — read the result at ``/tasks/{id}/bundle``; with the broker down that is 503 ``broker_unavailable``
     and nothing is queued or written."""
 
+    error_statuses = {"POST": (503,)}
+
     @extend_schema(
         request=ResolveRequestSerializer,
         parameters=[IDEMPOTENCY_HEADER],
@@ -351,7 +374,7 @@ class TaskResolveView(APIView):
                 max_items=data.get("max_items", default.max_items),
                 max_tokens=data.get("max_tokens", default.max_tokens),
             )
-        if data["run_async"] and not custom:
+        if data["async"] and not custom:
             services.bundle_resolve_request(
                 project_id=str(request.user.project_id),
                 task_id=str(task.id),
@@ -379,6 +402,7 @@ class PlanGateOverrideView(APIView):
     a later resolve that still shows gaps closes the gate again."""
 
     operator_only = {"POST": OperatorOnly("overriding the plan gate")}
+    error_statuses = {"POST": (422,)}
 
     @extend_schema(request=PlanGateOverrideSerializer, responses=PlanGateSerializer)
     def post(self, request: Request, task_id: str) -> Response:
@@ -418,16 +442,22 @@ class BundleDetailView(APIView):
 class EscalationListView(APIView):
     """The project's escalations (newest first), by state and task."""
 
-    @extend_schema(parameters=[EscalationListQuery], responses=EscalationSerializer(many=True))
+    query_serializers = {"GET": EscalationListQuery}
+
+    @extend_schema(responses=page_schema("EscalationPage", EscalationSerializer))
     def get(self, request: Request) -> Response:
-        query = EscalationListQuery(data=request.query_params)
-        query.is_valid(raise_exception=True)
+        query = request.query
         escalations = selectors.escalation_list(
-            project_id=request.user.project_id,
-            state=query.validated_data.get("state"),
-            task_id=query.validated_data.get("task"),
+            project_id=request.user.project_id, state=query.get("state"), task_id=query.get("task")
         )
-        return Response(EscalationSerializer(escalations[:500], many=True).data)
+        return Response(
+            keyset_page(
+                escalations,
+                limit=query["limit"],
+                cursor=query.get("cursor"),
+                serialize=lambda rows: EscalationSerializer(rows, many=True).data,
+            )
+        )
 
 
 class EscalationDetailView(APIView):
@@ -441,6 +471,7 @@ class EscalationResolveView(APIView):
     """Close a gap: supply the missing fact, pick a side of a conflict, grant a source, or cancel the task."""
 
     operator_only = {"POST": OperatorOnly("resolving an escalation")}
+    error_statuses = {"POST": (422,)}
 
     @extend_schema(request=EscalationResolveSerializer, responses=EscalationSerializer)
     def post(self, request: Request, escalation_id: str) -> Response:

@@ -1,7 +1,16 @@
-"""The OpenAPI schema says which operations need an operator token, from the same ``operator_only``
-declarations ``nexum_web.api.auth.OperatorOnlyOperations`` enforces: the operation's description says so, it
-carries ``x-nexum-role: operator`` (or ``x-nexum-operator-fields`` when only some body members need one) and
-documents its 403."""
+"""The OpenAPI schema says what the server does, from the declarations the server enforces:
+
+- the operations that need an operator token, from the ``operator_only`` declarations
+  ``nexum_web.api.auth.OperatorOnlyOperations`` enforces: the operation's description says so, it carries
+  ``x-nexum-role: operator`` (or ``x-nexum-operator-fields`` when only some body members need one);
+- the query parameters, from the ``query_serializers`` declarations ``nexum_web.api.strict.DeclaredQueryOnly``
+  enforces (nothing else is accepted);
+- every request body of a ``StrictInput`` is ``additionalProperties: false``;
+- every operation's error responses, each in the one error shape (``Error``): 400 (any bad input, an
+  unknown query parameter included), 401 and 404 for every operation that takes a token, 403 for an
+  operator's operation or a body with a trust class, 409 and 413 for every write, and what a view declares
+  in ``error_statuses`` beyond those (422 refused by policy, 503 unavailable).
+"""
 
 from __future__ import annotations
 
@@ -9,16 +18,82 @@ from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.plumbing import get_doc
+from drf_spectacular.utils import inline_serializer
+from rest_framework import serializers
 
 from nexum.core.roles import OPERATOR
-from nexum_web.api.auth import AgentTokenAuthentication, operator_rule
+from nexum_web.api.auth import AgentTokenAuthentication, CallerTrustField, operator_rule
+from nexum_web.api.pagination import ListQuery
+from nexum_web.api.strict import NOT_BLANK, StrictInput, blank_refused, query_serializer
+
+ERROR = inline_serializer(
+    "Error",
+    {
+        "error": inline_serializer(
+            "ErrorDetail",
+            {
+                "code": serializers.CharField(help_text="stable: see the README's table of codes"),
+                "message": serializers.CharField(),
+                "field": serializers.CharField(allow_null=True, help_text="the input at fault, if one is"),
+                "details": serializers.DictField(),
+                "request_id": serializers.CharField(allow_null=True, help_text="the X-Request-ID"),
+            },
+        )
+    },
+)
+
+ERROR_MEANINGS = {
+    400: "bad input: malformed, unknown member or parameter, wrong type, out of range",
+    401: "no token, or an unknown or revoked one",
+    403: "forbidden to this token (an operator's operation, or a trust class above its ceiling)",
+    404: "not found in the token's project",
+    409: "conflicts with the current state (version, transition, idempotency key, existing name)",
+    413: "the request body or a member of it is too large",
+    422: "well formed but refused by policy",
+    503: "a service it needs is unavailable; nothing was written",
+}
+WRITES = {"POST", "PUT", "PATCH", "DELETE"}
 
 
 class RoleAwareSchema(AutoSchema):
+    def get_operation_id(self) -> str:
+        """``…_list`` for a list (a view whose query declaration is a ``ListQuery``), as for DRF's."""
+        operation_id = super().get_operation_id()
+        declared = query_serializer(self.view, self.method)
+        if declared and issubclass(declared, ListQuery) and operation_id.endswith("_retrieve"):
+            return operation_id.removesuffix("retrieve") + "list"
+        return operation_id
+
+    def get_override_parameters(self) -> list[Any]:
+        declared = query_serializer(self.view, self.method)
+        return [*super().get_override_parameters(), *([declared] if declared else [])]
+
+    def _map_basic_serializer(self, serializer: Any, direction: str) -> dict[str, Any]:
+        schema = super()._map_basic_serializer(serializer, direction)
+        if isinstance(serializer, StrictInput) or (
+            isinstance(serializer, type) and issubclass(serializer, StrictInput)
+        ):
+            schema["additionalProperties"] = False
+            _not_blank_patterns(serializer, schema)
+            if schema.get("description") == get_doc(StrictInput):  # the base's, not the body's
+                del schema["description"]
+            exclusive = [{"not": {"required": list(pair)}} for pair in serializer.exclusive]
+            if exclusive:
+                schema["allOf"] = exclusive
+        return schema
+
     def get_operation(self, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
         operation = super().get_operation(*args, **kwargs)
+        if operation is None:
+            return operation
+        for status in sorted(self._error_statuses(operation)):
+            operation["responses"].setdefault(
+                str(status), {"content": {"application/json": {"schema": self._error_schema()}}}
+            )
+            operation["responses"][str(status)]["description"] = ERROR_MEANINGS[status]
         rule = operator_rule(self.view, self.method)
-        if operation is None or rule is None:
+        if rule is None:
             return operation
         if rule.fields:
             members = ", ".join(f"`{name}`" for name in rule.fields)
@@ -28,10 +103,59 @@ class RoleAwareSchema(AutoSchema):
             note = f"Needs an operator token ({rule.action}); an agent token gets 403 `forbidden`."
             operation["x-nexum-role"] = OPERATOR
         operation["description"] = "\n\n".join(filter(None, [operation.get("description"), note]))
-        operation["responses"].setdefault(
-            "403", {"description": "forbidden: this operation needs an operator token"}
-        )
         return operation
+
+    def _error_schema(self) -> dict[str, Any]:
+        return self.resolve_serializer(ERROR, "response").ref
+
+    def _error_statuses(self, operation: dict[str, Any]) -> set[int]:
+        if not any(operation.get("security", [])):
+            return {400}  # unknown query parameters; no token, no project to look in
+        statuses = {400, 401, 404}
+        if operator_rule(self.view, self.method) is not None or self._takes_trust_class():
+            statuses.add(403)
+        if self.method in WRITES:
+            statuses |= {409, 413}
+        declared: dict[str, tuple[int, ...]] = getattr(self.view, "error_statuses", {})
+        return statuses | set(declared.get(self.method, ()))
+
+    def _takes_trust_class(self) -> bool:
+        if (
+            self.method not in WRITES
+            or type(self).get_request_serializer is AutoSchema.get_request_serializer
+        ):
+            return False  # no body declared (extend_schema declares one by overriding the method)
+        request = self.get_request_serializer()
+        return request is not None and _has_trust_field(request)
+
+
+def _not_blank_patterns(serializer: Any, schema: dict[str, Any]) -> None:
+    """A text member that may not be blank says which characters count: ``NOT_BLANK`` (its own pattern, if
+    it has one, already says more)."""
+    fields = (serializer() if isinstance(serializer, type) else serializer).fields
+    for name, field in fields.items():
+        member = schema["properties"].get(name, {})
+        targets = [member, member.get("items", {})] if "$ref" not in member else []
+        children = [field, getattr(field, "child", None)]
+        for target, declared in zip(targets, children, strict=False):
+            if blank_refused(declared) and target.get("type") == "string" and "pattern" not in target:
+                target["pattern"] = NOT_BLANK
+
+
+def _has_trust_field(serializer: Any) -> bool:
+    if isinstance(serializer, type):
+        serializer = serializer()
+    if isinstance(serializer, serializers.ListSerializer):
+        serializer = serializer.child
+    if not isinstance(serializer, serializers.Serializer):
+        return False
+    for field in serializer.fields.values():
+        if isinstance(field, CallerTrustField):
+            return True
+        child = getattr(field, "child", None)
+        if _has_trust_field(field) or (child is not None and _has_trust_field(child)):
+            return True
+    return False
 
 
 class AgentTokenScheme(OpenApiAuthenticationExtension):

@@ -36,6 +36,8 @@ from rest_framework.views import APIView
 from nexum.core.errors import ValidationFailed
 from nexum.eventstore import store
 from nexum_web.api.errors import error_body
+from nexum_web.api.pagination import MAX_POSITION
+from nexum_web.api.strict import StrictQuery
 from nexum_web.api.views import StoredEventSerializer
 from tasks_app.selectors import token_in_force
 
@@ -56,12 +58,28 @@ class EventStreamRenderer(renderers.BaseRenderer):
         return json.dumps(data).encode()
 
 
-class EventStreamQuery(serializers.Serializer):
+# One message of the stream, as OpenAPI before 3.2 describes an event stream: each event's members.
+SSE_EVENT = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "description": "the event's log position"},
+        "event": {"type": "string", "description": "the event's type"},
+        "data": {"type": "string", "description": "the event as the feed shows it, JSON"},
+        "retry": {"type": "integer", "description": "how long a client waits before reconnecting, in ms"},
+    },
+}
+
+
+class EventStreamQuery(StrictQuery):
     after = serializers.IntegerField(
-        min_value=0, default=0, help_text="start after this log position (Last-Event-ID wins)"
+        min_value=0,
+        max_value=MAX_POSITION,
+        default=0,
+        help_text="start after this log position (Last-Event-ID wins)",
     )
     timeout = serializers.IntegerField(
         min_value=0,
+        max_value=86_400,
         required=False,
         help_text="seconds before the stream closes (0: send what is there and close); at most, and by "
         "default, NEXUM_EVENT_STREAM_MAX_S",
@@ -72,7 +90,7 @@ def _last_event_id(request: Request) -> int | None:
     header = request.headers.get(LAST_EVENT_ID)
     if header is None:
         return None
-    if not header.isascii() or not header.isdigit():
+    if not header.isascii() or not header.isdigit() or int(header) > MAX_POSITION:
         raise ValidationFailed(
             f"{LAST_EVENT_ID} is a log position (a non-negative integer)", field=LAST_EVENT_ID
         )
@@ -83,10 +101,12 @@ class EventStreamView(APIView):
     """The project's events as Server-Sent Events, resumable with Last-Event-ID (see the module docstring)."""
 
     renderer_classes = [renderers.JSONRenderer, EventStreamRenderer]
+    query_serializers = {"GET": EventStreamQuery}
 
     @extend_schema(
         parameters=[
-            EventStreamQuery,
+            # The media type is chosen by the Accept header; DRF's ?format= override is not a parameter here.
+            OpenApiParameter("format", exclude=True),
             OpenApiParameter(
                 LAST_EVENT_ID,
                 OpenApiTypes.INT,
@@ -97,7 +117,7 @@ class EventStreamView(APIView):
         ],
         responses={
             (200, "text/event-stream"): OpenApiResponse(
-                OpenApiTypes.STR,
+                SSE_EVENT,
                 description="`retry: 1000`, then per event `id: <position>`, `event: <type>`, `data: <the "
                 "event as the feed shows it, JSON>`; `: keep-alive` comments while idle; closes after the "
                 "timeout: reconnect with Last-Event-ID",
@@ -105,12 +125,10 @@ class EventStreamView(APIView):
         },
     )
     def get(self, request: Request) -> StreamingHttpResponse:
-        query = EventStreamQuery(data=request.query_params)
-        query.is_valid(raise_exception=True)
         resume = _last_event_id(request)
-        after = query.validated_data["after"] if resume is None else resume
+        after = request.query["after"] if resume is None else resume
         limit = settings.NEXUM_EVENT_STREAM_MAX_S
-        timeout = 0 if request.method == "HEAD" else min(query.validated_data.get("timeout", limit), limit)
+        timeout = 0 if request.method == "HEAD" else min(request.query.get("timeout", limit), limit)
         frames = _frames(request.user.project_id, request.user.token_id, after, time.monotonic() + timeout)
         response = StreamingHttpResponse(frames, content_type="text/event-stream; charset=utf-8")
         response["Cache-Control"] = "no-cache"

@@ -11,48 +11,27 @@ from typing import Any, ClassVar
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.generics import GenericAPIView
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from nexum.core.tasks import (
-    MAX_REASON_CHARS,
-    MAX_TEXT_CHARS,
-    RISKS,
-    TASK_FIELDS,
-    TASK_STATES,
-    UnknownField,
-    printable_name,
-)
+from nexum.core.tasks import MAX_REASON_CHARS, MAX_TEXT_CHARS, RISKS, TASK_FIELDS, TASK_STATES
 from nexum_web.api.auth import OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
+from nexum_web.api.pagination import ListQuery, keyset_page, page_schema
+from nexum_web.api.strict import StrictInput
 from tasks_app import selectors, services
 from tasks_app.models import Task
-
-
-class StrictSerializer(serializers.Serializer):
-    """Refuses members it does not declare (400 ``unknown_field``): nothing sent is silently ignored."""
-
-    def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, dict):
-            unknown = sorted(printable_name(name) for name in set(data) - set(self.fields))
-            if unknown:
-                raise UnknownField(
-                    f"unknown field {unknown[0]!r} (accepted: {', '.join(sorted(self.fields))})",
-                    field=unknown[0],
-                )
-        return super().to_internal_value(data)
-
 
 # --- requests ---
 
 
-class TaskSpecSerializer(serializers.Serializer):
+TASK_KEY = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class TaskSpecSerializer(StrictInput):
     """One step of a goal's plan (documentation of the ``tasks`` items; validated by the task graph rules)."""
 
-    key = serializers.RegexField(
-        r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", help_text="unique within the goal, e.g. s3"
-    )
+    key = serializers.RegexField(TASK_KEY, help_text="unique within the goal, e.g. s3")
     objective = serializers.CharField(max_length=MAX_TEXT_CHARS)
     inputs = serializers.ListField(child=serializers.CharField(), required=False)
     constraints = serializers.ListField(child=serializers.CharField(), required=False)
@@ -76,7 +55,7 @@ class TaskSpecListField(serializers.ListField):
     child = serializers.DictField()
 
 
-class GoalCreateSerializer(StrictSerializer):
+class GoalCreateSerializer(StrictInput):
     objective = serializers.CharField(max_length=MAX_TEXT_CHARS)
     inputs = serializers.ListField(child=serializers.CharField(), required=False, default=list)
     constraints = serializers.ListField(child=serializers.CharField(), required=False, default=list)
@@ -101,7 +80,7 @@ class GoalCreateSerializer(StrictSerializer):
     )
 
 
-class TransitionRequestSerializer(StrictSerializer):
+class TransitionRequestSerializer(StrictInput):
     expected_version = serializers.IntegerField(
         min_value=0, required=False, help_text="the task version you acted on; 409 if it moved on"
     )
@@ -110,13 +89,9 @@ class TransitionRequestSerializer(StrictSerializer):
     )
 
 
-class GoalListQuery(serializers.Serializer):
-    limit = serializers.IntegerField(min_value=1, max_value=200, required=False)
-    offset = serializers.IntegerField(min_value=0, required=False)
-
-
-class TaskListQuery(GoalListQuery):
+class TaskListQuery(ListQuery):
     goal = serializers.UUIDField(required=False, help_text="only this goal's tasks")
+    key = serializers.RegexField(TASK_KEY, required=False, help_text="only the tasks with this key")
     state = serializers.ChoiceField(
         choices=TASK_STATES,
         required=False,
@@ -182,28 +157,29 @@ class GoalDetailSerializer(GoalSerializer):
         return TaskSerializer(selectors.goal_tasks(goal=goal), many=True).data  # type: ignore[return-value]
 
 
-class Pagination(LimitOffsetPagination):
-    default_limit = 50
-    max_limit = 200
-
-
 # --- views ---
 
 
 class GoalListCreateView(GenericAPIView):  # type: ignore[type-arg]
     """Goals of the caller's project (newest first); create a goal with its plan."""
 
-    pagination_class = Pagination
     serializer_class = GoalSerializer
+    query_serializers = {"GET": ListQuery}
+    error_statuses = {"POST": (422,)}
     operator_only = {
         "POST": OperatorOnly("registering verification contracts", fields=("contracts", "contract_origin"))
     }
 
-    @extend_schema(parameters=[GoalListQuery], responses=GoalSerializer(many=True))
+    @extend_schema(responses=page_schema("GoalPage", GoalSerializer))
     def get(self, request: Request) -> Response:
-        GoalListQuery(data=request.query_params).is_valid(raise_exception=True)
-        page = self.paginate_queryset(selectors.goal_list(project_id=request.user.project_id))
-        return self.get_paginated_response(GoalSerializer(page, many=True).data)
+        return Response(
+            keyset_page(
+                selectors.goal_list(project_id=request.user.project_id),
+                limit=request.query["limit"],
+                cursor=request.query.get("cursor"),
+                serialize=lambda goals: GoalSerializer(goals, many=True).data,
+            )
+        )
 
     @extend_schema(
         request=GoalCreateSerializer,
@@ -233,22 +209,40 @@ class GoalDetailView(GenericAPIView):  # type: ignore[type-arg]
         return Response(GoalDetailSerializer(goal).data)
 
 
+class GoalTaskDetailView(GenericAPIView):  # type: ignore[type-arg]
+    """A task addressed by its goal and its key in the goal's plan (as ``GET /tasks/{id}``)."""
+
+    serializer_class = TaskDetailSerializer
+
+    @extend_schema(responses=TaskDetailSerializer)
+    def get(self, request: Request, goal_id: str, key: str) -> Response:
+        task = selectors.goal_task_get(project_id=request.user.project_id, goal_id=goal_id, key=key)
+        return Response(TaskDetailSerializer(task).data)
+
+
 class TaskListView(GenericAPIView):  # type: ignore[type-arg]
-    """The project's tasks (goals excluded), filtered by goal and state, paginated."""
+    """The project's tasks (goals excluded), filtered by goal, state and key, paginated."""
 
-    pagination_class = Pagination
     serializer_class = TaskSerializer
+    query_serializers = {"GET": TaskListQuery}
 
-    @extend_schema(parameters=[TaskListQuery], responses=TaskSerializer(many=True))
+    @extend_schema(responses=page_schema("TaskPage", TaskSerializer))
     def get(self, request: Request) -> Response:
-        query = TaskListQuery(data=request.query_params)
-        query.is_valid(raise_exception=True)
+        query = request.query
         tasks = selectors.task_list(
             project_id=request.user.project_id,
-            goal_id=query.validated_data.get("goal"),
-            state=query.validated_data.get("state"),
+            goal_id=query.get("goal"),
+            state=query.get("state"),
+            key=query.get("key"),
         )
-        return self.get_paginated_response(TaskSerializer(self.paginate_queryset(tasks), many=True).data)
+        return Response(
+            keyset_page(
+                tasks,
+                limit=query["limit"],
+                cursor=query.get("cursor"),
+                serialize=lambda rows: TaskSerializer(rows, many=True).data,
+            )
+        )
 
 
 class TaskDetailView(GenericAPIView):  # type: ignore[type-arg]
@@ -299,11 +293,10 @@ def _transition_view(command: str, summary: str, operator_action: str = "") -> t
         return TaskTransitionView.post(self, request, task_id)
 
     operator_only = {"POST": OperatorOnly(operator_action)} if operator_action else {}
-    return type(
-        f"Task{command.title()}View",
-        (TaskTransitionView,),
-        {"command": command, "__doc__": summary, "post": post, "operator_only": operator_only},
-    )
+    attributes = {"command": command, "__doc__": summary, "post": post, "operator_only": operator_only}
+    if command == "start":
+        attributes["error_statuses"] = {"POST": (422,)}  # the plan gate (R9)
+    return type(f"Task{command.title()}View", (TaskTransitionView,), attributes)
 
 
 TaskStartView = _transition_view(

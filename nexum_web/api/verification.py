@@ -26,14 +26,15 @@ from nexum.core.gate import CHECK_TYPES, MAX_CHECKS, ON_FAILURE_CHOICES
 from nexum.core.verification import MAX_ANSWER_CHARS, MAX_DERIVED_FROM
 from nexum_web.api.auth import TRUST_CLASS_CHOICES, OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
-from nexum_web.api.tasks import StrictSerializer
+from nexum_web.api.pagination import ListQuery, keyset_page, page_schema
+from nexum_web.api.strict import StrictInput
 from verification_app import selectors, services
 from verification_app.models import CheckRun, CompletionRequest, Contract
 
 # --- documentation of a contract (validated by nexum.core.gate.contract_from_dict) ---
 
 
-class CheckSpecSerializer(serializers.Serializer):
+class CheckSpecSerializer(StrictInput):
     """One check. Members by kind: command (argv, cwd, timeout_s, max_output_bytes), file_exists (path),
     file_matches (path, pattern), artifact_matches (artifact_digest, pattern), callable (dotted_path)."""
 
@@ -57,7 +58,7 @@ class CheckSpecSerializer(serializers.Serializer):
     dotted_path = serializers.CharField(required=False, help_text="callable: a registered callable's name")
 
 
-class ContractSpecSerializer(serializers.Serializer):
+class ContractSpecSerializer(StrictInput):
     checks = CheckSpecSerializer(many=True, help_text=f"at most {MAX_CHECKS}")
     require_checks = serializers.BooleanField(required=False, help_text="default true (V3)")
     on_failure = serializers.ChoiceField(
@@ -73,17 +74,8 @@ class ContractField(serializers.DictField):
 # --- requests ---
 
 
-class TextField(serializers.CharField):
-    """A string and only a string: a number or an object is a 400, not silently turned into text."""
-
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)  # type: ignore[no-any-return]
-
-
-class CompleteRequestSerializer(StrictSerializer):
-    answer = TextField(
+class CompleteRequestSerializer(StrictInput):
+    answer = serializers.CharField(
         required=False,
         allow_blank=True,
         default="",
@@ -96,7 +88,7 @@ class CompleteRequestSerializer(StrictSerializer):
     )
 
 
-class ContractRegisterSerializer(StrictSerializer):
+class ContractRegisterSerializer(StrictInput):
     contract = ContractField()
     trust_class = serializers.ChoiceField(
         choices=TRUST_CLASS_CHOICES,
@@ -259,11 +251,18 @@ class TaskCompletionListView(GenericAPIView):  # type: ignore[type-arg]
     """A task's completion requests and gate decisions, newest first."""
 
     serializer_class = CompletionSerializer
+    query_serializers = {"GET": ListQuery}
 
-    @extend_schema(responses=CompletionSerializer(many=True))
+    @extend_schema(responses=page_schema("CompletionPage", CompletionSerializer))
     def get(self, request: Request, task_id: str) -> Response:
-        completions = selectors.task_completions(project_id=request.user.project_id, task_id=task_id)
-        return Response(CompletionSerializer(completions[:50], many=True).data)
+        return Response(
+            keyset_page(
+                selectors.task_completions(project_id=request.user.project_id, task_id=task_id),
+                limit=request.query["limit"],
+                cursor=request.query.get("cursor"),
+                serialize=lambda rows: CompletionSerializer(rows, many=True).data,
+            )
+        )
 
 
 class TaskContractView(GenericAPIView):  # type: ignore[type-arg]
@@ -272,6 +271,7 @@ class TaskContractView(GenericAPIView):  # type: ignore[type-arg]
 
     serializer_class = ContractSerializer
     operator_only = {"PUT": OperatorOnly("registering or replacing a verification contract")}
+    error_statuses = {"PUT": (422,)}
 
     @extend_schema(responses={200: ContractSerializer})
     def get(self, request: Request, task_id: str) -> Response:

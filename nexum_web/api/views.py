@@ -17,6 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from nexum.eventstore import store
+from nexum_web.api.pagination import LogListQuery, log_page, page_schema
 
 
 class HealthView(APIView):
@@ -67,11 +68,6 @@ def _broker_health() -> dict[str, object]:
         return {"ok": False, "mode": "broker", "error": str(error)}
 
 
-class EventFeedQuery(serializers.Serializer):
-    after = serializers.IntegerField(min_value=0, default=0)
-    limit = serializers.IntegerField(min_value=1, max_value=settings.NEXUM_EVENT_FEED_MAX_LIMIT, default=100)
-
-
 class StoredEventSerializer(serializers.Serializer):
     position = serializers.IntegerField()
     stream_id = serializers.CharField()
@@ -84,31 +80,21 @@ class StoredEventSerializer(serializers.Serializer):
 
 
 class EventFeedView(APIView):
-    """The project's events in position order, for subscribers tailing the log (SPEC E8)."""
+    """The project's events in position order, for subscribers tailing the log (SPEC E8): the cursor is a
+    log position, so ``?cursor=<last position seen>`` gives what was appended since."""
 
-    @extend_schema(
-        parameters=[EventFeedQuery],
-        responses=inline_serializer(
-            "EventFeed",
-            {
-                "events": StoredEventSerializer(many=True),
-                "next_after": serializers.IntegerField(),
-                "has_more": serializers.BooleanField(),
-            },
-        ),
-    )
+    query_serializers = {"GET": LogListQuery}
+
+    @extend_schema(responses=page_schema("EventPage", StoredEventSerializer))
     def get(self, request: Request) -> Response:
-        query = EventFeedQuery(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        after, limit = query.validated_data["after"], query.validated_data["limit"]
-        events = store.read_all(after=after, limit=limit + 1, project_id=request.user.project_id)
-        page = events[:limit]
+        project_id = request.user.project_id
         return Response(
-            {
-                "events": StoredEventSerializer(page, many=True).data,
-                "next_after": page[-1].position if page else after,
-                "has_more": len(events) > limit,
-            }
+            log_page(
+                lambda after, count: store.read_all(after=after, limit=count, project_id=project_id),
+                limit=request.query["limit"],
+                cursor=request.query.get("cursor"),
+                serialize=lambda rows: StoredEventSerializer(rows, many=True).data,
+            )
         )
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable, Mapping
+import functools
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from django.http import HttpResponse
@@ -25,61 +26,20 @@ from context_app.world.artifacts import default_store
 from context_app.world.models import Tool, WorldItem
 from nexum.core import world
 from nexum.core.errors import ValidationFailed
-from nexum.core.text import encodes
 from nexum_web.api.auth import CallerTrustField, OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
-
-LIST_MAX_LIMIT = 500
-
+from nexum_web.api.pagination import ListQuery, LogListQuery, keyset_page, log_page, page_schema
+from nexum_web.api.strict import StrictInput, StrictQuery
 
 # --- input ------------------------------------------------------------------------------------------------
 
 
-class StrictText(serializers.CharField):
-    """A JSON string, never a number or a boolean turned into one."""
-
-    default_error_messages = {"encoding": "Not a valid UTF-8 string (unpaired surrogate)."}
-
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            self.fail("invalid")
-        if not encodes(data):
-            self.fail("encoding")
-        return super().to_internal_value(data)
-
-
-class StrictInput(serializers.Serializer):
-    """Refuses members it does not know, naming the first one."""
-
-    def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, Mapping):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                name = unknown[0] if _encodes(unknown[0]) else "(unnamed)"
-                raise serializers.ValidationError({name: ["unknown field"]})
-            for name, value in data.items():
-                if not _encodes(value):
-                    # Refused before any field echoes the value back in an error message it cannot render.
-                    raise serializers.ValidationError({name: ["not valid UTF-8 (unpaired surrogate)"]})
-        return super().to_internal_value(data)
-
-
-def _encodes(value: Any) -> bool:
-    """Whether every string in ``value`` (keys included) is encodable as UTF-8."""
-    if isinstance(value, str):
-        return encodes(value)
-    if isinstance(value, Mapping):
-        return all(_encodes(key) and _encodes(item) for key, item in value.items())
-    if isinstance(value, list | tuple):
-        return all(_encodes(item) for item in value)
-    return True
-
-
-def _text(required: bool = True, max_length: int = world.TEXT_MAX, **kwargs: Any) -> StrictText:
+def _text(required: bool = True, max_length: int = world.TEXT_MAX, **kwargs: Any) -> serializers.CharField:
+    """A text member: required ones may not be empty, optional ones default to "" and may be."""
     if not required:
         kwargs.setdefault("default", "")
         kwargs.setdefault("allow_blank", True)
-    return StrictText(required=required, max_length=max_length, **kwargs)
+    return serializers.CharField(required=required, max_length=max_length, **kwargs)
 
 
 class FactInput(StrictInput):
@@ -111,35 +71,27 @@ class ProgressInput(StrictInput):
 class ToolCallInput(StrictInput):
     tool = _text(max_length=64)
     arguments = serializers.JSONField(
-        required=False, help_text="the call's arguments; only their digest is kept"
+        required=False,
+        allow_null=True,
+        help_text="the call's arguments (any JSON); only their digest is kept",
     )
-    arguments_digest = StrictText(required=False, min_length=64, max_length=64)
+    arguments_digest = serializers.RegexField(r"^[0-9a-f]{64}$", required=False, help_text="sha256, hex")
     result_summary = _text()
     trust_class = CallerTrustField()
 
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if "arguments" in attrs and "arguments_digest" in attrs:
-            raise serializers.ValidationError(
-                {"arguments_digest": ["give arguments or arguments_digest, not both"]}
-            )
-        return attrs
+    exclusive = (("arguments", "arguments_digest"),)
 
 
 class ArtifactInput(StrictInput):
     summary = _text()
     uri = _text(required=False, max_length=world.SHORT_MAX)
-    excerpt = StrictText(required=False, allow_blank=True, max_length=world.TEXT_MAX)
+    excerpt = serializers.CharField(required=False, allow_blank=True, max_length=world.TEXT_MAX)
     media_type = _text(required=False, max_length=200)
-    content_base64 = StrictText(required=False, allow_blank=True, trim_whitespace=False)
-    content_text = StrictText(required=False, allow_blank=True, trim_whitespace=False)
+    content_base64 = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    content_text = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
     trust_class = CallerTrustField()
 
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if "content_base64" in attrs and "content_text" in attrs:
-            raise serializers.ValidationError(
-                {"content_text": ["give content_base64 or content_text, not both"]}
-            )
-        return attrs
+    exclusive = (("content_base64", "content_text"),)
 
 
 class FactVerifyInput(StrictInput):
@@ -154,8 +106,8 @@ class FactRetractInput(StrictInput):
 
 class FactSupersedeInput(StrictInput):
     text = _text()
-    source = StrictText(required=False, allow_blank=True, max_length=world.SHORT_MAX)
-    subject = StrictText(required=False, allow_blank=True, max_length=world.SHORT_MAX)
+    source = serializers.CharField(required=False, allow_blank=True, max_length=world.SHORT_MAX)
+    subject = serializers.CharField(required=False, allow_blank=True, max_length=world.SHORT_MAX)
     observed_at = serializers.DateTimeField(required=False, default=None, allow_null=True)
     trust_class = CallerTrustField()
     verified = serializers.BooleanField(required=False, default=False)
@@ -171,21 +123,29 @@ class ToolInput(StrictInput):
     expected_version = serializers.IntegerField(required=False, min_value=0, default=None)
 
 
+TOOL_NAME = world.TOOL_NAME.pattern
+TOOL_NAME_IN_PATH = OpenApiParameter("name", str, OpenApiParameter.PATH, pattern=TOOL_NAME)
+
+
 class ToolCreateInput(ToolInput):
-    name = _text(max_length=64)
+    name = serializers.RegexField(TOOL_NAME, help_text="1–64 letters, digits, '_', '-' or '.'")
 
 
 class ToolScopeInput(StrictInput):
     allowed = serializers.ListField(
-        child=StrictText(max_length=64), allow_null=True, required=False, default=None, max_length=1000
+        child=serializers.CharField(max_length=64),
+        allow_null=True,
+        required=False,
+        default=None,
+        max_length=1000,
     )
     pinned = serializers.ListField(
-        child=StrictText(max_length=64), required=False, default=list, max_length=1000
+        child=serializers.CharField(max_length=64), required=False, default=list, max_length=1000
     )
     expected_version = serializers.IntegerField(required=False, min_value=0, default=None)
 
 
-class ItemQuery(serializers.Serializer):
+class ItemQuery(LogListQuery):
     goal = serializers.UUIDField(required=False)
     task = serializers.UUIDField(required=False)
     kind = serializers.ChoiceField(choices=world.ITEM_KINDS, required=False)
@@ -195,8 +155,6 @@ class ItemQuery(serializers.Serializer):
     current = serializers.BooleanField(
         required=False, default=False, help_text="leave out superseded and retracted facts"
     )
-    after = serializers.IntegerField(min_value=0, default=0, help_text="log position to page from")
-    limit = serializers.IntegerField(min_value=1, max_value=LIST_MAX_LIMIT, default=100)
 
 
 # --- output -----------------------------------------------------------------------------------------------
@@ -215,9 +173,12 @@ _KIND_SPECIFIC = {name for names in KIND_FIELDS.values() for name in names}
 class ItemSerializer(serializers.ModelSerializer):
     """An item; members of other kinds are left out (a fact has ``verified``, a decision ``rationale`` …)."""
 
-    summary = serializers.CharField(source="text", read_only=True, help_text="artifacts: the summary")
-    result_summary = serializers.CharField(source="text", read_only=True, help_text="tool calls")
-    content_sha256 = serializers.CharField(allow_null=True, read_only=True)
+    # Kind-specific members are present only on their kind's items: not required in the schema.
+    summary = serializers.CharField(source="text", required=False, help_text="artifacts: the summary")
+    result_summary = serializers.CharField(source="text", required=False, help_text="tool calls")
+    content_sha256 = serializers.CharField(
+        allow_null=True, required=False, help_text="artifacts: sha256 of the stored content, if any"
+    )
 
     class Meta:
         model = WorldItem
@@ -240,6 +201,7 @@ class ItemSerializer(serializers.ModelSerializer):
             "version",
             *sorted(_KIND_SPECIFIC),
         )
+        extra_kwargs = {name: {"required": False} for name in _KIND_SPECIFIC}
 
     def to_representation(self, instance: WorldItem) -> dict[str, Any]:
         data = super().to_representation(instance)
@@ -276,14 +238,7 @@ class ToolSerializer(serializers.ModelSerializer):
         )
 
 
-ITEM_PAGE = inline_serializer(
-    "ItemPage",
-    {
-        "items": ItemSerializer(many=True),
-        "next_after": serializers.IntegerField(),
-        "has_more": serializers.BooleanField(),
-    },
-)
+ITEM_PAGE = page_schema("ItemPage", ItemSerializer)
 FACT_WITH_HISTORY = inline_serializer(
     "FactWithHistory", {"fact": ItemSerializer(), "history": HistoryEntrySerializer(many=True)}
 )
@@ -482,17 +437,15 @@ class FactSupersedeView(APIView):
 
 
 class ItemListView(APIView):
+    query_serializers = {"GET": ItemQuery}
+
     @extend_schema(
         operation_id="v1_items_list",
         summary="Items in log order, filtered by goal, task (what it sees, or its own) and kind",
-        parameters=[ItemQuery],
         responses=ITEM_PAGE,
     )
     def get(self, request: Request) -> Response:
-        query = ItemQuery(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        values = query.validated_data
-        project_id = request.user.project_id
+        values = request.query
         goal_id = task_id = task_goal_id = None
         if "goal" in values:
             goal_id = _scope(request, goal_id=str(values["goal"])).goal_id
@@ -502,25 +455,23 @@ class ItemListView(APIView):
                 goal_id = scope.goal_id
             else:
                 task_id, task_goal_id = scope.task_id, scope.goal_id
-        items = list(
-            selectors.item_list(
-                project_id=project_id,
-                goal_id=goal_id,
-                task_id=task_id,
-                task_goal_id=task_goal_id,
-                own_only=values["own"],
-                kinds=[values["kind"]] if "kind" in values else None,
-                current_only=values["current"],
-                after=values["after"],
-            )[: values["limit"] + 1]
+        items = functools.partial(
+            selectors.item_list,
+            project_id=request.user.project_id,
+            goal_id=goal_id,
+            task_id=task_id,
+            task_goal_id=task_goal_id,
+            own_only=values["own"],
+            kinds=[values["kind"]] if "kind" in values else None,
+            current_only=values["current"],
         )
-        page = items[: values["limit"]]
         return Response(
-            {
-                "items": ItemSerializer(page, many=True).data,
-                "next_after": page[-1].position if page else values["after"],
-                "has_more": len(items) > values["limit"],
-            }
+            log_page(
+                lambda after, count: list(items(after=after)[:count]),
+                limit=values["limit"],
+                cursor=values.get("cursor"),
+                serialize=lambda rows: ItemSerializer(rows, many=True).data,
+            )
         )
 
 
@@ -556,11 +507,19 @@ TOOL_SCOPE = "narrowing or pinning the tools of a goal or task"
 
 class ToolListView(APIView):
     operator_only = {"POST": OperatorOnly(TOOL_REGISTRY)}
+    query_serializers = {"GET": ListQuery}
 
-    @extend_schema(summary="The project's tool registry, by name", responses=ToolSerializer(many=True))
+    @extend_schema(
+        summary="The project's tool registry, by name", responses=page_schema("ToolPage", ToolSerializer)
+    )
     def get(self, request: Request) -> Response:
         return Response(
-            ToolSerializer(selectors.tool_list(project_id=request.user.project_id), many=True).data
+            keyset_page(
+                selectors.tool_list(project_id=request.user.project_id),
+                limit=request.query["limit"],
+                cursor=request.query.get("cursor"),
+                serialize=lambda tools: ToolSerializer(tools, many=True).data,
+            )
         )
 
     @extend_schema(
@@ -582,10 +541,15 @@ class ToolListView(APIView):
         return Response(ToolSerializer(tool).data, status=status.HTTP_201_CREATED)
 
 
+class ToolDeleteQuery(StrictQuery):
+    expected_version = serializers.IntegerField(required=False, min_value=0, max_value=2**31 - 1)
+
+
 class ToolDetailView(APIView):
     operator_only = {"PUT": OperatorOnly(TOOL_REGISTRY), "DELETE": OperatorOnly(TOOL_REGISTRY)}
+    query_serializers = {"DELETE": ToolDeleteQuery}
 
-    @extend_schema(summary="One tool", responses=ToolSerializer)
+    @extend_schema(summary="One tool", parameters=[TOOL_NAME_IN_PATH], responses=ToolSerializer)
     def get(self, request: Request, name: str) -> Response:
         return Response(
             ToolSerializer(selectors.tool_get(project_id=request.user.project_id, name=name)).data
@@ -594,7 +558,7 @@ class ToolDetailView(APIView):
     @extend_schema(
         summary="Register or redefine a tool (the whole definition)",
         request=ToolInput,
-        parameters=[IDEMPOTENCY_HEADER],
+        parameters=[TOOL_NAME_IN_PATH, IDEMPOTENCY_HEADER],
         responses=ToolSerializer,
     )
     def put(self, request: Request, name: str) -> Response:
@@ -610,24 +574,16 @@ class ToolDetailView(APIView):
         return Response(ToolSerializer(tool).data)
 
     @extend_schema(
-        summary="Remove a tool from the registry",
-        parameters=[OpenApiParameter("expected_version", OpenApiTypes.INT, OpenApiParameter.QUERY)],
-        responses={204: None},
+        summary="Remove a tool from the registry", parameters=[TOOL_NAME_IN_PATH], responses={204: None}
     )
     def delete(self, request: Request, name: str) -> Response:
-        query = ToolDeleteQuery(data=request.query_params)
-        query.is_valid(raise_exception=True)
         services.tool_remove(
             project_id=request.user.project_id,
             name=name,
-            expected_version=query.validated_data.get("expected_version"),
+            expected_version=request.query.get("expected_version"),
             actor=request.user.actor,
         )
         return Response(status=status.HTTP_204_NO_CONTENT)
-
-
-class ToolDeleteQuery(serializers.Serializer):
-    expected_version = serializers.IntegerField(required=False, min_value=0)
 
 
 class _ScopeToolsView(APIView):

@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from nexum_web.api.auth import OperatorOnly
-from nexum_web.api.tasks import StrictSerializer
+from nexum_web.api.strict import StrictInput, StrictQuery
 from nexum_web.webhooks import services
 from nexum_web.webhooks.models import SHOWN_FIELDS, Webhook, WebhookAttempt, WebhookDelivery
 
@@ -21,7 +21,7 @@ DELIVERIES_MAX_LIMIT = 200
 OPERATOR_ONLY = OperatorOnly("configuring webhooks")
 
 
-class WebhookCreateSerializer(StrictSerializer):
+class WebhookCreateSerializer(StrictInput):
     url = serializers.CharField(
         max_length=2000, help_text="http(s); its host must be on NEXUM_SOURCE_HTTP_ALLOW"
     )
@@ -68,7 +68,7 @@ class DeliverySerializer(serializers.ModelSerializer):
         )
 
 
-class DeliveryQuery(serializers.Serializer):
+class DeliveryQuery(StrictQuery):
     cursor = serializers.IntegerField(min_value=0, default=0, help_text="the log position to page from")
     limit = serializers.IntegerField(min_value=1, max_value=DELIVERIES_MAX_LIMIT, default=50)
 
@@ -116,9 +116,9 @@ class WebhookDeliveryListView(APIView):
     """A webhook's deliveries in log order, each with its attempts."""
 
     operator_only = {"GET": OPERATOR_ONLY}
+    query_serializers = {"GET": DeliveryQuery}
 
     @extend_schema(
-        parameters=[DeliveryQuery],
         responses=inline_serializer(
             "WebhookDeliveryPage",
             {
@@ -128,12 +128,10 @@ class WebhookDeliveryListView(APIView):
         ),
     )
     def get(self, request: Request, webhook_id: str) -> Response:
-        query = DeliveryQuery(data=request.query_params)
-        query.is_valid(raise_exception=True)
         webhook = services.webhook_get(project_id=request.user.project_id, webhook_id=webhook_id)
-        limit = query.validated_data["limit"]
+        limit = request.query["limit"]
         rows: list[Any] = list(
-            webhook.deliveries.filter(position__gt=query.validated_data["cursor"])
+            webhook.deliveries.filter(position__gt=request.query["cursor"])
             .prefetch_related("attempt_log")
             .order_by("position")[: limit + 1]
         )

@@ -64,11 +64,11 @@ def test_feed_pages_through_the_projects_events_in_order(api, project):
             expected_version=n,
             project_id=str(project.id),
         )
-    first = api.get("/api/v1/events", {"after": 0, "limit": 3}).json()
-    assert first["has_more"] is True
-    second = api.get("/api/v1/events", {"after": first["next_after"], "limit": 100}).json()
-    assert second["has_more"] is False
-    events = first["events"] + second["events"]
+    first = api.get("/api/v1/events", {"limit": 3}).json()
+    assert first["next_cursor"] == str(first["results"][-1]["position"])  # the cursor is a log position
+    second = api.get("/api/v1/events", {"cursor": first["next_cursor"], "limit": 100}).json()
+    assert second["next_cursor"] is None
+    events = first["results"] + second["results"]
     positions = [e["position"] for e in events]
     assert positions == sorted(positions)
     pings = [e["data"]["ping_id"] for e in events if e["type"] == "HealthPinged"]
@@ -92,17 +92,19 @@ def test_feed_never_shows_another_projects_events(api, other_api, other_project)
         expected_version=0,
         project_id=str(other_project.id),
     )
-    mine = api.get("/api/v1/events").json()["events"]
+    mine = api.get("/api/v1/events").json()["results"]
     assert all(e["stream_id"] != "secret" for e in mine)
-    theirs = other_api.get("/api/v1/events").json()["events"]
+    theirs = other_api.get("/api/v1/events").json()["results"]
     assert any(e["stream_id"] == "secret" for e in theirs)
 
 
 @pytest.mark.parametrize(
     ("query", "field"),
     [
-        ({"after": "-1"}, "after"),
-        ({"after": "abc"}, "after"),
+        ({"cursor": "-1"}, "cursor"),
+        ({"cursor": "abc"}, "cursor"),
+        ({"cursor": "99999999999999999999"}, "cursor"),
+        ({"cursor": ""}, "cursor"),
         ({"limit": "0"}, "limit"),
         ({"limit": "100000"}, "limit"),
         ({"limit": "1.5"}, "limit"),
@@ -110,6 +112,13 @@ def test_feed_never_shows_another_projects_events(api, other_api, other_project)
 )
 def test_bad_feed_parameters_are_400_naming_the_field(api, query, field):
     assert_error(api.get("/api/v1/events", query), 400, "invalid", field)
+
+
+@pytest.mark.parametrize("query", [{"after": "3"}, {"limit": "5", "page": "2"}])
+def test_unknown_feed_parameters_are_400_and_name_the_parameter(api, query):
+    assert_error(
+        api.get("/api/v1/events", query), 400, "unknown_parameter", sorted(set(query) - {"limit"})[0]
+    )
 
 
 def test_unknown_endpoint_is_json_404(api):

@@ -152,12 +152,12 @@ def test_a_malformed_json_body_is_400(operator_api, catalog):
 
 
 @pytest.mark.parametrize("word", ["nope", "QUICK", "constructor", "__proto__", "__class__", "x" * 300])
-def test_an_unknown_word_is_400_and_writes_nothing(operator_api, catalog, word):
+def test_an_unknown_word_in_the_path_is_404_and_writes_nothing(operator_api, catalog, word):
     before = EventRow.objects.count()
     assert_error(
-        put_overlay(operator_api, word, {"context_tokens": 1_000}), 400, "unknown_model_word", "word"
+        put_overlay(operator_api, word, {"context_tokens": 1_000}), 404, "unknown_model_word", "word"
     )
-    assert_error(operator_api.delete(f"/api/v1/models/{word}/overlay"), 400, "unknown_model_word", "word")
+    assert_error(operator_api.delete(f"/api/v1/models/{word}/overlay"), 404, "unknown_model_word", "word")
     assert EventRow.objects.count() == before
 
 
@@ -262,9 +262,9 @@ def test_another_projects_catalog_is_invisible(operator_api, catalog, other_oper
     )
     assert other_operator_api.get("/api/v1/models").json()["words"] == []
     assert_error(
-        put_overlay(other_operator_api, "quick", {"context_tokens": 1_000}), 400, "unknown_model_word"
+        put_overlay(other_operator_api, "quick", {"context_tokens": 1_000}), 404, "unknown_model_word"
     )
-    assert_error(other_operator_api.delete("/api/v1/models/quick/overlay"), 400, "unknown_model_word")
+    assert_error(other_operator_api.delete("/api/v1/models/quick/overlay"), 404, "unknown_model_word")
     assert selectors.overlays_for(str(catalog.id))["quick"].context_tokens == 9_000
 
 

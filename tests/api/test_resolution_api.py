@@ -41,8 +41,8 @@ def test_the_resolve_path_through_the_api(
             "/api/v1/sources", {"name": name, "kind": "tickets_json", "config": {"path": path}}, format="json"
         )
         assert response.status_code == 201, response.json()
-    assert [s["name"] for s in api.get("/api/v1/sources").json()] == ["ops", "wiki"]
-    assert other_api.get("/api/v1/sources").json() == []
+    assert [s["name"] for s in api.get("/api/v1/sources").json()["results"]] == ["ops", "wiki"]
+    assert other_api.get("/api/v1/sources").json()["results"] == []
 
     goal = _goal(api, inputs=["deploy port"])
     task_id = goal["tasks"][0]["id"]
@@ -50,7 +50,7 @@ def test_the_resolve_path_through_the_api(
         f"/api/v1/goals/{goal['id']}/grants", {"sources": {"ops": ["*"], "wiki": []}}, format="json"
     )
     assert response.status_code == 201, response.json()
-    assert len(api.get(f"/api/v1/goals/{goal['id']}/grants").json()) == 1
+    assert len(api.get(f"/api/v1/goals/{goal['id']}/grants").json()["results"]) == 1
     assert (
         other_operator_api.post(
             f"/api/v1/tasks/{task_id}/grants", {"sources": {"ops": []}}, format="json"
@@ -78,8 +78,8 @@ def test_the_resolve_path_through_the_api(
     refused = api.post(f"/api/v1/tasks/{task_id}/start", {}, format="json")
     assert refused.status_code == 422 and refused.json()["error"]["code"] == "plan_gate_closed"
 
-    escalations = api.get("/api/v1/escalations?state=open").json()
-    assert len(escalations) == 1 and other_api.get("/api/v1/escalations").json() == []
+    escalations = api.get("/api/v1/escalations?state=open").json()["results"]
+    assert len(escalations) == 1 and other_api.get("/api/v1/escalations").json()["results"] == []
     escalation = escalations[0]
     evidence = escalation["evidence"]
     assert {e["source"] for e in evidence} == {"ops", "wiki"}
@@ -142,7 +142,7 @@ def test_the_resolve_path_through_the_api(
 def test_bad_source_input_is_a_400_and_writes_nothing(api, operator_api, path, body):
     response = operator_api.post(path, body, format="json")
     assert response.status_code == 400, response.json()
-    assert api.get("/api/v1/sources").json() == []
+    assert api.get("/api/v1/sources").json()["results"] == []
 
 
 @pytest.mark.django_db

@@ -344,7 +344,7 @@ def test_compile_evidence_is_capped_at_the_callers_ceiling_and_agent_items_rende
     prompt = compiled.json()["context"]["prompt_block"]
     assert "- Read the deploy script" in prompt  # not quoted as untrusted data
     assert "- [supplied with the compile request]\n  3 tests failed" in prompt
-    items = api.get("/api/v1/items", {"task": world.s1, "own": "true", "kind": "progress"}).json()["items"]
+    items = api.get("/api/v1/items", {"task": world.s1, "own": "true", "kind": "progress"}).json()["results"]
     assert [item["trust_class"] for item in items] == ["agent_reported"]
 
 
@@ -470,7 +470,7 @@ def test_staff_resolve_in_the_escalation_ui_what_an_agent_token_may_not(api, wor
     assert response.status_code == 302, response.content
     escalation = Escalation.objects.get(id=world.escalation)
     assert (escalation.state, escalation.resolved_by) == ("resolved", "human:admin")
-    fact = api.get("/api/v1/items", {"task": world.s1, "kind": "fact"}).json()["items"][0]
+    fact = api.get("/api/v1/items", {"task": world.s1, "kind": "fact"}).json()["results"][0]
     assert (fact["trust_class"], fact["verified"]) == ("repository_authored", True)
 
 

@@ -49,7 +49,7 @@ def test_a_folder_source_outside_the_roots_is_refused_and_nothing_is_written(ope
         _refused(_source(operator_api, kind, path=path), "path")
     _refused(_source(operator_api, "tickets_json", path=f"{path}/plans.md"), "path")
     assert Event.objects.count() == events
-    assert operator_api.get("/api/v1/sources").json() == []
+    assert operator_api.get("/api/v1/sources").json()["results"] == []
 
 
 @pytest.mark.django_db

@@ -58,16 +58,19 @@ def test_create_a_goal_and_read_it_back(api):
     )
     assert api.get(f"/api/v1/goals/{goal['id']}").json() == goal
     listed = api.get("/api/v1/goals").json()
-    assert listed["count"] == 1 and listed["results"][0]["id"] == goal["id"]
+    assert len(listed["results"]) == 1 and listed["results"][0]["id"] == goal["id"]
+    assert listed["next_cursor"] is None
     assert "tasks" not in listed["results"][0]
 
 
 def test_goals_and_tasks_are_paginated_and_filtered(api):
     goals = [create_goal(api) for _ in range(3)]
     page = api.get("/api/v1/goals?limit=2").json()
-    assert page["count"] == 3 and len(page["results"]) == 2 and page["next"]
-    assert [g["id"] for g in page["results"]] == [g["id"] for g in reversed(goals)][:2]
-    assert api.get("/api/v1/tasks").json()["count"] == 6
+    assert len(page["results"]) == 2 and page["next_cursor"]
+    rest = api.get("/api/v1/goals", {"limit": 2, "cursor": page["next_cursor"]}).json()
+    assert rest["next_cursor"] is None
+    assert [g["id"] for g in page["results"] + rest["results"]] == [g["id"] for g in reversed(goals)]
+    assert len(api.get("/api/v1/tasks").json()["results"]) == 6
     first = goals[0]
     only = api.get(f"/api/v1/tasks?goal={first['id']}").json()
     assert [t["key"] for t in only["results"]] == ["s1", "s2"]
@@ -231,8 +234,8 @@ def test_another_projects_goals_and_tasks_are_404_and_nothing_is_written(api, ot
         assert_error(post(other_api, s1, command), 404, "not_found")
     for command in ("start", "fail", "block", "unblock", "cancel", "complete"):
         assert_error(post(other_operator_api, s1, command), 404, "not_found")
-    assert other_api.get("/api/v1/goals").json()["count"] == 0
-    assert other_api.get("/api/v1/tasks").json()["count"] == 0
+    assert other_api.get("/api/v1/goals").json() == {"results": [], "next_cursor": None}
+    assert other_api.get("/api/v1/tasks").json() == {"results": [], "next_cursor": None}
     assert_error(api.get("/api/v1/tasks/not-a-uuid"), 404, "not_found")
     assert_error(post(api, "not-a-uuid", "start"), 404, "not_found")
     assert_error(api.get("/api/v1/goals/not-a-uuid"), 404, "not_found")
@@ -313,7 +316,15 @@ def test_the_schema_documents_the_task_endpoints(api):
         assert path in paths
     for command in ("start", "fail", "block", "unblock", "cancel", "complete"):
         assert "post" in paths[f"/api/v1/tasks/{{task_id}}/{command}"]
-    assert "TaskSpec" in schema["components"]["schemas"]
+    assert "TaskSpecRequest" in schema["components"]["schemas"]
+    assert "/api/v1/goals/{goal_id}/tasks/{key}" in paths
+    assert {p["name"] for p in paths["/api/v1/tasks"]["get"]["parameters"]} == {
+        "goal",
+        "state",
+        "key",
+        "limit",
+        "cursor",
+    }
 
 
 # --- the admin: read-only, no way to complete ------------------------------------------------------------

@@ -51,7 +51,7 @@ def test_complete_returns_the_decision_with_the_answer_beside_the_checks(api, op
     )
     polled = api.get(f"/api/v1/completions/{completion['request_id']}").json()
     assert polled == completion
-    listed = api.get(f"/api/v1/tasks/{task_id}/completions").json()
+    listed = api.get(f"/api/v1/tasks/{task_id}/completions").json()["results"]
     assert [item["request_id"] for item in listed] == [completion["request_id"]]
     contract = api.get(f"/api/v1/tasks/{task_id}/contract").json()
     assert contract["revision"] == 1 and contract["checks"][0]["argv"] == ["sh", "-c", "echo 3 passed"]

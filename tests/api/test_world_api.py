@@ -86,16 +86,16 @@ def test_record_one_of_each_and_list_them(api, plan):
     assert content.status_code == 200 and content.content == b"hello\nworld"
 
     everything = api.get("/api/v1/items", {"goal": str(goal.id)}).json()
-    assert len(everything["items"]) == 10 and everything["has_more"] is False
-    seen_by_test = api.get("/api/v1/items", {"task": str(test.id)}).json()["items"]
+    assert len(everything["results"]) == 10 and everything["next_cursor"] is None
+    seen_by_test = api.get("/api/v1/items", {"task": str(test.id)}).json()["results"]
     assert {item["kind"] for item in seen_by_test} == {"fact", "decision", "artifact", "progress"}
     assert all(item["task_id"] is None for item in seen_by_test)
-    own = api.get("/api/v1/items", {"task": str(build.id), "own": "true", "kind": "fact"}).json()["items"]
+    own = api.get("/api/v1/items", {"task": str(build.id), "own": "true", "kind": "fact"}).json()["results"]
     assert [item["text"] for item in own] == ["wheel built"]
     first = api.get("/api/v1/items", {"limit": 3}).json()
-    assert first["has_more"] is True
-    rest = api.get("/api/v1/items", {"after": first["next_after"], "limit": 100}).json()
-    assert len(first["items"]) + len(rest["items"]) == 10
+    assert first["next_cursor"] == str(first["results"][-1]["position"])
+    rest = api.get("/api/v1/items", {"cursor": first["next_cursor"], "limit": 100}).json()
+    assert len(first["results"]) + len(rest["results"]) == 10 and rest["next_cursor"] is None
     detail = api.get(f"/api/v1/items/{tool_call['id']}")
     assert detail.status_code == 200 and detail.json() == tool_call
 
@@ -124,7 +124,7 @@ def test_fact_lifecycle_through_the_api(api, plan):
     retracted = post(api, f"/api/v1/facts/{newer.json()['id']}/retract", {"reason": "wrong machine"})
     assert retracted.json()["status"] == "retracted"
     current = api.get("/api/v1/items", {"task": str(build.id), "kind": "fact", "current": "true"}).json()
-    assert current["items"] == []
+    assert current["results"] == []
 
 
 def test_idempotency_key_header(api, plan):
@@ -225,8 +225,8 @@ def test_tools_registry_and_narrowing(operator_api, api, other_api, plan):
         409,
         "concurrency_conflict",
     )
-    assert [tool["name"] for tool in api.get("/api/v1/tools").json()] == ["search", "shell"]
-    assert other_api.get("/api/v1/tools").json() == []
+    assert [tool["name"] for tool in api.get("/api/v1/tools").json()["results"]] == ["search", "shell"]
+    assert other_api.get("/api/v1/tools").json()["results"] == []
     assert_error(other_api.get("/api/v1/tools/shell"), 404)
     narrowed = operator_api.put(f"/api/v1/goals/{goal.id}/tools", {"allowed": ["shell"]}, format="json")
     assert narrowed.status_code == 200 and [t["name"] for t in narrowed.json()["tools"]] == ["shell"]
@@ -284,7 +284,7 @@ BAD_INPUT = [
     (f"/api/v1/facts/{FACT}/supersede", {"reason": "r"}, "text"),
     (f"/api/v1/goals/{GOAL}/facts", {"text": "a\x00b"}, "text"),
     (f"/api/v1/goals/{GOAL}/facts", {"text": "x", "observed_at": "0001-01-01T00:00:00+05:00"}, "observed_at"),
-    ("/api/v1/tools", {"name": "t", "schema": {"type": "obj\x00ect"}}, "schema"),
+    ("/api/v1/tools", {"name": "t", "schema": {"type": "obj\x00ect"}}, "schema.type"),
     ("/api/v1/tools", {}, "name"),
     ("/api/v1/tools", {"name": "has space"}, "name"),
     ("/api/v1/tools", {"name": "t", "schema": "object"}, "schema"),
@@ -324,11 +324,13 @@ def test_bad_put_and_query_input_is_400(api, operator_api, plan):
             ),
             "pinned",
         ),
-        (operator_api.put(f"/api/v1/tasks/{build.id}/tools", {"pinned": [1]}, format="json"), "pinned.0"),
+        (operator_api.put(f"/api/v1/tasks/{build.id}/tools", {"pinned": [1]}, format="json"), "pinned[0]"),
         (api.get("/api/v1/items", {"goal": "not-a-uuid"}), "goal"),
         (api.get("/api/v1/items", {"kind": "rumour"}), "kind"),
         (api.get("/api/v1/items", {"limit": 0}), "limit"),
-        (api.get("/api/v1/items", {"after": -1}), "after"),
+        (api.get("/api/v1/items", {"cursor": -1}), "cursor"),
+        (api.get("/api/v1/items", {"after": 3}), "after"),
+        (api.get("/api/v1/items", {"task": ""}), "task"),
         (operator_api.delete("/api/v1/tools/shell?expected_version=x"), "expected_version"),
         (
             post(api, f"/api/v1/goals/{goal.id}/facts", {"text": "x"}, HTTP_IDEMPOTENCY_KEY="k" * 201),
@@ -382,7 +384,7 @@ def test_unpaired_surrogates_are_400(api, operator_api, plan, field):
         else '{"text": "ok", "FIELD": "\\ud800"}'.replace("FIELD", field)
     )
     response = api.post(f"/api/v1/goals/{goal.id}/facts", body, content_type="application/json")
-    assert assert_error(response, 400)["field"] == (field if field != "\\ud800" else "(unnamed)")
+    assert assert_error(response, 400)["field"] == (field if field != "\\ud800" else "'\\ud800'")
     tool = '{"name": "t", "schema": {"\\ud800": 1}}'
     response = operator_api.post("/api/v1/tools", tool, content_type="application/json")
     assert assert_error(response, 400)["field"] == "schema"

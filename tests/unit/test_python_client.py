@@ -132,12 +132,13 @@ def test_the_event_feed_follows_the_cursor_page_by_page():
     ]
 
     def handler(request, count):
-        after = int(request.url.params.get("after", 0))
+        after = int(request.url.params.get("cursor", 0))
         limit = int(request.url.params["limit"])
         page = [event for event in log if event["position"] > after][:limit]
-        has_more = bool(page) and page[-1]["position"] < log[-1]["position"]
-        next_after = page[-1]["position"] if page else after
-        return httpx.Response(200, json={"events": page, "next_after": next_after, "has_more": has_more})
+        more = bool(page) and page[-1]["position"] < log[-1]["position"]
+        return httpx.Response(
+            200, json={"results": page, "next_cursor": str(page[-1]["position"]) if more else None}
+        )
 
     client, _ = client_for(handler)
     assert [event.position for event in client.events(limit=2)] == [1, 2, 3, 4, 5]

@@ -134,19 +134,14 @@ class Nexum:
         return self.request("POST", path, json=payload, idempotency_key=idempotency_key)[1]
 
     def _pages(self, path: str, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        """Every result of a list endpoint, following ``next_cursor`` (or, from servers before the one list
-        shape, ``next``)."""
+        """Every result of a list endpoint, following ``next_cursor`` until it is null."""
         params = dict(params)
         while True:
             body = self._get(path, **params)
             yield from body["results"]
-            if body.get("next_cursor"):
-                params["cursor"] = body["next_cursor"]
-            elif body.get("next"):
-                next_params = httpx.URL(body["next"]).params
-                params.update({name: next_params[name] for name in next_params})
-            else:
+            if body["next_cursor"] is None:
                 return
+            params["cursor"] = body["next_cursor"]
 
     # --- goals and tasks --------------------------------------------------------------------------------
 
@@ -418,12 +413,8 @@ class Nexum:
             self._sleep(poll_interval_s)
 
     def _event_page(self, cursor: str | int | None, limit: int) -> tuple[list[Event], str | int | None]:
-        body = self._get("events", after=cursor, limit=limit)
-        if "results" in body:
-            return [Event.from_json(event) for event in body["results"]], body.get("next_cursor")
-        # A server before the one list shape: ``{events, next_after, has_more}``.
-        events = [Event.from_json(event) for event in body["events"]]
-        return events, (body["next_after"] if body.get("has_more") else None)
+        body = self._get("events", cursor=cursor, limit=limit)
+        return [Event.from_json(event) for event in body["results"]], body["next_cursor"]
 
 
 __all__ = ["Nexum", "NexumError"]
