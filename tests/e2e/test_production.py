@@ -328,8 +328,13 @@ def test_make_serve_fails_fast_naming_what_is_missing(tmp_path, given):
 @pytest.mark.skipif(not settings.CELERY_BROKER_URL, reason="CELERY_BROKER_URL is not set")
 @pytest.mark.django_db(transaction=True)
 def test_serve_runs_the_web_server_a_worker_and_the_dispatcher_and_stops_them_together(static_root, tmp_path):
+    from nexum.celery import app
     from nexum.eventstore.tasks import record_health_ping
 
+    # Messages earlier tests left on the shared test broker name rows their teardown erased; serve's worker
+    # would take them first, and a warm shutdown waits for whatever it is running. This test's worker
+    # starts on an empty queue.
+    app.control.purge()
     port = free_port()
     env = production_env(
         tmp_path,
