@@ -325,9 +325,9 @@ def test_make_serve_fails_fast_naming_what_is_missing(tmp_path, given):
 
 
 @pytest.mark.skip(
-    reason="known open defect: inside the whole suite on PostgreSQL, serve's dispatcher once outlived SIGTERM"
-    " by more than 60 s (gunicorn and the worker stopped at once; the test passes alone in ~23 s); skipped"
-    " until the dispatcher's stop is bounded and this is shown in the suite"
+    reason="known open defect: inside the whole suite on PostgreSQL, serve did not stop within 60 s of"
+    " SIGTERM (gunicorn stopped at once; the worker's warm shutdown and the dispatcher logged no exit); the"
+    " test passes alone in ~23 s; skipped until serve's stop is bounded and shown in the suite"
 )
 @pytest.mark.worker
 @pytest.mark.skipif(not settings.CELERY_BROKER_URL, reason="CELERY_BROKER_URL is not set")
