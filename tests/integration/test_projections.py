@@ -81,6 +81,7 @@ def test_state_as_of_a_position_and_back():
     assert projections.snapshot() == live
 
 
+@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_other_requests_go_on_while_a_replay_holds_an_older_state():
     """A replay (``state_as_of``) neither empties nor locks the live read models: another connection reads
