@@ -32,8 +32,8 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
-from typing import Any
+from functools import cached_property, partial
+from typing import Any, overload
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -600,6 +600,45 @@ def _fold_for(
     return folded, summary, min(lowest, TrustClass.repository_authored).name
 
 
+class _FoldTexts:
+    """The rendered texts of a planned fold's entries, read in one query when first needed."""
+
+    def __init__(self, planned: Sequence[compilation_rules.FoldCandidate]) -> None:
+        self._ids = [candidate.id for candidate in planned]
+
+    @cached_property
+    def by_id(self) -> dict[uuid.UUID, str]:
+        ids = [uuid.UUID(item_id) for item_id in self._ids]
+        return dict(WorldItem.objects.filter(id__in=ids).values_list("id", "rendered"))
+
+
+class _FoldEntries(Sequence[tuple[str, str]]):
+    """A fold's entries as the summarizer reads them, ``(kind, rendered text)`` oldest first. The texts are
+    read only when the summarizer looks at an entry: one that refuses on the count alone (the default, when
+    the entries are too many for a useful summary in its budget) reads no row."""
+
+    def __init__(self, folded: Sequence[compilation_rules.FoldCandidate], texts: _FoldTexts) -> None:
+        self._folded = folded
+        self._texts = texts
+
+    def __len__(self) -> int:
+        return len(self._folded)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[str, str]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[str, str]]: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[str, str] | list[tuple[str, str]]:
+        if isinstance(index, slice):
+            return [self._entry(candidate) for candidate in self._folded[index]]
+        return self._entry(self._folded[index])
+
+    def _entry(self, candidate: compilation_rules.FoldCandidate) -> tuple[str, str]:
+        return candidate.kind, self._texts.by_id[uuid.UUID(candidate.id)]
+
+
 def _summarized(
     folded: list[compilation_rules.FoldCandidate],
     total: int,
@@ -611,15 +650,13 @@ def _summarized(
     (an empty answer), the oldest half of it, and so on down to two entries; none when even that fails (a
     fold without a useful summary does not happen)."""
     kept = total - sum(candidate.tokens for candidate in folded)
-    texts = dict(
-        WorldItem.objects.filter(id__in=[uuid.UUID(c.id) for c in folded]).values_list("id", "rendered")
-    )
+    texts = _FoldTexts(folded)
     while len(folded) >= 2:
         budget = compilation_rules.summary_budget(
             threshold=threshold, kept_tokens=kept, folded_tokens=sum(c.tokens for c in folded)
         )
         budget = min(budget, SUMMARY_MAX_TOKENS)
-        entries = [(c.kind, texts[uuid.UUID(c.id)]) for c in folded]
+        entries = _FoldEntries(folded, texts)
         summary = str(summarize(entries, max_tokens=budget, counter=counter))[: world.TEXT_MAX].strip()
         if summary and counter.count(summary) <= budget:
             return folded, summary
