@@ -9,7 +9,9 @@ the ``local`` card (a 70B-class model: 128K window → 24,000-token budget), it 
 * ``service``: the whole compile service in process (lock, live budget, compile, store by digest, append
   ``ContextCompiled``);
 * ``compile``: reading the world state and compiling, without storage and event;
-* ``rest``: ``POST /api/v1/tasks/{id}/compile`` through Django and DRF (the test client, in process);
+* ``rest``: ``POST /api/v1/tasks/{id}/compile`` through Django and DRF (the test client, in process), the
+  answer gzipped as for a client that accepts it (httpx, curl ``--compressed``), timed in turn with
+  ``service`` so that both meet the same load;
 * ``naive``: the same compile re-tokenizing every candidate item's text with tiktoken (no stored counts,
   every text loaded);
 * ``cold``: the service in a process that has not compiled the task before (every in-process list, memo and
@@ -26,12 +28,14 @@ by DATABASE_URL; runs on SQLite too, but the figures that matter are PostgreSQL'
 
 from __future__ import annotations
 
+import gzip
 import os
 import resource
 import statistics
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -120,6 +124,16 @@ def timed(function, runs: int, before=None) -> list[float]:
     return times
 
 
+def timed_in_turn(functions: dict[str, Callable[[], None]], runs: int) -> dict[str, list[float]]:
+    """Each function timed ``runs`` times, taking turns, so a change of load on a shared machine weighs on all
+    of them alike and their difference is the work's, not the moment's."""
+    times: dict[str, list[float]] = {name: [] for name in functions}
+    for _ in range(runs):
+        for name, function in functions.items():
+            times[name] += timed(function, 1)
+    return times
+
+
 def p(times: list[float], q: float) -> float:
     ordered = sorted(times)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -151,9 +165,15 @@ def bench_size(size: int) -> dict[str, list[float]]:
 
     def rest(view: str = "summary") -> None:
         query = "?excluded=full" if view == "full" else ""
-        response = client.post(f"/api/v1/tasks/{task.id}/compile{query}", {"model": WORD}, format="json")
+        response = client.post(
+            f"/api/v1/tasks/{task.id}/compile{query}",
+            {"model": WORD},
+            format="json",
+            HTTP_ACCEPT_ENCODING="gzip",
+        )
         assert response.status_code == 200, response.content[:500]
-        sizes[view] = len(response.content)
+        sizes[view] = len(gzip.decompress(response.content))
+        sizes[f"{view}_gzip"] = len(response.content)
 
     scope = scope_resolve(project_id=project_id, task_id=str(task.id))
 
@@ -168,9 +188,8 @@ def bench_size(size: int) -> dict[str, list[float]]:
         project_id=project_id, task_id=str(task.id), model_word=WORD, actor="b"
     )
     runs = {
-        "service": timed(service, RUNS),
+        **timed_in_turn({"service": service, "rest": rest}, RUNS),
         "compile": timed(compile_only, RUNS),
-        "rest": timed(rest, REST_RUNS),
         "rest_full": timed(lambda: rest("full"), REST_RUNS),
         "naive": timed(lambda: naive_compile(task), NAIVE_RUNS),
         "cold": timed(service, NAIVE_RUNS, before=forget_everything),
@@ -187,8 +206,9 @@ def bench_size(size: int) -> dict[str, list[float]]:
         print(f"  {name:<9} p50 {p(times, 0.5):8.1f} ms   p95 {p(times, 0.95):8.1f} ms")
     block = len(context.prompt_block.encode()) / 1024
     print(
-        f"  answer   {sizes['summary'] / 1024:.1f} KiB (prompt block {block:.1f} KiB); "
-        f"with ?excluded=full {sizes['full'] / 1024:.1f} KiB (goal <= 64 KiB by default)"
+        f"  answer   {sizes['summary_gzip'] / 1024:.1f} KiB gzipped, {sizes['summary'] / 1024:.1f} KiB of "
+        f"JSON (prompt block {block:.1f} KiB); with ?excluded=full {sizes['full_gzip'] / 1024:.1f} KiB "
+        f"gzipped, {sizes['full'] / 1024:.1f} KiB of JSON (goal <= 64 KiB by default)"
     )
     print(
         f"  rest - service p50 {statistics.median(runs['rest']) - statistics.median(runs['service']):.1f} ms"
@@ -208,7 +228,7 @@ def main() -> None:
     call_command("flush", interactive=False, verbosity=0)
     print(
         f"database: {connection.vendor}; model word {WORD!r}; "
-        f"runs {RUNS} (naive {NAIVE_RUNS}, REST {REST_RUNS})"
+        f"runs {RUNS} (naive {NAIVE_RUNS}, REST with ?excluded=full {REST_RUNS})"
     )
     results = {size: bench_size(size) for size in SIZES}
     if 1000 in results and 50000 in results:

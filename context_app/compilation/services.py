@@ -15,8 +15,9 @@ A compile that folds (O6: compaction on, and the task's progress notes and tool 
 ``auto_compact_tokens``, O1–O3) writes the world it then reads: the fold (``task_compact``) and the read
 must see one state, and two compiles of a task must not fold the same notes twice. Such a compile holds
 the append lock from the fold to its commit, as every compile once did. Folds are rare (once per
-threshold's worth of notes), so the lock is held briefly and seldom, and whether one is due is decided
-inside the snapshot without it.
+threshold's worth of notes), so the lock is held briefly and seldom. Whether a fold will be made is decided
+inside the snapshot without it (``_fold_for``: a fold is due and the summarizer gives it a useful summary):
+a task over the threshold whose notes cannot be summarized usefully compiles without the lock, as any other.
 
 Replay (C8) rebuilds the read models as of the stored position (``state_as_of``), recompiles with the budget
 and evidence the compile recorded, and compares digests.
@@ -26,11 +27,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
-from typing import Any
+from functools import cached_property, partial
+from typing import Any, overload
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -254,9 +257,7 @@ def _compile_and_record(
         )
         encoding = choice.card.encoding
         threshold = choice.auto_compact_tokens if choice.compaction_enabled else None
-        folds = bool(threshold) and bool(
-            _fold_plan(_compacted_items(task=task, encoding=encoding), threshold)
-        )
+        folds = bool(threshold) and _fold_for(task=task, threshold=threshold, encoding=encoding) is not None
         if not folds:
             result, bundle_digest = compile_task(
                 task=task,
@@ -509,20 +510,11 @@ def task_compact(*, task: Task, threshold: int, encoding: str, actor: str) -> Wo
     The summary is a progress note of the task (trust: the lowest of the folded items'); the fold is a
     ``ContextCompacted`` event listing the folded ids. The folded items stay in the log and the world state.
     """
-    counter = counter_for(encoding)
-    own = _compacted_items(task=task, encoding=encoding)
-    folded = _fold_plan(own, threshold)
-    if not folded:
+    fold = _fold_for(task=task, threshold=threshold, encoding=encoding)
+    if fold is None:
         return None
-    trust = {item.id: item.trust_class for item in own}
+    folded, summary, trust_class = fold
     path = summarizer_path()
-    total = sum(item.token_count for item in own)
-    folded, summary = _summarized(folded, total, threshold, import_string(path), counter)
-    if not folded:
-        return None
-    # The summary is as trusted as the least trusted entry it folds (an agent's notes stay agent_reported).
-    lowest = min(TrustClass.parse(trust[c.id]) for c in folded)
-    trust_class = min(lowest, TrustClass.repository_authored).name
     fold_id = str(uuid.uuid4())
     with transaction.atomic():
         item = progress_record(
@@ -555,6 +547,100 @@ def task_compact(*, task: Task, threshold: int, encoding: str, actor: str) -> Wo
     return item
 
 
+class _Unsummarizable:
+    """The folds the summarizer found no useful summary for, by task, the marks of its candidates (equal
+    marks: the same notes), threshold, encoding and summarizer: a compile of an unchanged task does not read
+    its notes again to be refused again. Bounded, oldest forgotten first; per process, as the candidates."""
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self._tried: OrderedDict[Hashable, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __contains__(self, tried: Hashable) -> bool:
+        with self._lock:
+            return tried in self._tried
+
+    def add(self, tried: Hashable) -> None:
+        with self._lock:
+            self._tried[tried] = None
+            while len(self._tried) > self.LIMIT:
+                self._tried.popitem(last=False)
+
+
+_UNSUMMARIZABLE = _Unsummarizable()
+
+
+def _fold_for(
+    *, task: Task, threshold: int, encoding: str
+) -> tuple[list[compilation_rules.FoldCandidate], str, str] | None:
+    """The fold a compile would make now: what it folds, the summary and the summary's trust class; ``None``
+    when none is due or the summarizer finds no useful summary for it. Pure reading: a compile decides with
+    it, inside its snapshot and without the log's lock, whether it must fold, so a task whose notes are over
+    the threshold but cannot be summarized usefully compiles as any other."""
+    if task.is_goal:
+        return None
+    counter = counter_for(encoding)
+    candidates = CANDIDATES.refresh(task=task, encoding=encoding, counter=counter)
+    own = candidates.compacted_items()
+    planned = _fold_plan(own, threshold)
+    if not planned:
+        return None
+    path = summarizer_path()
+    tried = (str(task.id), candidates.marks, threshold, encoding, path)
+    if tried in _UNSUMMARIZABLE:
+        return None
+    total = sum(item.token_count for item in own)
+    folded, summary = _summarized(planned, total, threshold, import_string(path), counter)
+    if not folded:
+        _UNSUMMARIZABLE.add(tried)
+        return None
+    # The summary is as trusted as the least trusted entry it folds (an agent's notes stay agent_reported).
+    trust = {item.id: item.trust_class for item in own}
+    lowest = min(TrustClass.parse(trust[c.id]) for c in folded)
+    return folded, summary, min(lowest, TrustClass.repository_authored).name
+
+
+class _FoldTexts:
+    """The rendered texts of a planned fold's entries, read in one query when first needed."""
+
+    def __init__(self, planned: Sequence[compilation_rules.FoldCandidate]) -> None:
+        self._ids = [candidate.id for candidate in planned]
+
+    @cached_property
+    def by_id(self) -> dict[uuid.UUID, str]:
+        ids = [uuid.UUID(item_id) for item_id in self._ids]
+        return dict(WorldItem.objects.filter(id__in=ids).values_list("id", "rendered"))
+
+
+class _FoldEntries(Sequence[tuple[str, str]]):
+    """A fold's entries as the summarizer reads them, ``(kind, rendered text)`` oldest first. The texts are
+    read only when the summarizer looks at an entry: one that refuses on the count alone (the default, when
+    the entries are too many for a useful summary in its budget) reads no row."""
+
+    def __init__(self, folded: Sequence[compilation_rules.FoldCandidate], texts: _FoldTexts) -> None:
+        self._folded = folded
+        self._texts = texts
+
+    def __len__(self) -> int:
+        return len(self._folded)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[str, str]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[str, str]]: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[str, str] | list[tuple[str, str]]:
+        if isinstance(index, slice):
+            return [self._entry(candidate) for candidate in self._folded[index]]
+        return self._entry(self._folded[index])
+
+    def _entry(self, candidate: compilation_rules.FoldCandidate) -> tuple[str, str]:
+        return candidate.kind, self._texts.by_id[uuid.UUID(candidate.id)]
+
+
 def _summarized(
     folded: list[compilation_rules.FoldCandidate],
     total: int,
@@ -566,29 +652,19 @@ def _summarized(
     (an empty answer), the oldest half of it, and so on down to two entries; none when even that fails (a
     fold without a useful summary does not happen)."""
     kept = total - sum(candidate.tokens for candidate in folded)
+    texts = _FoldTexts(folded)
     while len(folded) >= 2:
         budget = compilation_rules.summary_budget(
             threshold=threshold, kept_tokens=kept, folded_tokens=sum(c.tokens for c in folded)
         )
         budget = min(budget, SUMMARY_MAX_TOKENS)
-        texts = dict(
-            WorldItem.objects.filter(id__in=[uuid.UUID(c.id) for c in folded]).values_list("id", "rendered")
-        )
-        entries = [(c.kind, texts[uuid.UUID(c.id)]) for c in folded]
+        entries = _FoldEntries(folded, texts)
         summary = str(summarize(entries, max_tokens=budget, counter=counter))[: world.TEXT_MAX].strip()
         if summary and counter.count(summary) <= budget:
             return folded, summary
         kept += sum(c.tokens for c in folded[len(folded) // 2 :])
         folded = folded[: len(folded) // 2]
     return [], ""
-
-
-def _compacted_items(*, task: Task, encoding: str) -> list[ContextItem]:
-    """The task's own progress notes and tool calls, counted; they come with its candidate list (kept in
-    process, brought up to date from the rows changed since), so this reads no item row."""
-    if task.is_goal:
-        return []
-    return CANDIDATES.refresh(task=task, encoding=encoding, counter=counter_for(encoding)).compacted_items()
 
 
 def _fold_plan(own: Sequence[ContextItem], threshold: int) -> list[compilation_rules.FoldCandidate]:

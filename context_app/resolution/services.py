@@ -38,6 +38,7 @@ from context_app.resolution.models import (
     TaskContext,
     TaskQuestions,
 )
+from context_app.world import services as world_services
 from nexum.core.digests import canonical_json
 from nexum.core.errors import ConcurrencyError, Conflict, DomainError, NotFound, ValidationFailed
 from nexum.core.events import Event
@@ -58,6 +59,7 @@ from nexum.sources import SourceRefused, build_source, fetch
 from nexum.tokenization import DEFAULT_ENCODING, counter_for
 from nexum.work.dispatch import BrokerUnavailable, publish
 from tasks_app import selectors as task_selectors
+from tasks_app import services as task_services
 from tasks_app.models import Project, Task
 
 _IDS = resolution_rules.RESOLUTION_IDS
@@ -565,8 +567,6 @@ def escalation_supply_fact(
     escalation, task = opening.escalation, opening.task
     if not isinstance(text, str) or not text.strip():
         raise ValidationFailed("supply the missing fact as text", field="text")
-    from context_app.world import services as world_services
-
     scope = {"goal_id": str(task.goal_id)} if escalation.kind == "conflict" else {"task_id": str(task.id)}
     with transaction.atomic():
         fact = world_services.fact_record(
@@ -668,8 +668,6 @@ def escalation_cancel(
         derived_from=derived_from,
     )
     task, escalation = opening.task, opening.escalation
-    from tasks_app import services as task_services
-
     with transaction.atomic():
         if task.state != "cancelled":
             task_services.task_cancel(

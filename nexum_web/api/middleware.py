@@ -1,4 +1,4 @@
-"""The API's method check, made before authentication.
+"""The API's HTTP edge: the method check, made before authentication, and gzip for its answers.
 
 DRF authenticates a request before it looks for the view's handler, so a method no API view has (``TRACE``,
 ``POST`` on a read-only endpoint) would be answered 401 to a caller without a token. The method is a property
@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.middleware.gzip import GZipMiddleware
 from rest_framework.views import APIView
 
 from nexum_web.api.errors import error_body
@@ -45,3 +46,21 @@ class MethodCheckMiddleware:
         )
         response["Allow"] = ", ".join(allowed)
         return response
+
+
+class ApiGZipMiddleware(GZipMiddleware):
+    """gzip for the API's answers when the caller accepts it (httpx, curl ``--compressed`` and browsers do).
+
+    A compile answer is mostly its prompt block (24,000 tokens are ~65 KiB of text for a mid-size model),
+    which compresses about fourfold. Only ``/api/`` is compressed: its answers carry no cookie-bound secret
+    (callers authenticate with a bearer header and the API sets no CSRF token), so the BREACH attack that
+    makes compressing the admin's and the UI's pages unwise has nothing to recover here. An event stream is
+    left as it is: each event must reach the reader when it is written, not when a compressor flushes.
+    """
+
+    def process_response(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
+        if not request.path.startswith("/api/") or response.get("Content-Type", "").startswith(
+            "text/event-stream"
+        ):
+            return response
+        return super().process_response(request, response)

@@ -3,6 +3,9 @@ diff; another project's ids are 404 with nothing written; bad input is 400 namin
 
 from __future__ import annotations
 
+import gzip
+import json
+
 import pytest
 
 from context_app.compilation.models import StoredContext
@@ -197,3 +200,14 @@ def test_the_admin_page_shows_the_context(admin_client, api, auth):
     replay = admin_client.get(f"/admin/compilation/storedcontext/{stored.pk}/replay/")
     assert replay.status_code == 200 and "The digests match." in replay.content.decode()
     assert admin_client.get("/admin/compilation/storedcontext/").status_code == 200
+
+
+def test_the_answer_is_gzipped_when_the_caller_accepts_it_and_says_the_same(api, auth, client):
+    plain = api.post(compile_url(auth), {"model": "quick"}, format="json")
+    again = api.post(compile_url(auth), {"model": "quick"}, format="json", HTTP_ACCEPT_ENCODING="gzip, br")
+    assert not plain.has_header("Content-Encoding") and "Accept-Encoding" in plain["Vary"]
+    assert again["Content-Encoding"] == "gzip" and int(again["Content-Length"]) == len(again.content)
+    assert len(again.content) * 2 < len(plain.content)
+    assert json.loads(gzip.decompress(again.content))["context"] == plain.json()["context"]
+    page = client.get("/admin/login/", HTTP_ACCEPT_ENCODING="gzip")
+    assert page.status_code == 200 and not page.has_header("Content-Encoding")  # pages carry a CSRF token

@@ -48,8 +48,9 @@ def test_the_stream_resumes_after_last_event_id_within_the_project(api, other_ap
     )
     mine = [event.position for event in store.read_all(project_id=str(project.id))]
 
-    response = api.get(STREAM, {"timeout": 0}, HTTP_ACCEPT="text/event-stream")
+    response = api.get(STREAM, {"timeout": 0}, HTTP_ACCEPT="text/event-stream", HTTP_ACCEPT_ENCODING="gzip")
     assert response.status_code == 200 and response["Content-Type"].startswith("text/event-stream")
+    assert not response.has_header("Content-Encoding")  # each event reaches the reader as it is written
     assert response["Cache-Control"] == "no-cache"
     text = read(response)
     assert text.startswith("retry: 1000\n\n")

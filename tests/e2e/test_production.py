@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from email.message import Message
@@ -324,11 +325,6 @@ def test_make_serve_fails_fast_naming_what_is_missing(tmp_path, given):
     assert f"serve: set {' '.join(missing)} first" in result.stderr
 
 
-@pytest.mark.skip(
-    reason="known open defect: inside the whole suite on PostgreSQL, serve did not stop within 60 s of"
-    " SIGTERM (gunicorn stopped at once; the worker's warm shutdown and the dispatcher logged no exit); the"
-    " test passes alone in ~23 s; skipped until serve's stop is bounded and shown in the suite"
-)
 @pytest.mark.worker
 @pytest.mark.skipif(not settings.CELERY_BROKER_URL, reason="CELERY_BROKER_URL is not set")
 @pytest.mark.django_db(transaction=True)
@@ -376,3 +372,42 @@ def test_serve_runs_the_web_server_a_worker_and_the_dispatcher_and_stops_them_to
     assert "Shutting down: Master" in output  # gunicorn stopped
     assert "Warm shutdown" in output  # and so did the worker
     assert "dispatcher started" in output and "dispatcher stopped" in output
+    assert "did not stop within" not in output  # nothing had to be killed
+
+
+STUBBORN = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+    " print('ignoring SIGTERM', flush=True); time.sleep(600)"
+)
+
+
+def test_serve_kills_what_outlives_the_stop_grace_and_names_it(tmp_path):
+    """deploy/serve.sh's supervisor (deploy/supervise.bash) with a process that ignores SIGTERM beside one
+    that stops on it: after NEXUM_STOP_GRACE_S the first is killed and named, and serve says it failed."""
+    script = (
+        f'source deploy/supervise.bash; start "stubborn one" {sys.executable} -c "{STUBBORN}";'
+        " start sleeper sleep 600; supervise"
+    )
+    log = tmp_path / "supervise.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            ["bash", "-c", script],
+            cwd=ROOT,
+            env={**os.environ, "NEXUM_STOP_GRACE_S": "1.5"},
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        assert wait_for(lambda: "ignoring SIGTERM" in log.read_text(), 30), log.read_text()
+    finally:
+        started = time.monotonic()
+        exit_code = stop_group(process)
+    took = time.monotonic() - started
+    output = log.read_text()
+    assert exit_code == 1, output
+    assert 1.5 <= took < 30, output
+    killed = re.findall(r"serve: the (.+) \(pid (\d+)\) did not stop within 1.5 s of SIGTERM: killed", output)
+    assert [name for name, _ in killed] == ["stubborn one"], output
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(killed[0][1]), 0)

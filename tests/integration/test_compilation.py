@@ -268,6 +268,43 @@ def test_a_pluggable_summarizer(auth, settings):
     assert fold.summarizer.endswith("shout")
 
 
+REFUSALS: list[int] = []
+
+
+def refuse(entries, *, max_tokens, counter) -> str:
+    """A summarizer that never finds a useful summary (the answer of the default one for notes too many for
+    its budget), counting how often it is asked."""
+    REFUSALS.append(len(entries))
+    return ""
+
+
+def test_a_fold_the_summarizer_refuses_leaves_an_ordinary_compile_and_is_not_tried_again(
+    auth, settings, monkeypatch
+):
+    """The notes are over the threshold but cannot be summarized usefully: nothing is folded, the compile
+    does not take the fold's path (which holds the log's append lock from the fold to its commit), and the
+    next compile of the unchanged task does not ask again; a new note does."""
+    settings.NEXUM_COMPACTION_SUMMARIZER = "tests.integration.test_compilation.refuse"
+    model_overlay_set(
+        project_id=auth.project_id, word="local", overlay={"auto_compact_tokens": 1500}, actor="op"
+    )
+    REFUSALS.clear()
+    folding: list[str] = []
+    monkeypatch.setattr(services, "task_compact", lambda **kwargs: folding.append(kwargs["task"].key))
+    first = compile_for(auth, "local")
+    assert REFUSALS and not folding and not CompactionFold.objects.exists()
+    asked = len(REFUSALS)
+    assert compile_for(auth, "local").context.digest == first.context.digest
+    assert len(REFUSALS) == asked
+    world.progress_record(
+        scope=world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id)),
+        text="one more note",
+        actor="test",
+    )
+    compile_for(auth, "local")
+    assert len(REFUSALS) > asked and not folding and not CompactionFold.objects.exists()
+
+
 LONG_NOTE = (
     "Read the whole middleware chain from the request parser to the token check and wrote down every place "
     "where the expiry is parsed, compared or logged, so the fix touches one function only."

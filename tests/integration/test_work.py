@@ -10,13 +10,16 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
+import psycopg
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerOperationalError
 
@@ -28,10 +31,12 @@ from nexum.sandbox import process_start_ticks
 from nexum.work import leases
 from nexum.work.dispatch import dispatch_due
 from nexum.work.models import Work
+from nexum_web.webhooks.services import webhook_register
 from tasks_app import services as task_services
 from tasks_app.models import Task
 from tests.api.test_foundation_api import assert_error
 from tests.integration.compile_world import load_catalog
+from tests.integration.test_worker import ROOT, database_url_for_worker, wait_for
 from verification_app import runner, services
 from verification_app.models import CheckRun, CompletionRequest
 from verification_app.tasks import COMPLETION, run_completion
@@ -413,6 +418,88 @@ def test_the_dispatcher_needs_a_broker_and_once_sends_what_is_due(
     app.conf.task_always_eager = True
     with pytest.raises(CommandError, match="CELERY_BROKER_URL is not set"):
         call_command("nexum_dispatcher", "--once")
+
+
+def started_dispatcher(log: Path) -> subprocess.Popen:
+    """``nexum_dispatcher`` in a process of its own on the test database, once it says it started. Its broker
+    is never reached: nothing here is due to be sent."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url_for_worker(),
+        "CELERY_BROKER_URL": "redis://127.0.0.1:9/0",
+        "PYTHONPATH": str(ROOT),
+    }
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "nexum_dispatcher", "--interval", "600"],
+            cwd=ROOT,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+    assert wait_for(lambda: "dispatcher started" in log.read_text() or process.poll() is not None, 60)
+    assert process.poll() is None, log.read_text()
+    return process
+
+
+def stopped(process: subprocess.Popen, within: float) -> bool:
+    try:
+        process.wait(timeout=within)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        return False
+    return True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_sigterms_in_a_row_stop_the_dispatcher_at_once_whatever_its_interval(tmp_path):
+    """``deploy/serve.sh`` once sent every process two SIGTERMs; the dispatcher's handler then deadlocked on
+    the lock of the threading.Event it set."""
+    log = tmp_path / "dispatcher.log"
+    dispatcher = started_dispatcher(log)
+    dispatcher.send_signal(signal.SIGTERM)
+    dispatcher.send_signal(signal.SIGTERM)
+    assert stopped(dispatcher, within=30), log.read_text()
+    assert dispatcher.returncode == 0, log.read_text()
+    assert "dispatcher stopped" in log.read_text()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_blocked_on_a_lock_ends_on_a_second_signal_and_its_query_is_cancelled(
+    project, settings, tmp_path
+):
+    if connection.vendor != "postgresql":
+        pytest.skip("a row lock that blocks another session's SELECT … FOR UPDATE is PostgreSQL's")
+    settings.NEXUM_SOURCE_HTTP_ALLOW = ["127.0.0.1:9"]
+    hook = webhook_register(project_id=str(project.id), url="http://127.0.0.1:9/h", actor="test").webhook
+    table = hook._meta.db_table
+    blocked = (
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        " AND query LIKE %s"
+    )
+
+    def waiting_on_the_webhook() -> list[int]:
+        with connection.cursor() as cursor:
+            cursor.execute(blocked, [f"%{table}%FOR UPDATE%"])
+            return [row[0] for row in cursor.fetchall()]
+
+    with psycopg.connect(database_url_for_worker()) as holder:  # another session holds the webhook's row
+        holder.execute(f"SELECT 1 FROM {table} WHERE id = %s FOR UPDATE", [hook.id])
+        log = tmp_path / "dispatcher.log"
+        dispatcher = started_dispatcher(log)
+        assert wait_for(waiting_on_the_webhook, 30), log.read_text()  # its first pass waits for the row
+        dispatcher.send_signal(signal.SIGTERM)
+        with pytest.raises(subprocess.TimeoutExpired):
+            dispatcher.wait(timeout=1)  # the first signal lets the pass finish, and the pass cannot
+        dispatcher.send_signal(signal.SIGTERM)
+        assert stopped(dispatcher, within=30), log.read_text()
+        assert wait_for(lambda: not waiting_on_the_webhook(), 10)  # its query was cancelled in the server
+        holder.rollback()
+    output = log.read_text()
+    assert dispatcher.returncode == 0, output
+    assert "dispatcher stopped during a pass" in output and 'dispatcher stopped"' in output
 
 
 @pytest.mark.django_db

@@ -104,15 +104,13 @@ def extractive_summary(entries: Sequence[tuple[str, str]], *, max_tokens: int, c
     The text is counted a logarithmic number of times (binary searches on words per line; the leftover is
     shared out only for folds of up to ``EXTEND_MAX_ENTRIES``), so a fold of many thousand entries stays
     fast."""
-    if not entries or max_tokens < 1:
+    # Each line costs at least two tokens (its bullet and a word): a cheap refusal before any reading.
+    if not entries or 2 * len(entries) > max_tokens:
         return ""
     header = summary_header(entries)
     frequency = term_frequency(text for _, text in entries)
     sentences = [most_informative_sentence(text, frequency) for _, text in entries]
     words = [sentence.split() or [kind] for sentence, (kind, _) in zip(sentences, entries, strict=True)]
-    # Each line costs at least two tokens (its bullet and a word): a cheap refusal before any counting.
-    if 2 * len(entries) > max_tokens:
-        return ""
 
     def render(cap: int, caps: Mapping[int, int] | None = None) -> str:
         lines = []

@@ -2,15 +2,18 @@
 
 Run one beside the workers in production (a container or a service of its own; see ``nexum.work.dispatch``
 for what a pass does). It needs the database and the broker, never a worker. A pass that meets a database
-error logs it and the next pass tries again: the dispatcher outlives the outages it exists for. SIGTERM and
-SIGINT end the loop after the pass in progress.
+error logs it and the next pass tries again: the dispatcher outlives the outages it exists for.
+
+SIGTERM or SIGINT between passes stops it at once; during a pass, the first lets the pass finish and a second
+ends it where it is. Ending a pass midway is safe: its transaction rolls back, a request it sent but did not
+pace is sent again by the next pass, and every delivery finds the request answered or leased if it was.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
-import threading
+import time
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -21,6 +24,11 @@ from nexum.work.dispatch import dispatch_due
 from nexum.work.leases import DATABASE_ERRORS
 
 logger = logging.getLogger("nexum.work.dispatcher")
+
+
+class Interrupted(KeyboardInterrupt):
+    """Raised by the signal handler to stop at once: a KeyboardInterrupt, so a query in progress is cancelled
+    in the server (psycopg does that for a KeyboardInterrupt) and no ``except Exception`` swallows it."""
 
 
 class Command(BaseCommand):
@@ -44,17 +52,41 @@ class Command(BaseCommand):
         interval = settings.NEXUM_DISPATCH_INTERVAL_S if interval is None else interval
         if interval <= 0:
             raise CommandError("--interval must be positive")
-        stop = threading.Event()
-        if not once:
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(signum, lambda *_: stop.set())
-            logger.info("dispatcher started: a pass every %g s", interval)
-        while True:
+        if once:
             self._pass()
-            if once or stop.wait(interval):
-                break
-        if not once:
-            logger.info("dispatcher stopped")
+            return
+        self.signals_received = 0
+        self.between_passes = False
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._on_signal)
+        try:
+            logger.info("dispatcher started: a pass every %g s", interval)
+            while not self.signals_received:
+                self._pass()
+                self._wait(interval)
+        except Interrupted:
+            if not self.between_passes:
+                logger.info("dispatcher stopped during a pass: the next pass does what it had not done")
+        logger.info("dispatcher stopped")
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        """Count the signal and raise ``Interrupted`` when the dispatcher should stop now; nothing else.
+
+        A handler runs in the main thread between two of its bytecodes, possibly inside a lock's critical
+        section or inside this handler's previous run, so it must take no lock: a ``threading.Event.set()``
+        here deadlocked when a second SIGTERM arrived while the first one's ``set()`` held the event's lock
+        (``deploy/serve.sh`` then sent every process two)."""
+        self.signals_received += 1
+        if self.between_passes or self.signals_received > 1:
+            raise Interrupted
+
+    def _wait(self, interval: float) -> None:
+        """Sleep until the next pass; a signal meanwhile (or one that came during the pass) ends it."""
+        self.between_passes = True
+        if self.signals_received:
+            return
+        time.sleep(interval)
+        self.between_passes = False
 
     def _pass(self) -> None:
         try:
