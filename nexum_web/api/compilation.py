@@ -243,7 +243,7 @@ COMPILED_CONTEXT_FIELDS = {
 COMPILED_CONTEXT = inline_serializer("CompiledContext", COMPILED_CONTEXT_FIELDS)
 COMPILE_REQUEST_FIELDS = {
     "request_id": serializers.UUIDField(),
-    "status": serializers.ChoiceField(choices=["queued", "done", "failed"]),
+    "status": serializers.ChoiceField(choices=compilation_events.REQUEST_STATUSES),
     "task_id": serializers.UUIDField(),
     "model": serializers.CharField(),
     "digest": serializers.CharField(allow_null=True),
