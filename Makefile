@@ -51,9 +51,10 @@ test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# Schema = server: schemathesis against a live server, every check (tests/e2e/test_api_contract.py).
+# Schema = server: schemathesis against a live server, every check (tests/e2e/test_api_contract.py), alone;
+# `make test` runs it with the rest.
 contract: $(STAMP)
-	NEXUM_SCHEMATHESIS=1 $(BIN)/python -m pytest tests/e2e/test_api_contract.py -p no:randomly
+	$(BIN)/python -m pytest tests/e2e/test_api_contract.py -p no:randomly
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -174,6 +174,7 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     # One name per choice set used by several serializers.
     "ENUM_NAME_OVERRIDES": {
+        "CompileRequestStatusEnum": "nexum.core.compilation.events.REQUEST_STATUSES",
         "TaskStateEnum": "nexum.core.tasks.TASK_STATES",
         "TrustClassEnum": "nexum_web.api.auth.TRUST_CLASS_CHOICES",
     },

@@ -63,8 +63,44 @@ def system_addresses(host: str, port: int) -> list[str]:
 
 # --- hosts ------------------------------------------------------------------------------------------------
 
+# An http(s) URL as RFC 3986 writes one, in a form the parser reads the same way: ASCII only, a host that is
+# a name (``_HOST_NAME``, any case, a final dot allowed), an IPv4 or a bracketed IPv6 address, a port of at
+# most 65535. The API's schema carries the same pattern (ECMAScript reads it as Python does).
+_HEX16 = "[0-9A-Fa-f]{1,4}"
+_OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+_LS32 = f"(?:{_HEX16}:{_HEX16}|{_OCTET}(?:\\.{_OCTET}){{3}})"
+
+
+def _hextets(most: int) -> str:
+    """Up to ``most`` hextets separated by colons (RFC 3986's ``[ *(most-1)( h16 ":" ) h16 ]``)."""
+    return f"(?:(?:{_HEX16}:){{0,{most - 1}}}{_HEX16})?"
+
+
+_IPV6 = "|".join(
+    [
+        f"(?:{_HEX16}:){{6}}{_LS32}",
+        f"::(?:{_HEX16}:){{5}}{_LS32}",
+        *(f"{_hextets(most)}::(?:{_HEX16}:){{{5 - most}}}{_LS32}" for most in (1, 2, 3, 4)),
+        f"{_hextets(5)}::{_LS32}",
+        f"{_hextets(6)}::{_HEX16}",
+        f"{_hextets(7)}::",
+    ]
+)
+_URL_TEXT = "-A-Za-z0-9._~!$&'()*+,;=%"  # RFC 3986: unreserved, sub-delims, percent-encoding
+_NAME_LABEL = "[A-Za-z0-9_](?:[-A-Za-z0-9_]*[A-Za-z0-9_])?"
+_PORT = "0*(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4})"
+HTTP_URL_RULE = "an http(s) URL (RFC 3986, ASCII; a host name, an IPv4 or a [bracketed IPv6] address)"
+HTTP_URL = (
+    "^[Hh][Tt][Tt][Pp][Ss]?://"
+    f"(?:[{_URL_TEXT}:]*@)?"
+    f"(?:{_NAME_LABEL}(?:\\.{_NAME_LABEL})*\\.?|\\[(?:{_IPV6})\\])"
+    f"(?::(?:{_PORT})?)?"
+    f"(?:[/?#][{_URL_TEXT}:@/?#\\[\\]]*)?$"
+)
+
 _HOST_NAME = re.compile(r"[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?)*")
 _LEGACY_IPV4 = re.compile(r"[0-9a-fx.]+")
+_HTTP_URL = re.compile(HTTP_URL)
 
 
 def ip_of(text: str) -> IPAddress | None:
@@ -279,15 +315,12 @@ class SourcePolicy:
 
     def check_url(self, url: object, *, option: str = "url") -> urllib.parse.SplitResult:
         """The parsed URL if its host and port are on the allowlist, else ``SourceNotAllowed`` naming
-        ``option``; ``ValidationFailed`` for what is not an http(s) URL."""
-        parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
-        if parts is None or parts.scheme not in DEFAULT_PORTS or not parts.hostname:
-            raise ValidationFailed(f"{option} must be an http(s) URL", field=option)
-        try:
-            port = parts.port or DEFAULT_PORTS[parts.scheme]
-            host = canonical_host(parts.hostname)
-        except ValueError as error:
-            raise ValidationFailed(f"{option}: {error}", field=option) from None
+        ``option``; ``ValidationFailed`` for what is not an http(s) URL (``HTTP_URL``)."""
+        if not isinstance(url, str) or not _HTTP_URL.fullmatch(url):
+            raise ValidationFailed(f"{option} must be {HTTP_URL_RULE}", field=option)
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port or DEFAULT_PORTS[parts.scheme]
+        host = canonical_host(parts.hostname or "")
         if not self._listed(host, port):
             raise SourceNotAllowed(
                 f"{option}: host {parts.hostname}:{port} is not on the operator's allowlist"

@@ -14,8 +14,9 @@ from typing import Any
 from context_app.catalog.models import CatalogAlias, CatalogCard, ModelCatalogHead, ModelOverlay
 from nexum.core.budgets import BudgetOverrides, ModelBudget, ModelCard, budget_for_profile
 from nexum.core.catalog import CatalogDocument, CatalogState
-from nexum.core.errors import DomainError, ValidationFailed
+from nexum.core.errors import DomainError, NotFound, ValidationFailed
 from nexum.core.overlays import (
+    UNKNOWN_MODEL_WORD,
     ContextWindowOverlay,
     ModelCatalog,
     auto_compact_window,
@@ -107,6 +108,17 @@ def catalog_document_for(project_id: str) -> CatalogDocument:
 def catalog_for(project_id: str) -> ModelCatalog:
     """The project's catalog in force: model words → cards, alias and tier words → the word they name."""
     return catalog_document_for(project_id).catalog
+
+
+def word_require(*, project_id: str, word: str, field: str) -> None:
+    """A word a request names (in the path or the body) names an entry of the project's catalog, as an id
+    names an object: one the catalog lacks is 404 ``unknown_model_word`` naming ``field``."""
+    if word not in catalog_for(project_id):
+        raise NotFound(
+            f"unknown model word {word!r}; the project's catalog has no such word",
+            field=field,
+            code=UNKNOWN_MODEL_WORD,
+        )
 
 
 def overlays_for(project_id: str) -> dict[str, ContextWindowOverlay]:

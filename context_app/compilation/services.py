@@ -116,6 +116,7 @@ def context_compile(
     done = _finished(project_id, request_id)
     if done is not None:
         return done
+    catalog_selectors.word_require(project_id=project_id, word=word, field="model")
     return _compile_and_record(
         task=task,
         word=word,
@@ -154,7 +155,8 @@ def context_compile_request(
         if str(existing.project_id) != str(project_id):
             raise NotFound(f"no compile request {request_id}", field="request_id")
         return existing
-    # The word and overrides are checked now, so a bad request is a 400 and not a failed job.
+    # The word and overrides are checked now, so a bad request is refused and not a failed job.
+    catalog_selectors.word_require(project_id=project_id, word=word, field="model")
     choice = catalog_selectors.budget_for(project_id=project_id, word=word, overrides=overrides)
     del choice
     from context_app.compilation.tasks import COMPILE

@@ -842,9 +842,7 @@ def plan_gate_override(
         raise ValidationFailed("an override needs a reason", field="reason")
     head = TaskContext.objects.filter(task_id=task.id).first()
     if head is None or head.latest_resolve_id is None:
-        raise ValidationFailed(
-            "the task has no resolved bundle; there is no gate to override", field="task_id"
-        )
+        raise Conflict("the task has no resolved bundle; there is no gate to override", field="task_id")
     store.append(
         stream_id=resolution_events.context_stream(str(task.id)),
         events=[

@@ -485,7 +485,7 @@ def tool_scope_set(
         for index, name in enumerate(names):
             world.check_tool_name(name, field_name=f"{field_name}.{index}")
             if name not in registered:
-                raise ValidationFailed(f"no tool named {name!r} is registered", field=f"{field_name}.{index}")
+                raise NotFound(f"no tool named {name!r} is registered", field=f"{field_name}.{index}")
     if allowed is not None:
         outside = [name for name in pinned if name not in set(allowed)]
         if outside:

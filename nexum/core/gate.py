@@ -30,6 +30,7 @@ MAX_ARGV_ITEMS: Final = 256
 MAX_ARGV_CHARS: Final = 64 * 1024  # sum over all arguments
 MAX_PATH_CHARS: Final = 4096
 MAX_PATTERN_CHARS: Final = 4096
+MAX_DIGEST_CHARS: Final = 200
 MIN_TIMEOUT_S: Final = 0.1
 MAX_TIMEOUT_S: Final = 3600.0
 DEFAULT_TIMEOUT_S: Final = 300.0
@@ -76,7 +77,7 @@ OnFailure: TypeAlias = Literal["failed", "blocked"]
 ON_FAILURE_CHOICES: Final = ("failed", "blocked")
 NO_CHECKS_REASON: Final = "no checks registered"
 
-_DOTTED_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?::[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)?", re.ASCII)
+DOTTED_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?::[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)?", re.ASCII)
 
 
 # --- field validators (each raises ValidationFailed naming the field) ---
@@ -256,7 +257,7 @@ class ArtifactMatchesCheck:
 
     def __post_init__(self) -> None:
         _require_name(self.name)
-        digest = _require_str(self.artifact_digest, "artifact_digest", max_chars=200)
+        digest = _require_str(self.artifact_digest, "artifact_digest", max_chars=MAX_DIGEST_CHARS)
         if any(ch.isspace() for ch in digest):
             raise ValidationFailed("artifact_digest must not contain whitespace", field="artifact_digest")
         _require_pattern(self.pattern)
@@ -278,7 +279,7 @@ class CallableCheck:
     def __post_init__(self) -> None:
         _require_name(self.name)
         path = _require_str(self.dotted_path, "dotted_path", max_chars=MAX_NAME_CHARS)
-        if not _DOTTED_PATH.fullmatch(path):
+        if not DOTTED_PATH.fullmatch(path):
             raise ValidationFailed(
                 "dotted_path must look like 'package.module:function' or 'package.module.function'",
                 field="dotted_path",
@@ -452,7 +453,7 @@ def gate_task_completion(
 
 # --- serialization ---
 
-_CHECK_FIELDS: Final[dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
+CHECK_FIELDS: Final[dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
     # kind: (required fields, optional fields)
     "command": (("name", "argv"), ("cwd", "timeout_s", "max_output_bytes")),
     "file_exists": (("name", "path"), ()),
@@ -465,7 +466,7 @@ _CHECK_FIELDS: Final[dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
 def check_to_dict(check: CheckSpec) -> dict[str, Any]:
     """A JSON-able dict with a ``kind`` member; ``check_from_dict`` reverses it."""
     data: dict[str, Any] = {"kind": check.kind}
-    required, optional = _CHECK_FIELDS[check.kind]
+    required, optional = CHECK_FIELDS[check.kind]
     for name in (*required, *optional):
         value = getattr(check, name)
         data[name] = list(value) if isinstance(value, tuple) else value
@@ -481,7 +482,7 @@ def check_from_dict(data: object) -> CheckSpec:
         raise ValidationFailed(
             f"kind must be one of {', '.join(sorted(CHECK_TYPES))}, got {kind!r}", field="kind"
         )
-    required, optional = _CHECK_FIELDS[kind]
+    required, optional = CHECK_FIELDS[kind]
     for name in required:
         if name not in data:
             raise ValidationFailed(f"a {kind} check needs {name!r}", field=name)

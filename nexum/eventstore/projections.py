@@ -205,27 +205,32 @@ def rebuild(*, until: int | None = None, progress: Callable[[int], None] | None 
     Runs in one transaction: readers see the old read models until the rebuilt ones commit. Rows are
     built in memory and written table by table. Returns the number of events replayed through a projection.
     """
-    from nexum.eventstore.store import iter_all
-
     with transaction.atomic():
         _clear_read_models()
-        rows = BufferedRows()
-        replayed = 0
-        batch: list[StoredEvent] = []
-        # Only events some projection handles: the others cannot change a read model.
-        for stored in iter_all(until=until, chunk_size=5000, event_types=_dispatch()):
-            batch.append(stored)
-            if len(batch) == 1000:
-                apply(batch, rows)
-                replayed += len(batch)
-                if progress:
-                    progress(len(batch))
-                batch.clear()
-        apply(batch, rows)
-        replayed += len(batch)
-        if progress and batch:
-            progress(len(batch))
-        rows.flush(_read_models())
+        return _replay(until=until, progress=progress)
+
+
+def _replay(*, until: int | None, progress: Callable[[int], None] | None = None) -> int:
+    """Replay the log (up to ``until``) into empty read models; the number of events replayed."""
+    from nexum.eventstore.store import iter_all
+
+    rows = BufferedRows()
+    replayed = 0
+    batch: list[StoredEvent] = []
+    # Only events some projection handles: the others cannot change a read model.
+    for stored in iter_all(until=until, chunk_size=5000, event_types=_dispatch()):
+        batch.append(stored)
+        if len(batch) == 1000:
+            apply(batch, rows)
+            replayed += len(batch)
+            if progress:
+                progress(len(batch))
+            batch.clear()
+    apply(batch, rows)
+    replayed += len(batch)
+    if progress and batch:
+        progress(len(batch))
+    rows.flush(_read_models())
     return replayed
 
 
@@ -247,14 +252,30 @@ def _clear_read_models() -> None:
             model._base_manager.all().delete()
 
 
+def _shadow_read_models() -> None:
+    """PostgreSQL: an empty stand-in for every read model, for this transaction only. A temporary table of
+    the same name hides the live one (the session's temporary schema is searched first), so the live tables
+    are neither emptied nor locked: a TRUNCATE would hold every request that reads one until the block
+    ends, and deadlock with a concurrent append."""
+    with connection.cursor() as cursor:
+        for model in _read_models():
+            table = connection.ops.quote_name(model._meta.db_table)
+            cursor.execute(f"CREATE TEMPORARY TABLE {table} (LIKE {table} INCLUDING ALL) ON COMMIT DROP")
+
+
 @contextmanager
 def state_as_of(position: int) -> Iterator[None]:
     """Inside the block, every read model shows the state as of log ``position``; afterwards, nothing changed.
 
-    The rebuild happens in a transaction that is always rolled back, so the live read models are untouched.
+    The rebuild happens in a transaction that is always rolled back, so the live read models are untouched
+    (on PostgreSQL it fills temporary stand-ins, ``_shadow_read_models``: other requests go on meanwhile).
     """
     with transaction.atomic():
-        rebuild(until=position)
+        if connection.vendor == "postgresql":
+            _shadow_read_models()
+        else:
+            _clear_read_models()
+        _replay(until=position)
         yield
         transaction.set_rollback(True)
 

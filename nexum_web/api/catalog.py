@@ -13,20 +13,29 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from context_app.catalog import selectors, services
-from nexum.core.errors import NotFound
-from nexum.core.overlays import UNKNOWN_MODEL_WORD, ContextWindowOverlay
+from nexum.core.catalog import MAX_TOKEN_COUNT
+from nexum.core.overlays import ContextWindowOverlay
 from nexum_web.api.auth import OperatorOnly
-from nexum_web.api.strict import StrictInput, printable
+from nexum_web.api.strict import StrictInput
+
+
+def _token_count(help_text: str) -> serializers.IntegerField:
+    return serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=MAX_TOKEN_COUNT, help_text=help_text
+    )
 
 
 class OverlaySerializer(StrictInput):
-    """An overlay's members; each is optional ("whatever the model card says")."""
+    """An overlay's members; each is optional, null is "whatever the model card says", and an overlay
+    declares at least one (the core's value gate checks them: ``nexum.core.catalog.decide_overlay_set``)."""
 
-    context_tokens = serializers.IntegerField(required=False, min_value=1, help_text="lowers the window")
-    auto_compact_tokens = serializers.IntegerField(
-        required=False, min_value=1, help_text="compaction trigger window, clamped to the window"
+    context_tokens = _token_count("lowers the window")
+    auto_compact_tokens = _token_count("compaction trigger window, clamped to the window")
+    enabled = serializers.BooleanField(
+        required=False, allow_null=True, help_text="compaction default for this word"
     )
-    enabled = serializers.BooleanField(required=False, help_text="compaction default for this word")
+
+    requires_one_of = ("context_tokens", "auto_compact_tokens", "enabled")
 
 
 @extend_schema_field(OverlaySerializer(allow_null=True))
@@ -114,12 +123,7 @@ class OverlayChangeSerializer(serializers.Serializer):
 
 def _require_word(project_id: str, word: str) -> None:
     """A word in the path names a resource: one the project's catalog lacks is 404 ``unknown_model_word``."""
-    if word not in selectors.catalog_for(project_id):
-        raise NotFound(
-            f"unknown model word {printable(word)}; the project's catalog has no such word",
-            field="word",
-            code=UNKNOWN_MODEL_WORD,
-        )
+    selectors.word_require(project_id=project_id, word=word, field="word")
 
 
 def _catalog_data(version: int, document: Any) -> dict[str, Any]:
@@ -181,7 +185,7 @@ class ModelOverlayView(APIView):
         )
         return self._respond(request, change)
 
-    @extend_schema(request=None, responses=OverlayChangeSerializer)
+    @extend_schema(request=None, responses={200: OverlayChangeSerializer})
     def delete(self, request: Request, word: str) -> Response:
         _require_word(request.user.project_id, word)
         change = services.model_overlay_clear(

@@ -25,7 +25,7 @@ from nexum.core import world
 from nexum.core.compilation import events as compilation_events
 from nexum.core.compilation import rules as compilation_rules
 from nexum.core.compilation.compiler import REASON_CODES, CompiledContext, Truncation
-from nexum.core.errors import ValidationFailed
+from nexum.core.errors import NotFound
 from nexum_web.api.auth import CallerTrustField
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.pagination import LogListQuery, log_page, page_schema
@@ -141,7 +141,7 @@ def _page_bounds(request: Request, total: int) -> tuple[int, int]:
     """``cursor`` and ``limit`` of a page of the excluded list; a cursor past the list is not one it gave."""
     cursor, limit = request.query["cursor"], request.query["limit"]
     if cursor > total:
-        raise ValidationFailed("not a cursor this list gave", field="cursor")
+        raise NotFound("no such page: not a cursor this list gave", field="cursor")
     return cursor, limit
 
 
@@ -212,51 +212,58 @@ EXCLUDED_PAGE = inline_serializer(
         ),
     },
 )
-COMPILED_CONTEXT = inline_serializer(
-    "CompiledContext",
-    {
-        "digest": serializers.CharField(help_text="sha256 of the context's canonical form"),
-        "task_id": serializers.UUIDField(),
-        "goal_id": serializers.UUIDField(),
-        "model": serializers.CharField(),
-        "encoding": serializers.CharField(),
-        "position": serializers.IntegerField(help_text="the log position the context was compiled at"),
-        "budget": serializers.DictField(),
-        "prompt_block": serializers.CharField(),
-        "tools": serializers.ListField(child=serializers.CharField()),
-        "included": serializers.ListField(child=serializers.DictField()),
-        "exclusions": EXCLUSIONS,
-        "excluded": inline_serializer(
-            "ExcludedItem",
-            EXCLUDED_FIELDS,
-            many=True,
-            required=False,
-            help_text="every excluded record, only with ?excluded=full",
-        ),
-        "truncated": serializers.ListField(child=serializers.DictField()),
-        "section_tokens": serializers.DictField(),
-        "prompt_tokens": serializers.IntegerField(),
-        "tool_tokens": serializers.IntegerField(),
-        "total_tokens": serializers.IntegerField(),
-        "bundle_digest": serializers.CharField(allow_null=True),
-        "evidence_digest": serializers.CharField(allow_null=True),
-        "compiler_version": serializers.IntegerField(),
-    },
-)
+COMPILED_CONTEXT_FIELDS = {
+    "digest": serializers.CharField(help_text="sha256 of the context's canonical form"),
+    "task_id": serializers.UUIDField(),
+    "goal_id": serializers.UUIDField(),
+    "model": serializers.CharField(),
+    "encoding": serializers.CharField(),
+    "position": serializers.IntegerField(help_text="the log position the context was compiled at"),
+    "budget": serializers.DictField(),
+    "prompt_block": serializers.CharField(),
+    "tools": serializers.ListField(child=serializers.CharField()),
+    "included": serializers.ListField(child=serializers.DictField()),
+    "exclusions": EXCLUSIONS,
+    "excluded": inline_serializer(
+        "ExcludedItem",
+        EXCLUDED_FIELDS,
+        many=True,
+        required=False,
+        help_text="every excluded record, only with ?excluded=full",
+    ),
+    "truncated": serializers.ListField(child=serializers.DictField()),
+    "section_tokens": serializers.DictField(),
+    "prompt_tokens": serializers.IntegerField(),
+    "tool_tokens": serializers.IntegerField(),
+    "total_tokens": serializers.IntegerField(),
+    "bundle_digest": serializers.CharField(allow_null=True),
+    "evidence_digest": serializers.CharField(allow_null=True),
+    "compiler_version": serializers.IntegerField(),
+}
+COMPILED_CONTEXT = inline_serializer("CompiledContext", COMPILED_CONTEXT_FIELDS)
+COMPILE_REQUEST_FIELDS = {
+    "request_id": serializers.UUIDField(),
+    "status": serializers.ChoiceField(choices=compilation_events.REQUEST_STATUSES),
+    "task_id": serializers.UUIDField(),
+    "model": serializers.CharField(),
+    "digest": serializers.CharField(allow_null=True),
+    "position": serializers.IntegerField(allow_null=True),
+    "error": serializers.DictField(allow_null=True),
+    "requested_at": serializers.DateTimeField(),
+    "finished_at": serializers.DateTimeField(allow_null=True),
+}
 COMPILE_REQUEST = inline_serializer(
     "CompileRequest",
     {
-        "request_id": serializers.UUIDField(),
-        "status": serializers.ChoiceField(choices=["queued", "done", "failed"]),
-        "task_id": serializers.UUIDField(),
-        "model": serializers.CharField(),
-        "digest": serializers.CharField(allow_null=True),
-        "position": serializers.IntegerField(allow_null=True),
-        "error": serializers.DictField(allow_null=True),
-        "requested_at": serializers.DateTimeField(),
-        "finished_at": serializers.DateTimeField(allow_null=True),
-        "context": COMPILED_CONTEXT,
+        **COMPILE_REQUEST_FIELDS,
+        "context": inline_serializer(
+            "CompiledContext", COMPILED_CONTEXT_FIELDS, required=False, help_text="once it is done"
+        ),
     },
+)
+COMPILE_QUEUED = inline_serializer(
+    "CompileQueued",
+    {**COMPILE_REQUEST_FIELDS, "url": serializers.CharField(help_text="the request to poll")},
 )
 COMPILE_ANSWER = inline_serializer(
     "CompileAnswer",
@@ -306,7 +313,7 @@ class TaskCompileView(APIView):
         ),
         request=CompileInput,
         parameters=[IDEMPOTENCY_HEADER],
-        responses={200: COMPILE_ANSWER, 202: COMPILE_REQUEST},
+        responses={200: COMPILE_ANSWER, 202: COMPILE_QUEUED},
     )
     def post(self, request: Request, task_id: str) -> HttpResponse:
         excluded = excluded_view(request)

@@ -43,7 +43,10 @@ class ListQuery(StrictQuery):
         min_value=1, max_value=MAX_LIMIT, default=DEFAULT_LIMIT, help_text=f"at most {MAX_LIMIT}"
     )
     cursor = serializers.CharField(
-        required=False, max_length=CURSOR_MAX_CHARS, help_text="the next_cursor of the previous page"
+        required=False,
+        max_length=CURSOR_MAX_CHARS,
+        trim_whitespace=False,  # a cursor is taken as given: one this list did not give is 404
+        help_text="the next_cursor of the previous page",
     )
 
 

@@ -19,6 +19,7 @@ from context_app.resolution import selectors, services
 from context_app.resolution.models import Escalation, Grant, Resolve, Source, TaskContext, TaskQuestions
 from nexum.core.resolution import events as resolution_events
 from nexum.core.resolution.resolver import ResolveBudget
+from nexum.core.resolution.rules import MAX_QUESTION_CHARS, MAX_QUESTIONS, MAX_SCOPES, SOURCE_NAME
 from nexum_web.api.auth import TRUST_CLASS_CHOICES, OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.pagination import ListQuery, keyset_page, page_schema
@@ -47,7 +48,11 @@ class ProvenanceMixin(serializers.Serializer):
 
 
 class SourceCreateSerializer(ProvenanceMixin, StrictInput):
-    name = serializers.CharField(max_length=100)
+    name = serializers.RegexField(
+        SOURCE_NAME.pattern,
+        trim_whitespace=False,
+        help_text="1–100 letters, digits, '_', '.' or '-', starting with a letter or digit",
+    )
     kind = serializers.CharField(
         max_length=64, help_text="folder, docs, tickets_json, http_json, or a plugin"
     )
@@ -58,20 +63,31 @@ class SourceCreateSerializer(ProvenanceMixin, StrictInput):
 
 class GrantCreateSerializer(ProvenanceMixin, StrictInput):
     sources = serializers.DictField(
-        child=serializers.ListField(child=serializers.CharField(max_length=500), allow_empty=True),
+        child=serializers.ListField(child=serializers.CharField(max_length=500), max_length=MAX_SCOPES),
+        allow_empty=False,
         help_text="source name → granted scopes ([] or ['*'] = every scope the source declares)",
     )
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
 
 
+def _untrimmed(max_length: int, **kwargs: Any) -> serializers.CharField:
+    return serializers.CharField(max_length=max_length, trim_whitespace=False, **kwargs)
+
+
 class QuestionSerializer(StrictInput):
-    question = serializers.CharField(max_length=2000)
-    subjects = serializers.ListField(child=serializers.CharField(max_length=500), min_length=1)
+    """A question the task must have answered before it starts, with what it is about (the core trims the
+    question)."""
+
+    question = _untrimmed(MAX_QUESTION_CHARS)
+    subjects = serializers.ListField(child=_untrimmed(500), min_length=1, required=False)
+    subject = _untrimmed(500, required=False, help_text="one subject (subjects wins)")
+
+    requires_one_of = ("subjects", "subject")
 
 
 class QuestionsSetSerializer(StrictInput):
-    questions = serializers.ListField(child=serializers.DictField(), max_length=50)
+    questions = serializers.ListField(child=QuestionSerializer(), max_length=MAX_QUESTIONS)
     expected_version = serializers.IntegerField(min_value=0, required=False)
 
 

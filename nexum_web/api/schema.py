@@ -18,7 +18,7 @@ from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
-from drf_spectacular.plumbing import get_doc
+from drf_spectacular.plumbing import force_instance, get_doc
 from drf_spectacular.utils import inline_serializer
 from rest_framework import serializers
 
@@ -75,13 +75,22 @@ class RoleAwareSchema(AutoSchema):
             isinstance(serializer, type) and issubclass(serializer, StrictInput)
         ):
             schema["additionalProperties"] = False
-            _not_blank_patterns(serializer, schema)
+            _member_constraints(serializer, schema)
             if schema.get("description") == get_doc(StrictInput):  # the base's, not the body's
                 del schema["description"]
             exclusive = [{"not": {"required": list(pair)}} for pair in serializer.exclusive]
             if exclusive:
                 schema["allOf"] = exclusive
+            if serializer.requires_one_of:
+                schema["anyOf"] = [_given(schema, name) for name in serializer.requires_one_of]
         return schema
+
+    def _get_request_for_media_type(self, serializer: Any, direction: str = "request") -> Any:
+        """A body that must give one of some members is a required body (drf-spectacular counts only
+        required members)."""
+        schema, required = super()._get_request_for_media_type(serializer, direction)
+        instance = force_instance(serializer)
+        return schema, required or bool(isinstance(instance, StrictInput) and instance.requires_one_of)
 
     def get_operation(self, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
         operation = super().get_operation(*args, **kwargs)
@@ -129,17 +138,36 @@ class RoleAwareSchema(AutoSchema):
         return request is not None and _has_trust_field(request)
 
 
-def _not_blank_patterns(serializer: Any, schema: dict[str, Any]) -> None:
-    """A text member that may not be blank says which characters count: ``NOT_BLANK`` (its own pattern, if
-    it has one, already says more)."""
+def _member_constraints(serializer: Any, schema: dict[str, Any]) -> None:
+    """What drf-spectacular leaves out, at any depth of lists and maps: a text member that may not be blank
+    says which characters count (``NOT_BLANK``; its own pattern, if it has one, already says more), a map
+    that may not be empty says so (``minProperties``)."""
     fields = (serializer() if isinstance(serializer, type) else serializer).fields
     for name, field in fields.items():
-        member = schema["properties"].get(name, {})
-        targets = [member, member.get("items", {})] if "$ref" not in member else []
-        children = [field, getattr(field, "child", None)]
-        for target, declared in zip(targets, children, strict=False):
-            if blank_refused(declared) and target.get("type") == "string" and "pattern" not in target:
-                target["pattern"] = NOT_BLANK
+        _constrain(field, schema["properties"].get(name, {}))
+
+
+def _constrain(field: Any, member: dict[str, Any]) -> None:
+    if "$ref" in member:
+        return  # a nested body: its own serializer's schema says it
+    if blank_refused(field) and member.get("type") == "string" and "pattern" not in member:
+        member["pattern"] = NOT_BLANK
+    child = getattr(field, "child", None)
+    if isinstance(field, serializers.ListField) and isinstance(member.get("items"), dict):
+        _constrain(child, member["items"])
+    elif isinstance(field, serializers.DictField):
+        if not field.allow_empty:
+            member["minProperties"] = 1
+        if isinstance(member.get("additionalProperties"), dict):
+            _constrain(child, member["additionalProperties"])
+
+
+def _given(schema: dict[str, Any], name: str) -> dict[str, Any]:
+    """A body that gives ``name``, not null."""
+    member = schema["properties"][name]
+    if not member.get("nullable"):
+        return {"required": [name]}
+    return {"required": [name], "properties": {name: {"type": member["type"]}}}
 
 
 def _has_trust_field(serializer: Any) -> bool:

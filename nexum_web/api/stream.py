@@ -26,7 +26,6 @@ from typing import Any
 
 from django.conf import settings
 from django.http import StreamingHttpResponse
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import renderers, serializers
 from rest_framework.request import Request
@@ -109,7 +108,7 @@ class EventStreamView(APIView):
             OpenApiParameter("format", exclude=True),
             OpenApiParameter(
                 LAST_EVENT_ID,
-                OpenApiTypes.INT,
+                {"type": "integer", "minimum": 0, "maximum": MAX_POSITION},
                 OpenApiParameter.HEADER,
                 required=False,
                 description="resume after this log position (the last `id:` received); wins over `after`",

@@ -5,6 +5,8 @@ A body (``StrictInput``) is taken as JSON says it, never repaired:
 - a member of the wrong JSON type is 400 ``invalid`` naming it: ``"objective": 123`` is not the string "123"
   and ``"verified": "yes"`` is not ``true`` (DRF's fields would coerce both);
 - two members declared ``exclusive`` are refused together (400 ``invalid`` naming the second);
+- a body with members declared ``requires_one_of`` must give one of them, not null (400 ``invalid`` naming
+  the first);
 - a text member that may not be blank must hold a character that is not whitespace (Python's, which is what
   the domain trims: the schema's ``pattern`` is ``NOT_BLANK``, the same set spelled out); one that may be
   blank says so in the schema (no ``minLength``); no string may hold NUL or an unpaired surrogate (no
@@ -136,9 +138,11 @@ def _error(name: str, message: str, code: str = "invalid") -> ValidationError:
 class StrictInput(serializers.Serializer):
     """The base of every request body: unknown members, wrong JSON types, blank text where it may not be
     and unstorable strings refused. ``exclusive`` lists pairs of members a body may not carry together
-    (the schema says ``not: {required: [a, b]}``)."""
+    (the schema says ``not: {required: [a, b]}``); ``requires_one_of`` lists members of which a body gives
+    at least one, not null (the schema says ``anyOf`` of each one required)."""
 
     exclusive: tuple[tuple[str, str], ...] = ()
+    requires_one_of: tuple[str, ...] = ()
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, Mapping):
@@ -157,6 +161,8 @@ class StrictInput(serializers.Serializer):
             for first, second in self.exclusive:
                 if first in data and second in data:
                     raise _error(second, f"give {first} or {second}, not both")
+            if self.requires_one_of and all(data.get(name) is None for name in self.requires_one_of):
+                raise _error(self.requires_one_of[0], f"give one of {', '.join(self.requires_one_of)}")
         return super().to_internal_value(data)
 
 

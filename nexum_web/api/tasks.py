@@ -31,7 +31,7 @@ TASK_KEY = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 class TaskSpecSerializer(StrictInput):
     """One step of a goal's plan (documentation of the ``tasks`` items; validated by the task graph rules)."""
 
-    key = serializers.RegexField(TASK_KEY, help_text="unique within the goal, e.g. s3")
+    key = serializers.RegexField(TASK_KEY, trim_whitespace=False, help_text="unique within the goal, e.g. s3")
     objective = serializers.CharField(max_length=MAX_TEXT_CHARS)
     inputs = serializers.ListField(child=serializers.CharField(), required=False)
     constraints = serializers.ListField(child=serializers.CharField(), required=False)
@@ -91,7 +91,9 @@ class TransitionRequestSerializer(StrictInput):
 
 class TaskListQuery(ListQuery):
     goal = serializers.UUIDField(required=False, help_text="only this goal's tasks")
-    key = serializers.RegexField(TASK_KEY, required=False, help_text="only the tasks with this key")
+    key = serializers.RegexField(
+        TASK_KEY, required=False, trim_whitespace=False, help_text="only the tasks with this key"
+    )
     state = serializers.ChoiceField(
         choices=TASK_STATES,
         required=False,

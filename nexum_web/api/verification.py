@@ -22,51 +22,97 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from context_app.world.artifacts import stored_text
-from nexum.core.gate import CHECK_TYPES, MAX_CHECKS, ON_FAILURE_CHOICES
+from nexum.core.gate import (
+    CHECK_FIELDS,
+    CHECK_TYPES,
+    DOTTED_PATH,
+    MAX_ARGV_CHARS,
+    MAX_ARGV_ITEMS,
+    MAX_CHECKS,
+    MAX_DIGEST_CHARS,
+    MAX_NAME_CHARS,
+    MAX_OUTPUT_BYTES_LIMIT,
+    MAX_PATH_CHARS,
+    MAX_PATTERN_CHARS,
+    MAX_TIMEOUT_S,
+    MIN_TIMEOUT_S,
+    ON_FAILURE_CHOICES,
+)
 from nexum.core.verification import MAX_ANSWER_CHARS, MAX_DERIVED_FROM
 from nexum_web.api.auth import TRUST_CLASS_CHOICES, OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.pagination import ListQuery, keyset_page, page_schema
-from nexum_web.api.strict import StrictInput
+from nexum_web.api.strict import NOT_BLANK, StrictInput
 from verification_app import selectors, services
 from verification_app.models import CheckRun, CompletionRequest, Contract
 
-# --- documentation of a contract (validated by nexum.core.gate.contract_from_dict) ---
+# --- the schema of a contract (validated by nexum.core.gate.contract_from_dict) ---
+
+_TEXT = {"type": "string", "pattern": NOT_BLANK}
+CHECK_MEMBERS: dict[str, dict[str, Any]] = {
+    "name": {**_TEXT, "maxLength": MAX_NAME_CHARS, "description": "unique within the contract"},
+    "argv": {
+        "type": "array",
+        "items": {"type": "string"},
+        "minItems": 1,
+        "maxItems": MAX_ARGV_ITEMS,
+        "description": f"program and arguments, no shell: the program not blank, at most {MAX_ARGV_CHARS}"
+        " characters in all",
+    },
+    "cwd": {**_TEXT, "maxLength": MAX_PATH_CHARS, "description": "relative to the workspace folder"},
+    "timeout_s": {"type": "number", "minimum": MIN_TIMEOUT_S, "maximum": MAX_TIMEOUT_S},
+    "max_output_bytes": {"type": "integer", "minimum": 1, "maximum": MAX_OUTPUT_BYTES_LIMIT},
+    "path": {**_TEXT, "maxLength": MAX_PATH_CHARS, "description": "relative to the workspace folder"},
+    "pattern": {
+        **_TEXT,
+        "maxLength": MAX_PATTERN_CHARS,
+        "description": "an RE2 regular expression (searched; no backreferences or lookaround)",
+    },
+    "artifact_digest": {
+        "type": "string",
+        "pattern": f"^{NOT_BLANK}+$",
+        "maxLength": MAX_DIGEST_CHARS,
+        "description": "sha256 of a recorded artifact",
+    },
+    "dotted_path": {
+        "type": "string",
+        "pattern": f"^{DOTTED_PATH.pattern}$",
+        "maxLength": MAX_NAME_CHARS,
+        "description": "a registered callable's name",
+    },
+}
 
 
-class CheckSpecSerializer(StrictInput):
-    """One check. Members by kind: command (argv, cwd, timeout_s, max_output_bytes), file_exists (path),
-    file_matches (path, pattern), artifact_matches (artifact_digest, pattern), callable (dotted_path)."""
-
-    kind = serializers.ChoiceField(choices=sorted(CHECK_TYPES))
-    name = serializers.CharField(help_text="unique within the contract")
-    argv = serializers.ListField(
-        child=serializers.CharField(), required=False, help_text="command: program and arguments, no shell"
-    )
-    cwd = serializers.CharField(
-        required=False, help_text="command: relative to the project's workspace folder (/workspace inside)"
-    )
-    timeout_s = serializers.FloatField(required=False)
-    max_output_bytes = serializers.IntegerField(required=False)
-    path = serializers.CharField(
-        required=False, help_text="file checks: relative to the project's workspace folder"
-    )
-    pattern = serializers.CharField(
-        required=False, help_text="an RE2 regular expression (searched; no backreferences or lookaround)"
-    )
-    artifact_digest = serializers.CharField(required=False, help_text="sha256 of a recorded artifact")
-    dotted_path = serializers.CharField(required=False, help_text="callable: a registered callable's name")
+def _check_schema(kind: str) -> dict[str, Any]:
+    required, optional = CHECK_FIELDS[kind]
+    return {
+        "type": "object",
+        "properties": {
+            "kind": {"type": "string", "enum": [kind]},
+            **{name: CHECK_MEMBERS[name] for name in (*required, *optional)},
+        },
+        "required": ["kind", *required],
+        "additionalProperties": False,
+    }
 
 
-class ContractSpecSerializer(StrictInput):
-    checks = CheckSpecSerializer(many=True, help_text=f"at most {MAX_CHECKS}")
-    require_checks = serializers.BooleanField(required=False, help_text="default true (V3)")
-    on_failure = serializers.ChoiceField(
-        choices=ON_FAILURE_CHOICES, required=False, help_text="default failed"
-    )
+CONTRACT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "checks": {
+            "type": "array",
+            "items": {"oneOf": [_check_schema(kind) for kind in sorted(CHECK_TYPES)]},
+            "maxItems": MAX_CHECKS,
+            "description": "each name unique within the contract",
+        },
+        "require_checks": {"type": "boolean", "description": "default true (V3)"},
+        "on_failure": {"type": "string", "enum": list(ON_FAILURE_CHOICES), "description": "default failed"},
+    },
+    "additionalProperties": False,
+}
 
 
-@extend_schema_field(ContractSpecSerializer)
+@extend_schema_field(CONTRACT_SCHEMA)
 class ContractField(serializers.DictField):
     """A contract as a JSON object; its members are checked by the gate's rules (400 naming the member)."""
 

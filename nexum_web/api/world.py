@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import re
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -42,6 +43,16 @@ def _text(required: bool = True, max_length: int = world.TEXT_MAX, **kwargs: Any
     return serializers.CharField(required=required, max_length=max_length, **kwargs)
 
 
+TOOL_NAME = world.TOOL_NAME.pattern
+TOOL_NAME_IN_PATH = OpenApiParameter("name", str, OpenApiParameter.PATH, pattern=TOOL_NAME)
+
+
+def _tool_name(**kwargs: Any) -> serializers.RegexField:
+    """A tool's name as the registry writes it: the pattern, whole (never trimmed into it)."""
+    kwargs.setdefault("help_text", "1–64 letters, digits, '_', '-' or '.'")
+    return serializers.RegexField(TOOL_NAME, trim_whitespace=False, **kwargs)
+
+
 class FactInput(StrictInput):
     text = _text()
     source = _text(required=False, max_length=world.SHORT_MAX)
@@ -69,7 +80,7 @@ class ProgressInput(StrictInput):
 
 
 class ToolCallInput(StrictInput):
-    tool = _text(max_length=64)
+    tool = _tool_name()
     arguments = serializers.JSONField(
         required=False,
         allow_null=True,
@@ -82,16 +93,32 @@ class ToolCallInput(StrictInput):
     exclusive = (("arguments", "arguments_digest"),)
 
 
+# Base64 as RFC 4648 writes it, line-wrapped or not: whitespace (space, tab, CR, LF) anywhere is dropped.
+# The empty string is the other way to send no bytes (the schema's ``oneOf`` of a blank-allowing pattern).
+BASE64_WHITESPACE = "[\\t\\n\\r ]"
+_BASE64_CHAR = f"[A-Za-z0-9+/]{BASE64_WHITESPACE}*"
+_BASE64_PAD = f"={BASE64_WHITESPACE}*"
+_BASE64_LAST = f"(?:{_BASE64_CHAR}){{2}}{_BASE64_PAD}{_BASE64_PAD}|(?:{_BASE64_CHAR}){{3}}{_BASE64_PAD}"
+BASE64 = f"^{BASE64_WHITESPACE}*(?:(?:(?:{_BASE64_CHAR}){{4}})+(?:{_BASE64_LAST})?|{_BASE64_LAST})$"
+
+
 class ArtifactInput(StrictInput):
     summary = _text()
-    uri = _text(required=False, max_length=world.SHORT_MAX)
+    uri = serializers.CharField(required=False, max_length=world.SHORT_MAX, help_text="not blank if given")
     excerpt = serializers.CharField(required=False, allow_blank=True, max_length=world.TEXT_MAX)
     media_type = _text(required=False, max_length=200)
-    content_base64 = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    content_base64 = serializers.RegexField(
+        BASE64,
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        error_messages={"invalid": "not valid base64"},
+    )
     content_text = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
     trust_class = CallerTrustField()
 
     exclusive = (("content_base64", "content_text"),)
+    requires_one_of = ("uri", "content_base64", "content_text")
 
 
 class FactVerifyInput(StrictInput):
@@ -123,24 +150,20 @@ class ToolInput(StrictInput):
     expected_version = serializers.IntegerField(required=False, min_value=0, default=None)
 
 
-TOOL_NAME = world.TOOL_NAME.pattern
-TOOL_NAME_IN_PATH = OpenApiParameter("name", str, OpenApiParameter.PATH, pattern=TOOL_NAME)
-
-
 class ToolCreateInput(ToolInput):
-    name = serializers.RegexField(TOOL_NAME, help_text="1–64 letters, digits, '_', '-' or '.'")
+    name = _tool_name()
 
 
 class ToolScopeInput(StrictInput):
     allowed = serializers.ListField(
-        child=serializers.CharField(max_length=64),
+        child=_tool_name(help_text=None),
         allow_null=True,
         required=False,
         default=None,
         max_length=1000,
     )
     pinned = serializers.ListField(
-        child=serializers.CharField(max_length=64), required=False, default=list, max_length=1000
+        child=_tool_name(help_text=None), required=False, default=list, max_length=1000
     )
     expected_version = serializers.IntegerField(required=False, min_value=0, default=None)
 
@@ -335,7 +358,7 @@ def _artifact(scope: services.Scope, values: dict[str, Any], actor: str, key: st
     if "content_text" in values:
         content = values.pop("content_text").encode("utf-8")
     elif "content_base64" in values:
-        encoded = "".join(values.pop("content_base64").split())  # line-wrapped base64 is fine
+        encoded = re.sub(BASE64_WHITESPACE, "", values.pop("content_base64"))
         max_bytes = default_store().max_bytes
         if len(encoded) > (max_bytes + 2) // 3 * 4 + 4:  # surely over the limit once decoded
             default_store().check_size(len(encoded) * 3 // 4, field="content_base64")

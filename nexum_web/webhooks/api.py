@@ -4,26 +4,29 @@ project's whole log to a URL."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from nexum.source_policy import HTTP_URL, HTTP_URL_RULE
 from nexum_web.api.auth import OperatorOnly
-from nexum_web.api.strict import StrictInput, StrictQuery
+from nexum_web.api.pagination import ListQuery, LogListQuery, keyset_page, log_page, page_schema
+from nexum_web.api.strict import StrictInput
 from nexum_web.webhooks import services
 from nexum_web.webhooks.models import SHOWN_FIELDS, Webhook, WebhookAttempt, WebhookDelivery
 
-DELIVERIES_MAX_LIMIT = 200
 OPERATOR_ONLY = OperatorOnly("configuring webhooks")
 
 
 class WebhookCreateSerializer(StrictInput):
-    url = serializers.CharField(
-        max_length=2000, help_text="http(s); its host must be on NEXUM_SOURCE_HTTP_ALLOW"
+    url = serializers.RegexField(
+        HTTP_URL,
+        max_length=2000,
+        trim_whitespace=False,
+        error_messages={"invalid": f"must be {HTTP_URL_RULE}"},
+        help_text=f"{HTTP_URL_RULE}; its host must be on NEXUM_SOURCE_HTTP_ALLOW",
     )
     description = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
 
@@ -68,20 +71,23 @@ class DeliverySerializer(serializers.ModelSerializer):
         )
 
 
-class DeliveryQuery(StrictQuery):
-    cursor = serializers.IntegerField(min_value=0, default=0, help_text="the log position to page from")
-    limit = serializers.IntegerField(min_value=1, max_value=DELIVERIES_MAX_LIMIT, default=50)
-
-
 class WebhookListCreateView(APIView):
     """The project's webhooks; register one."""
 
     operator_only = {"GET": OPERATOR_ONLY, "POST": OPERATOR_ONLY}
+    query_serializers = {"GET": ListQuery}
+    error_statuses = {"POST": (422,)}
 
-    @extend_schema(responses=WebhookSerializer(many=True))
+    @extend_schema(responses=page_schema("WebhookPage", WebhookSerializer))
     def get(self, request: Request) -> Response:
-        webhooks = Webhook.objects.filter(project_id=request.user.project_id)
-        return Response({"results": WebhookSerializer(webhooks, many=True).data, "next_cursor": None})
+        return Response(
+            keyset_page(
+                Webhook.objects.filter(project_id=request.user.project_id).order_by("-created_at", "id"),
+                limit=request.query["limit"],
+                cursor=request.query.get("cursor"),
+                serialize=lambda rows: WebhookSerializer(rows, many=True).data,
+            )
+        )
 
     @extend_schema(request=WebhookCreateSerializer, responses={201: WebhookCreatedSerializer})
     def post(self, request: Request) -> Response:
@@ -104,7 +110,7 @@ class WebhookDetailView(APIView):
         webhook = services.webhook_get(project_id=request.user.project_id, webhook_id=webhook_id)
         return Response(WebhookSerializer(webhook).data)
 
-    @extend_schema(responses=WebhookSerializer)
+    @extend_schema(responses={200: WebhookSerializer})
     def delete(self, request: Request, webhook_id: str) -> Response:
         webhook = services.webhook_remove(
             project_id=request.user.project_id, webhook_id=webhook_id, actor=request.user.actor
@@ -116,30 +122,17 @@ class WebhookDeliveryListView(APIView):
     """A webhook's deliveries in log order, each with its attempts."""
 
     operator_only = {"GET": OPERATOR_ONLY}
-    query_serializers = {"GET": DeliveryQuery}
+    query_serializers = {"GET": LogListQuery}
 
-    @extend_schema(
-        responses=inline_serializer(
-            "WebhookDeliveryPage",
-            {
-                "results": DeliverySerializer(many=True),
-                "next_cursor": serializers.CharField(allow_null=True),
-            },
-        ),
-    )
+    @extend_schema(responses=page_schema("WebhookDeliveryPage", DeliverySerializer))
     def get(self, request: Request, webhook_id: str) -> Response:
         webhook = services.webhook_get(project_id=request.user.project_id, webhook_id=webhook_id)
-        limit = request.query["limit"]
-        rows: list[Any] = list(
-            webhook.deliveries.filter(position__gt=request.query["cursor"])
-            .prefetch_related("attempt_log")
-            .order_by("position")[: limit + 1]
-        )
-        page = rows[:limit]
-        more = len(rows) > limit
+        deliveries = webhook.deliveries.prefetch_related("attempt_log").order_by("position")
         return Response(
-            {
-                "results": DeliverySerializer(page, many=True).data,
-                "next_cursor": str(page[-1].position) if more else None,
-            }
+            log_page(
+                lambda after, count: list(deliveries.filter(position__gt=after)[:count]),
+                limit=request.query["limit"],
+                cursor=request.query.get("cursor"),
+                serialize=lambda rows: DeliverySerializer(rows, many=True).data,
+            )
         )

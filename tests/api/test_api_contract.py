@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from nexum.eventstore.models import Event as EventRow
+from nexum.source_policy import HTTP_URL
 from nexum_web.api.strict import NOT_BLANK
 from tests.api.test_foundation_api import assert_error
 from tests.api.test_task_api import create_goal, task_id
@@ -120,6 +121,13 @@ def test_tasks_are_addressable_by_goal_and_key_and_filterable_by_key(api, other_
         ("TASK/compile", {"model": "quick", "async": "false"}, "invalid", "async"),
         ("TASK/resolve", {"async": 0}, "invalid", "async"),
         ("TASK/tool-calls", {"tool": "t", "result_summary": "r", "arguments": {}, "arguments_digest": "0" * 64}, "invalid", "arguments_digest"),  # noqa: E501
+        ("TASK/tool-calls", {"tool": " run_tests", "result_summary": "r"}, "invalid", "tool"),
+        ("TASK/tool-calls", {"tool": "run tests", "result_summary": "r"}, "invalid", "tool"),
+        ("GOAL/artifacts", {"summary": "s"}, "invalid", "uri"),
+        ("GOAL/artifacts", {"summary": "s", "uri": " "}, "invalid", "uri"),
+        ("GOAL/artifacts", {"summary": "s", "content_base64": "   "}, "invalid", "content_base64"),
+        ("GOAL/artifacts", {"summary": "s", "content_base64": "QUJD\u00a0"}, "invalid", "content_base64"),
+        ("GOAL/artifacts", {"summary": "s", "content_base64": "QUJ"}, "invalid", "content_base64"),
     ],
 )  # fmt: skip
 def test_bad_input_is_400_naming_the_member_and_writes_nothing(api, path, body, code, field):
@@ -190,3 +198,131 @@ def test_the_schema_declares_each_operations_errors_in_the_one_shape(api):
     assert "content_sha256" not in item["required"] and "verified" not in item["required"]
     questions = schema["components"]["schemas"]["Questions"]["properties"]["updated_at"]
     assert questions.get("nullable") is True
+
+
+# --- what schemathesis found: the server now does what the schema says --------------------------------------
+
+
+def test_an_artifact_takes_base64_wrapped_in_lines_or_empty_and_a_uri_without_content(api):
+    goal = create_goal(api)
+    url = f"/api/v1/goals/{goal['id']}/artifacts"
+    wrapped = api.post(url, {"summary": "s", "content_base64": "QUJD\r\nREVG\n"}, format="json")
+    assert wrapped.status_code == 201 and wrapped.json()["content_size"] == 6
+    assert api.post(url, {"summary": "s", "content_base64": ""}, format="json").status_code == 201
+    assert api.post(url, {"summary": "s", "uri": "file:///x"}, format="json").status_code == 201
+
+
+def test_a_word_the_catalog_lacks_in_a_compile_is_404_naming_the_model(api, project):
+    world = build_auth_world(project, filler=0)
+    before = EventRow.objects.count()
+    for body in ({"model": "gpt-unknown"}, {"model": "gpt-unknown", "async": True}):
+        answer = api.post(f"/api/v1/tasks/{world.task.id}/compile", body, format="json")
+        assert_error(answer, 404, "unknown_model_word", "model")
+    assert EventRow.objects.count() == before
+
+
+def test_a_cursor_past_a_contexts_excluded_records_is_404(api, project):
+    world = build_auth_world(project, filler=3)
+    compiled = api.post(f"/api/v1/tasks/{world.task.id}/compile", {"model": "quick"}, format="json").json()
+    url = f"/api/v1/contexts/{compiled['context']['digest']}/excluded"
+    total = compiled["context"]["exclusions"]["count"]
+    assert api.get(url, {"cursor": total}).json()["next_cursor"] is None
+    assert_error(api.get(url, {"cursor": total + 1}), 404, "not_found", "cursor")
+
+
+def test_a_cursor_is_taken_as_given(api):
+    create_goal(api)
+    assert_error(api.get("/api/v1/goals", {"cursor": "\v"}), 404, "not_found", "cursor")
+
+
+def test_overriding_the_plan_gate_of_a_task_never_resolved_is_a_conflict(api, operator_api):
+    goal = create_goal(api)
+    before = EventRow.objects.count()
+    answer = operator_api.post(
+        f"/api/v1/tasks/{task_id(goal, 's1')}/plan-gate/override", {"reason": "known"}, format="json"
+    )
+    assert_error(answer, 409, "conflict", "task_id")
+    assert EventRow.objects.count() == before
+
+
+@pytest.mark.parametrize(
+    ("question", "field"),
+    [
+        ({"question": "Which port?"}, "questions[0].subjects"),
+        ({"question": "Which port?", "subjects": []}, "questions[0].subjects"),
+        ({"question": "Which port?", "subjects": [" "]}, "questions[0].subjects[0]"),
+        ({"question": "Which port?", "subject": ""}, "questions[0].subject"),
+        ({"question": " ", "subjects": ["port"]}, "questions[0].question"),
+        ({"question": "Which port?", "subjects": ["port"], "why": "x"}, "questions[0].why"),
+    ],
+)
+def test_a_required_question_names_what_it_is_about(api, operator_api, question, field):
+    goal = create_goal(api)
+    url = f"/api/v1/tasks/{task_id(goal, 's1')}/questions"
+    answer = operator_api.put(url, {"questions": [question]}, format="json")
+    assert answer.status_code == 400 and answer.json()["error"]["field"] == field, answer.content
+    ok = operator_api.put(url, {"questions": [{"question": "Which port?", "subject": "port"}]}, format="json")
+    assert ok.status_code == 200 and ok.json()["questions"][0]["subjects"] == ["port"]
+
+
+def test_a_grant_names_sources_that_exist(api, operator_api):
+    goal = create_goal(api)
+    url = f"/api/v1/goals/{goal['id']}/grants"
+    assert_error(operator_api.post(url, {"sources": {}}, format="json"), 400, "invalid", "sources")
+    for name in ("../etc", "docs\n", "nowhere"):
+        assert_error(
+            operator_api.post(url, {"sources": {name: []}}, format="json"), 404, "not_found", "sources"
+        )
+
+
+def test_a_source_name_is_the_pattern_whole(operator_api):
+    body = {"name": "docs\n", "kind": "docs", "config": {"path": "docs"}}
+    assert_error(operator_api.post("/api/v1/sources", body, format="json"), 400, "invalid", "name")
+
+
+def test_narrowing_to_a_tool_the_registry_lacks_is_404(api, operator_api):
+    goal = create_goal(api)
+    url = f"/api/v1/goals/{goal['id']}/tools"
+    assert_error(
+        operator_api.put(url, {"allowed": ["nowhere"]}, format="json"), 404, "not_found", "allowed.0"
+    )
+    assert_error(operator_api.put(url, {"allowed": [" x"]}, format="json"), 400, "invalid", "allowed[0]")
+
+
+def test_webhooks_and_their_deliveries_page_as_every_list(operator_api, settings):
+    settings.NEXUM_SOURCE_HTTP_ALLOW = ["127.0.0.1:9"]
+    created = [
+        operator_api.post("/api/v1/webhooks", {"url": f"http://127.0.0.1:9/{n}"}, format="json").json()["id"]
+        for n in range(3)
+    ]
+    first = operator_api.get("/api/v1/webhooks", {"limit": 2}).json()
+    rest = operator_api.get("/api/v1/webhooks", {"cursor": first["next_cursor"]}).json()
+    assert sorted(hook["id"] for hook in first["results"] + rest["results"]) == sorted(created)
+    assert rest["next_cursor"] is None
+    deliveries = f"/api/v1/webhooks/{created[0]}/deliveries"
+    assert operator_api.get(deliveries, {"limit": 500}).json() == {"results": [], "next_cursor": None}
+    assert_error(operator_api.get(deliveries, {"limit": 501}), 400, "invalid", "limit")
+    assert_error(operator_api.get(deliveries, {"cursor": 2**63}), 400, "invalid", "cursor")
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://[", "http://[zz]/", "http://[::1", "http://a:99999/", "ftp://a/", "http://a b/", "http://a/\n"],
+)
+def test_an_url_that_is_not_an_http_url_is_400_for_a_webhook_and_a_source(operator_api, url):
+    before = EventRow.objects.count()
+    assert_error(operator_api.post("/api/v1/webhooks", {"url": url}, format="json"), 400, "invalid", "url")
+    source = {"name": "web", "kind": "http_json", "config": {"url": url}}
+    assert_error(operator_api.post("/api/v1/sources", source, format="json"), 400, "invalid", "config.url")
+    assert EventRow.objects.count() == before
+
+
+def test_the_schema_says_what_the_server_checks(api):
+    schema = api.get("/api/schema/?format=json").json()
+    webhook = schema["components"]["schemas"]["WebhookCreateRequest"]["properties"]["url"]
+    assert webhook["pattern"] == HTTP_URL
+    stream = schema["paths"]["/api/v1/events/stream"]["get"]["parameters"]
+    resume = next(parameter for parameter in stream if parameter["name"] == "Last-Event-ID")
+    assert resume["schema"] == {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
+    grant = schema["components"]["schemas"]["GrantCreateRequest"]["properties"]["sources"]
+    assert grant["minProperties"] == 1 and grant["additionalProperties"]["items"]["pattern"] == NOT_BLANK

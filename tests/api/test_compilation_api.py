@@ -102,7 +102,6 @@ def test_the_compile_answer_is_compact_and_the_full_list_is_paged(api, auth):
         ("/excluded?limit=0", "limit"),
         ("/excluded?limit=501", "limit"),
         ("/excluded?cursor=abc", "cursor"),
-        ("/excluded?cursor=999999", "cursor"),
     ],
 )
 def test_bad_exclusion_parameters_name_the_field(api, auth, path, field):
@@ -152,7 +151,6 @@ def test_another_projects_ids_are_404_and_nothing_is_written(api, other_api, aut
     [
         ({}, "model"),
         ({"model": 7}, "model"),
-        ({"model": "nope"}, "word"),
         ({"model": "local", "overrides": {"context_tokens": -5}}, "overrides.context_tokens"),
         ({"model": "local", "overrides": {"window": 5}}, "overrides.window"),
         ({"model": "local", "evidence": [{"kind": "poem", "text": "x"}]}, "evidence[0].kind"),
@@ -161,7 +159,6 @@ def test_another_projects_ids_are_404_and_nothing_is_written(api, other_api, aut
         ({"model": "local", "async": "sometimes"}, "async"),
         ({"model": "local", "colour": "red"}, "colour"),
         ({"model": "local", "async": True, "overrides": {"tool_count": "x"}}, "overrides.tool_count"),
-        ({"model": "nope", "async": True}, "word"),
     ],
 )
 def test_bad_input_is_400_naming_the_field(api, auth, body, field):

@@ -346,7 +346,6 @@ def test_another_projects_task_is_not_found_and_nothing_is_written(auth, other_p
 @pytest.mark.parametrize(
     ("arguments", "field"),
     [
-        ({"model_word": "gpt-unknown"}, "word"),
         ({"model_word": ""}, "model"),
         ({"model_word": "local", "overrides": {"context_tokens": 0}}, "overrides.context_tokens"),
         ({"model_word": "local", "overrides": {"windows": 3}}, "overrides.windows"),
@@ -361,6 +360,16 @@ def test_bad_input_names_the_field_and_writes_nothing(auth, arguments, field):
             project_id=auth.project_id, task_id=str(auth.task.id), actor="x", **arguments
         )
     assert caught.value.field == field
+    assert EventRow.objects.count() == events and not StoredContext.objects.exists()
+
+
+def test_a_word_the_catalog_lacks_is_not_found_naming_the_model(auth):
+    events = EventRow.objects.count()
+    with pytest.raises(NotFound) as caught:
+        services.context_compile(
+            project_id=auth.project_id, task_id=str(auth.task.id), model_word="gpt-unknown", actor="x"
+        )
+    assert (caught.value.code, caught.value.field) == ("unknown_model_word", "model")
     assert EventRow.objects.count() == events and not StoredContext.objects.exists()
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from django.core.management import call_command
-from django.db import transaction
+from django.db import connection, transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -77,6 +79,44 @@ def test_state_as_of_a_position_and_back():
         assert list(Project.objects.values_list("slug", flat=True)) == ["first"]
         assert not AgentToken.objects.exists()
     assert projections.snapshot() == live
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_other_requests_go_on_while_a_replay_holds_an_older_state():
+    """A replay (``state_as_of``) neither empties nor locks the live read models: another connection reads
+    and appends meanwhile, and never waits for it (PostgreSQL; SQLite serializes writers by design)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL: SQLite has one writer at a time")
+    first = project_create(slug="first", name="First", actor="test")
+    position = store.head_position()
+    project_create(slug="second", name="Second", actor="test")
+    inside, leave = threading.Event(), threading.Event()
+    seen_inside: list[str] = []
+
+    def replay() -> None:
+        try:
+            with projections.state_as_of(position):
+                seen_inside.extend(Project.objects.values_list("slug", flat=True))
+                inside.set()
+                leave.wait(30)
+        finally:
+            inside.set()
+            connection.close()
+
+    replaying = threading.Thread(target=replay)
+    replaying.start()
+    try:
+        assert inside.wait(30)
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SET LOCAL lock_timeout = '5s'")
+            assert set(Project.objects.values_list("slug", flat=True)) == {"first", "second"}
+            agent_token_issue(project_id=str(first.id), name="meanwhile", actor="test")
+    finally:
+        leave.set()
+        replaying.join(30)
+    assert seen_inside == ["first"]
+    assert AgentToken.objects.filter(name="meanwhile").exists()
 
 
 @pytest.mark.django_db

@@ -225,9 +225,9 @@ def test_tools_registry_and_narrowing(project):
     assert [(tool.name, tool.pinned) for tool in seen] == [("search", True), ("shell", True)]
     seen = selectors.tools_for_scope(project_id=pid, goal_id=str(goal.id), task_id=str(test.id))
     assert [(tool.name, tool.pinned) for tool in seen] == [("search", True), ("shell", False)]
-    with pytest.raises(ValidationFailed) as error:
+    with pytest.raises(NotFound) as missing:
         services.tool_scope_set(scope=task_scope(project, test), allowed=["nope"], pinned=[], actor="a")
-    assert error.value.field == "allowed.0"
+    assert missing.value.field == "allowed.0"
     services.tool_remove(project_id=pid, name="editor", actor="a")
     services.tool_define(project_id=pid, name="editor", description="back", actor="a")
     assert Tool.objects.get(name="editor").version == 3

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from nexum.core.errors import ValidationFailed
+from nexum.core.errors import NotFound, ValidationFailed
 from nexum.core.resolution import rules
 from nexum.core.resolution.resolver import Escalation
 
@@ -127,11 +127,17 @@ def test_picking_a_side_rejects_the_others():
 
 @pytest.mark.parametrize(
     "scopes",
-    [{}, {"../x": []}, {"web": "*"}, {"web": [""]}, {"web": [1]}, "web"],
+    [{}, {"web": "*"}, {"web": [""]}, {"web": [1]}, "web"],
 )
 def test_malformed_grant_scopes_are_refused(scopes):
     with pytest.raises(ValidationFailed):
         rules.check_grant_scopes(scopes)
+
+
+@pytest.mark.parametrize("name", ["../x", "web\n", ""])
+def test_a_name_no_source_can_have_is_not_found(name):
+    with pytest.raises(NotFound):
+        rules.check_grant_scopes({name: []})
 
 
 def test_questions_are_checked_and_round_trip():

@@ -20,6 +20,7 @@ from nexum.core.events import Event, event_type
 REQUEST_QUEUED = "queued"
 REQUEST_DONE = "done"
 REQUEST_FAILED = "failed"
+REQUEST_STATUSES = (REQUEST_QUEUED, REQUEST_DONE, REQUEST_FAILED)
 
 
 def compile_stream(request_id: str) -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from nexum.core.errors import Conflict, PolicyRefused, ValidationFailed
+from nexum.core.errors import Conflict, NotFound, PolicyRefused, ValidationFailed
 from nexum.core.events import Event
 from nexum.core.resolution import events as resolution_events
 from nexum.core.resolution.events import SETTLING_ACTIONS
@@ -48,7 +48,7 @@ class EscalationAlreadyResolved(Conflict):
 
 
 def check_source_name(name: Any) -> str:
-    if not isinstance(name, str) or not SOURCE_NAME.match(name):
+    if not isinstance(name, str) or not SOURCE_NAME.fullmatch(name):
         raise ValidationFailed(
             "a source name is 1–100 letters, digits, '_', '.' or '-', starting with a letter or digit",
             field="name",
@@ -65,12 +65,14 @@ def check_reason(reason: Any, *, field: str = "reason") -> str:
 
 
 def check_grant_scopes(scopes: Any) -> dict[str, tuple[str, ...]]:
-    """``{source name: [scope, …]}``; an empty list means every scope the source declares (``*``)."""
+    """``{source name: [scope, …]}``; an empty list means every scope the source declares (``*``). A name
+    that cannot be a source's names no source: ``NotFound``, as for a name the project lacks."""
     if not isinstance(scopes, Mapping) or not scopes:
         raise ValidationFailed("a grant lists at least one source: {name: [scopes]}", field="sources")
     checked: dict[str, tuple[str, ...]] = {}
     for name, granted in scopes.items():
-        check_source_name(name)
+        if not isinstance(name, str) or not SOURCE_NAME.fullmatch(name):
+            raise NotFound(f"no source {name!r}: not a source name", field="sources")
         if isinstance(granted, str) or not isinstance(granted, list | tuple):
             raise ValidationFailed(f"the scopes of {name!r} must be a list of strings", field="sources")
         if len(granted) > MAX_SCOPES or not all(isinstance(s, str) and s.strip() for s in granted):
