@@ -114,11 +114,15 @@ def word_require(*, project_id: str, word: str, field: str) -> None:
     """A word a request names (in the path or the body) names an entry of the project's catalog, as an id
     names an object: one the catalog lacks is 404 ``unknown_model_word`` naming ``field``."""
     if word not in catalog_for(project_id):
-        raise NotFound(
-            f"unknown model word {word!r}; the project's catalog has no such word",
-            field=field,
-            code=UNKNOWN_MODEL_WORD,
-        )
+        raise _unknown_word(word, field)
+
+
+def _unknown_word(word: str, field: str) -> NotFound:
+    return NotFound(
+        f"unknown model word {word!r}; the project's catalog has no such word",
+        field=field,
+        code=UNKNOWN_MODEL_WORD,
+    )
 
 
 def overlays_for(project_id: str) -> dict[str, ContextWindowOverlay]:
@@ -186,6 +190,18 @@ def budget_for(
         auto_compact_tokens=auto_compact_window(card, overlay),
         catalog_version=version,
     )
+
+
+def requested_budget_for(*, project_id: str, word: str, field: str, **options: Any) -> ModelChoice:
+    """``budget_for`` a word a request names: one the catalog lacks is 404 ``unknown_model_word`` naming
+    ``field``, as ``word_require`` has it, told from the catalog ``budget_for`` reads anyway (a compile
+    reads it once)."""
+    try:
+        return budget_for(project_id=project_id, word=word, **options)
+    except ValidationFailed as error:
+        if error.code != UNKNOWN_MODEL_WORD:
+            raise
+        raise _unknown_word(word, field) from error
 
 
 def catalog_view(project_id: str) -> CatalogView:

@@ -116,7 +116,6 @@ def context_compile(
     done = _finished(project_id, request_id)
     if done is not None:
         return done
-    catalog_selectors.word_require(project_id=project_id, word=word, field="model")
     return _compile_and_record(
         task=task,
         word=word,
@@ -156,9 +155,9 @@ def context_compile_request(
             raise NotFound(f"no compile request {request_id}", field="request_id")
         return existing
     # The word and overrides are checked now, so a bad request is refused and not a failed job.
-    catalog_selectors.word_require(project_id=project_id, word=word, field="model")
-    choice = catalog_selectors.budget_for(project_id=project_id, word=word, overrides=overrides)
-    del choice
+    catalog_selectors.requested_budget_for(
+        project_id=project_id, word=word, field="model", overrides=overrides
+    )
     from context_app.compilation.tasks import COMPILE
     from nexum.work.dispatch import send_on_commit
 
@@ -252,8 +251,8 @@ def _compile_and_record(
         answered = _answered(project_id, request_id, expected_version)
         if answered is not None:
             return answered
-        choice = catalog_selectors.budget_for(
-            project_id=project_id, word=word, overrides=overrides, compaction=compaction
+        choice = catalog_selectors.requested_budget_for(
+            project_id=project_id, word=word, field="model", overrides=overrides, compaction=compaction
         )
         encoding = choice.card.encoding
         threshold = choice.auto_compact_tokens if choice.compaction_enabled else None
