@@ -237,7 +237,7 @@ def test_a_timeout_kills_the_whole_group_and_is_recorded(project, workspace):
     task = running_task(project, {"checks": [command("hang", "sh", "-c", script, timeout_s=2)]})
     started = time.monotonic()
     result = complete(task)
-    assert time.monotonic() - started < 4
+    assert time.monotonic() - started < 60  # well under the 600 s its sleepers would run
     run = CheckRun.objects.get(request=result.request)
     assert (result.outcome, run.reason) == ("failed", "timeout")
     assert "timed out after 2s" in selectors.stored_text(run.output_sha256)
@@ -399,7 +399,7 @@ def test_a_catastrophic_pattern_ends_at_once(project, workspace):
     task = task_services.task_start(project_id=str(project.id), task_id=str(task.id), actor="agent")
     started = time.monotonic()
     result = complete(task)
-    assert time.monotonic() - started < 5  # a backtracking engine needs about 2**40 steps here
+    assert time.monotonic() - started < 60  # a backtracking engine needs about 2**40 steps: hours
     runs = {
         run.name: (run.reason, run.duration_ms) for run in CheckRun.objects.filter(request=result.request)
     }
@@ -407,7 +407,7 @@ def test_a_catastrophic_pattern_ends_at_once(project, workspace):
         "file": "no_match",
         "artifact": "no_match",
     }
-    assert all(duration < 1000 for _, duration in runs.values())
+    assert all(duration < 60_000 for _, duration in runs.values())
 
 
 @pytest.mark.django_db

@@ -183,7 +183,7 @@ def test_patterns_are_re2_whose_matching_time_is_linear() -> None:
     started = time.monotonic()
     assert compile_pattern("^(a+)+$").search("a" * 40 + "!") is None
     assert compile_pattern("^(a+)+$").search("a" * 100_000) is not None
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 30  # a backtracking engine needs about 2**40 steps: hours
 
 
 def test_argv_given_as_a_list_is_stored_as_a_tuple() -> None:

@@ -140,7 +140,7 @@ def test_a_timeout_kills_every_process_of_the_check_setsid_double_forks_included
     result, most = run_watching(
         marker, lambda: run_command(check("sh", "-c", script, timeout_s=2), policy_for(tmp_path, "sh"))
     )
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 60  # the sleepers would run for 600 s
     assert most == 4  # every sleeper was running, two of them in sessions of their own
     assert (result.passed, result.reason) == (False, "timeout")
     assert "timed out after 2s" in result.output

@@ -365,7 +365,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         url = urlsplit(self.path)
         if url.path == "/slow":
-            time.sleep(1.5)
+            time.sleep(10)  # far past every timeout a test sets, so a bound can be generous
             body = b"[]"
         elif url.path == "/big":
             body = json.dumps([{"subject": "s", "text": "x" * 5000}]).encode()
@@ -426,7 +426,7 @@ def test_http_json_timeout_raises_source_unavailable(http_base, policy):
     with pytest.raises(SourceUnavailable) as error:
         source.retrieve("x", ["*"], 5)
     assert error.value.kind == "timeout"
-    assert time.monotonic() - started < 1.4
+    assert time.monotonic() - started < 8
     result = fetch(source, "x", ["*"], 5)
     assert result.error_kind == "timeout" and "timed out" in result.error
 
