@@ -279,15 +279,16 @@ def data_fd(text: str) -> int:
     return fd
 
 
-_working: set[str] = set()
+_working: set[tuple[str, tuple[int, int] | None]] = set()
 
 
-def probe(bwrap: str) -> str | None:
-    """None when ``bwrap`` can build the sandbox on this machine, else why not (bwrap's own words).
+def probe(bwrap: str, *, user: tuple[int, int] | None = None) -> str | None:
+    """None when ``bwrap`` can build the sandbox on this machine, else why not (bwrap's own words); ``user``
+    is the (uid, gid) a root worker runs it as, with no supplementary groups.
 
     A success is remembered for the process; a failure is tried again next time (the operator may fix it).
     """
-    if bwrap in _working:
+    if (bwrap, user) in _working:
         return None
     plan = plan_mounts(workspace=None, executables=())
     true = shutil.which("true", path="/usr/bin:/bin") or "/bin/true"
@@ -310,6 +311,9 @@ def probe(bwrap: str) -> str | None:
             pass_fds=(info_write, passwd, group),
             timeout=_PROBE_TIMEOUT_S,
             env={"PATH": "/usr/bin:/bin"},
+            user=None if user is None else user[0],
+            group=None if user is None else user[1],
+            extra_groups=None if user is None else [],
         )
     except (OSError, subprocess.SubprocessError) as exc:
         return f"{bwrap} could not run: {type(exc).__name__}: {exc}"
@@ -319,5 +323,5 @@ def probe(bwrap: str) -> str | None:
     if done.returncode != 0:
         said = (done.stderr or done.stdout).decode("utf-8", "replace").strip()
         return f"{bwrap} cannot create the sandbox here (exit status {done.returncode}): {said}"
-    _working.add(bwrap)
+    _working.add((bwrap, user))
     return None

@@ -10,14 +10,16 @@ import ast
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -42,9 +44,44 @@ pytestmark = [
 
 VENV_PYTHON = str(Path(sys.executable).parent / "python")
 REPOSITORY = Path(__file__).resolve().parents[2]
+SITE_PACKAGES = str(next(Path(sys.prefix, "lib").glob("python3*/site-packages")))
+SANDBOX_USER = sandbox.DEFAULT_HOST_ID  # what a root worker runs its sandboxes as, the default policy's
+
+
+def interpreter_for_checks() -> tuple[str, dict[str, object]]:
+    """This venv's python, or, where a root worker's sandbox user cannot read it (a venv made from an
+    interpreter under a 0700 /root), the system's python given this venv's packages (options to add)."""
+    venv = SandboxPolicy(workspace_root=Path("/"), allowed_executables=frozenset({VENV_PYTHON}))
+    if sandbox.sandbox_unavailable(venv) is None or not os.access("/usr/bin/python3", os.X_OK):
+        return VENV_PYTHON, {}
+    return "/usr/bin/python3", {"read_only_paths": (SITE_PACKAGES,), "env_set": {"PYTHONPATH": SITE_PACKAGES}}
+
+
+CHECK_PYTHON, CHECK_PYTHON_OPTIONS = interpreter_for_checks()
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """A folder the sandbox's host user can reach (pytest's own sit in a 0700 folder of root's) and write."""
+    folder = Path(tempfile.mkdtemp(prefix="nexum-sandbox-test-"))
+    folder.chmod(0o755)
+    if os.geteuid() == 0:
+        os.chown(folder, SANDBOX_USER, SANDBOX_USER)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def give_to_sandbox(*paths: Path) -> None:
+    if os.geteuid() == 0:
+        for path in paths:
+            os.chown(path, SANDBOX_USER, SANDBOX_USER)
 
 
 def policy_for(workspace: Path, *allowed: str, **options: object) -> SandboxPolicy:
+    """A policy for ``workspace``, given to the sandbox's host user as the service does a project's folder."""
+    give_to_sandbox(workspace)
     return SandboxPolicy(workspace_root=workspace, allowed_executables=frozenset(allowed), **options)  # type: ignore[arg-type]
 
 
@@ -108,8 +145,10 @@ def test_a_real_pytest_project_fails_then_passes_once_fixed(tmp_path: Path) -> N
     )
     # Both versions of calc.py have the same size and may share an mtime second: a cached .pyc would be
     # taken for current, so the project's Python writes none.
-    policy = policy_for(tmp_path, VENV_PYTHON, env_set={"PYTHONDONTWRITEBYTECODE": "1"})
-    suite = check(VENV_PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", timeout_s=120)
+    options = {**CHECK_PYTHON_OPTIONS}
+    options["env_set"] = {**options.get("env_set", {}), "PYTHONDONTWRITEBYTECODE": "1"}  # type: ignore[dict-item]
+    policy = policy_for(tmp_path, CHECK_PYTHON, **options)
+    suite = check(CHECK_PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", timeout_s=120)
 
     broken = run_command(suite, policy)
     assert (broken.passed, broken.reason, broken.exit_code) == (False, "exit_nonzero", 1)
@@ -176,13 +215,13 @@ def test_a_check_cannot_fork_past_the_process_limit(tmp_path: Path) -> None:
         print("started", started)
         """
     )
-    policy = policy_for(tmp_path, VENV_PYTHON, max_processes=20)
-    result = run_command(check(VENV_PYTHON, "-c", program), policy)
+    policy = policy_for(tmp_path, CHECK_PYTHON, max_processes=20)
+    result = run_command(check(CHECK_PYTHON, "-c", program), policy)
     assert result.reason == "passed", result.output
     started = int(result.output.split("started")[-1])
     assert 10 <= started < 20, result.output  # bwrap and python count too
     assert "refused after" in result.output
-    unlimited = run_command(check(VENV_PYTHON, "-c", program), policy_for(tmp_path, VENV_PYTHON))
+    unlimited = run_command(check(CHECK_PYTHON, "-c", program), policy_for(tmp_path, CHECK_PYTHON))
     assert "started 200" in unlimited.output  # the default (256) leaves room: the limit made the difference
 
 
@@ -240,8 +279,8 @@ def test_on_start_names_the_check_so_kill_leftover_group_ends_all_of_it(tmp_path
 
 
 def test_the_cpu_limit_ends_a_busy_loop_as_a_timeout(tmp_path: Path) -> None:
-    policy = policy_for(tmp_path, VENV_PYTHON, cpu_seconds=1)
-    result = run_command(check(VENV_PYTHON, "-c", "while True: pass", timeout_s=20), policy)
+    policy = policy_for(tmp_path, CHECK_PYTHON, cpu_seconds=1)
+    result = run_command(check(CHECK_PYTHON, "-c", "while True: pass", timeout_s=20), policy)
     assert result.reason == "timeout"
     assert "SIGXCPU" in result.output or "SIGKILL" in result.output
 
@@ -364,6 +403,7 @@ def test_a_working_directory_outside_the_workspace_is_refused(tmp_path: Path) ->
     outside = tmp_path / "outside"
     outside.mkdir()
     (workspace / "escape").symlink_to(outside)
+    give_to_sandbox(workspace / "sub")
     policy = policy_for(workspace, "touch")
     for cwd in ("..", "sub/../..", "escape", "escape/.", str(outside), "/"):
         result = run_command(check("touch", "marker", cwd=cwd), policy)
@@ -405,7 +445,7 @@ def test_a_nonzero_exit_is_exit_nonzero(tmp_path: Path) -> None:
 def test_output_over_the_cap_is_truncated_and_marked(tmp_path: Path) -> None:
     program = "import sys; sys.stdout.write('H' * 5000 + 'x' * 100000 + 'T' * 5000)"
     result = run_command(
-        check(VENV_PYTHON, "-c", program, max_output_bytes=1000), policy_for(tmp_path, VENV_PYTHON)
+        check(CHECK_PYTHON, "-c", program, max_output_bytes=1000), policy_for(tmp_path, CHECK_PYTHON)
     )
     assert result.reason == "passed"
     assert result.truncated
@@ -416,8 +456,8 @@ def test_output_over_the_cap_is_truncated_and_marked(tmp_path: Path) -> None:
 
 
 def test_the_policy_caps_what_a_check_asks_for(tmp_path: Path) -> None:
-    policy = policy_for(tmp_path, VENV_PYTHON, max_output_bytes=100)
-    result = run_command(check(VENV_PYTHON, "-c", "print('y' * 1000)"), policy)
+    policy = policy_for(tmp_path, CHECK_PYTHON, max_output_bytes=100)
+    result = run_command(check(CHECK_PYTHON, "-c", "print('y' * 1000)"), policy)
     assert result.truncated
     assert result.output.count("y") == 100
 
@@ -433,7 +473,7 @@ def test_a_chatty_child_on_both_streams_does_not_deadlock(tmp_path: Path) -> Non
     )
     started = time.monotonic()
     result = run_command(
-        check(VENV_PYTHON, "-c", program, max_output_bytes=4096), policy_for(tmp_path, VENV_PYTHON)
+        check(CHECK_PYTHON, "-c", program, max_output_bytes=4096), policy_for(tmp_path, CHECK_PYTHON)
     )
     assert time.monotonic() - started < 20
     assert result.reason == "passed"
@@ -539,7 +579,7 @@ def test_the_data_directory_artifacts_database_and_other_projects_do_not_exist_i
     ]
     script = 'for p in "$@"; do if [ -e "$p" ]; then echo "VISIBLE $p"; else echo "absent $p"; fi; done'
     argv = ("sh", "-c", script, "probe", *probed)
-    policy = policy_for(data / "workspace" / "acme", "sh", VENV_PYTHON, hidden_paths=frozenset(hidden))
+    policy = policy_for(data / "workspace" / "acme", "sh", CHECK_PYTHON, hidden_paths=frozenset(hidden))
     result = run_command(check(*argv), policy)
     assert result.output.splitlines() == [f"absent {path}" for path in probed]
     unsandboxed = run_command(check(*argv), policy_for(data / "workspace" / "acme", "sh", isolation="none"))
@@ -563,7 +603,7 @@ def test_a_check_cannot_reach_services_on_the_hosts_loopback(tmp_path: Path) -> 
                     print(port, type(error).__name__)
             """
         )
-        result = run_command(check(VENV_PYTHON, "-c", program), policy_for(tmp_path, VENV_PYTHON))
+        result = run_command(check(CHECK_PYTHON, "-c", program), policy_for(tmp_path, CHECK_PYTHON))
     assert result.output.splitlines() == [
         f"{port} ConnectionRefusedError",
         "5432 ConnectionRefusedError",
@@ -581,7 +621,7 @@ def test_a_check_writes_in_its_workspace_and_nowhere_else(tmp_path: Path) -> Non
         ' for p in "$@"; do touch "$p" 2>/dev/null && echo "WROTE $p"; done; true'
     )
     result = run_command(
-        check("sh", "-c", script, "probe", *targets), policy_for(workspace, "sh", VENV_PYTHON)
+        check("sh", "-c", script, "probe", *targets), policy_for(workspace, "sh", CHECK_PYTHON)
     )
     assert result.output.splitlines() == ["inside-ok", "tmp-ok"]
     assert (workspace / "made-inside").exists()
