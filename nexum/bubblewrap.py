@@ -263,7 +263,7 @@ def command_line(
         line += ["--ro-bind", path, path]
     line += ["--perms", "0444", "--ro-bind-data", str(passwd_fd), "/etc/passwd"]
     line += ["--perms", "0444", "--ro-bind-data", str(group_fd), "/etc/group"]
-    if plan.workspace is not None:
+    if plan.workspace is not None:  # bwrap binds with MS_NOSUID | MS_NODEV: no setuid file or device works
         line += ["--bind", plan.workspace, WORKSPACE_MOUNT]
     # The root and /dev are bwrap's own tmpfs: read-only, so only /tmp, /dev/shm and /workspace take writes.
     line += ["--remount-ro", "/dev", "--remount-ro", "/"]

@@ -297,6 +297,14 @@ _OPEN_ATTEMPTS: Final = 5
 _MAX_SYMLINKS: Final = 40  # as the kernel's own lookup allows
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.unshare.argtypes = [ctypes.c_int]
+_CLONE_NEWNS: Final = 0x00020000
+_MS_NOSUID: Final = 0x2
+_MS_NODEV: Final = 0x4
+_MS_BIND: Final = 0x1000
+_MS_REC: Final = 0x4000
+_MS_SLAVE: Final = 0x80000
 _openat2_missing = sys.platform != "linux"
 
 
@@ -437,6 +445,7 @@ def _rlimits(policy: SandboxPolicy) -> list[tuple[int, int, int]]:
 def _preexec(
     limits: list[tuple[int, int, int]],
     join_fd: int | None = None,
+    staged: Mapping[str, str] | None = None,
     run_as: tuple[int, int] | None = None,
 ) -> Callable[[], None]:
     def prepare_child() -> None:  # runs in the child between fork and exec: keep it minimal
@@ -444,7 +453,9 @@ def _preexec(
             os.write(join_fd, str(os.getpid()).encode("ascii"))
         for which, soft, hard in limits:
             resource.setrlimit(which, (soft, hard))
-        if run_as is not None:  # last: joining the cgroup and raising nothing above root's limits need root
+        if staged:
+            _stage(staged)
+        if run_as is not None:  # last: the cgroup, the limits and the staging mounts need root
             uid, gid = run_as
             os.setgroups([])
             os.setresgid(gid, gid, gid)
@@ -471,51 +482,98 @@ def host_user(policy: SandboxPolicy) -> tuple[int, int] | None:
     return policy.host_uid, policy.host_gid
 
 
-def _refuse_unreachable(plan: bubblewrap.MountPlan, executable: str | None, run_as: tuple[int, int]) -> None:
-    """A root worker's bubblewrap runs as ``run_as`` and mounts by path: every mount must be reachable by that
-    user, the workspace writable; raises ``_Refused`` naming the first path that is not."""
+def _stage_or_refuse(
+    plan: bubblewrap.MountPlan, executable: str | None, run_as: tuple[int, int]
+) -> dict[str, list[str]]:
+    """What a root worker's bubblewrap, running as ``run_as``, could not reach on the host: each mount behind
+    a folder that user cannot search (a venv's interpreter under a 0700 /root, a project folder under a 0700
+    /tmp/pytest-of-root), by the highest such folder; ``_stage`` makes them reachable where they are. What
+    that user cannot use itself is refused (``_Refused`` naming the path): the workspace must be writable by
+    it, the read-only mounts readable, the executable executable."""
     uid, gid = run_as
-    wanted = [(path, os.R_OK | (os.X_OK if os.path.isdir(path) else 0)) for path in plan.read_only]
+    mounts = [*plan.read_only, *([plan.workspace] if plan.workspace is not None else [])]
+    staged: dict[str, list[str]] = {}
+    for path in mounts:
+        resolved = os.path.realpath(path)
+        closed = _blocked_below("/", os.path.dirname(resolved), uid, gid, os.X_OK)
+        if closed is not None:
+            staged.setdefault(closed, []).append(resolved)
+    wanted = [(path, path, os.R_OK | (os.X_OK if os.path.isdir(path) else 0)) for path in plan.read_only]
     if executable is not None:
-        wanted.append((executable, os.X_OK))
-    for path, access in wanted:
-        blocked = _blocked_for(path, uid, gid, access)
+        found = os.path.realpath(executable)
+        tops = [top for path in mounts if _inside(found, top := os.path.realpath(path))]
+        wanted.append((max(tops, key=len) if tops else os.path.dirname(found), found, os.X_OK))
+    for top, path, access in wanted:
+        blocked = _blocked_below(os.path.realpath(top), os.path.realpath(path), uid, gid, access)
         if blocked is not None:
             raise _Refused(
                 SANDBOX_UNAVAILABLE,
                 f"{blocked} is closed to the host user the sandbox runs as (uid {uid}, gid {gid}), so a check"
-                f" cannot see {path}: open it to that user (o+rx on it and every folder on the way), install"
-                " the allowlisted executable where that user can read it (a venv outside /root), or set"
-                " NEXUM_SANDBOX_HOST_UID and NEXUM_SANDBOX_HOST_GID to a user that can read it",
+                f" cannot use {path}: open it to that user (chmod o+rx), install the allowlisted executable"
+                " where that user can read it, or set NEXUM_SANDBOX_HOST_UID and NEXUM_SANDBOX_HOST_GID to a"
+                " user that can read it",
             )
     if plan.workspace is not None:
-        blocked = _blocked_for(plan.workspace, uid, gid, os.R_OK | os.W_OK | os.X_OK)
+        blocked = _blocked_below(plan.workspace, plan.workspace, uid, gid, os.R_OK | os.W_OK | os.X_OK)
         if blocked is not None:
             raise _Refused(
                 SANDBOX_UNAVAILABLE,
                 f"the project's folder {plan.workspace} is not writable by the host user the sandbox runs"
-                f" as (uid {uid}, gid {gid}; blocked at {blocked}): chown {uid}:{gid} it (the service does"
-                " for the folders it creates) and let that user search every folder on the way",
+                f" as (uid {uid}, gid {gid}): chown {uid}:{gid} it (the service does for the folders it"
+                " creates)",
             )
+    return staged
 
 
-def _blocked_for(path: str, uid: int, gid: int, access: int) -> str | None:
-    """The first folder on the way to ``path`` that ``uid``/``gid`` (no supplementary groups) cannot search,
-    or ``path`` itself when it lacks ``access`` (``os.R_OK | os.W_OK | os.X_OK`` bits); None when neither.
-    Read from the mode bits as the kernel applies them (ACLs are not read)."""
-    resolved = os.path.realpath(path)
-    parts = resolved.split(os.sep)[1:]
-    for depth in range(len(parts) + 1):
-        here = os.sep + os.sep.join(parts[:depth])
+def _blocked_below(top: str, path: str, uid: int, gid: int, access: int) -> str | None:
+    """The first folder from ``top`` down to ``path`` (both resolved, ``top`` above or equal) that ``uid``
+    and ``gid`` (no supplementary groups) cannot search, or ``path`` itself when it lacks ``access``
+    (``os.R_OK | os.W_OK | os.X_OK`` bits); None when neither. Read from the mode bits as the kernel applies
+    them (ACLs are not read)."""
+    here = top
+    below = [] if path == top else path[len(top.rstrip(os.sep)) + 1 :].split(os.sep)
+    for depth in range(len(below) + 1):
+        if depth:
+            here = os.path.join(here, below[depth - 1])
         try:
             info = os.stat(here)
         except OSError:
             return here
         shift = 6 if info.st_uid == uid else 3 if info.st_gid == gid else 0
-        needed = access if depth == len(parts) else os.X_OK
+        needed = access if depth == len(below) else os.X_OK
         if (info.st_mode >> shift) & needed != needed:
             return here
     return None
+
+
+def _stage(staged: Mapping[str, list[str]]) -> None:
+    """In the child, as root, before the user is dropped: in a mount namespace of its own (nothing of it
+    reaches the host's), each closed folder of ``staged`` is covered by a tmpfs holding only the way (0755
+    folders) to the mounts below it, each bound back in place. Bubblewrap, run as the unprivileged user, then
+    finds every mount at its host path; the check sees the same as a non-root worker's would."""
+    _checked(_libc.unshare(_CLONE_NEWNS))
+    _checked(_libc.mount(None, b"/", None, _MS_REC | _MS_SLAVE, None))
+    opened = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for paths in staged.values() for path in paths}
+    os.umask(0o022)  # the way must be searchable by the unprivileged user, whatever the worker's umask
+    for closed, paths in staged.items():
+        _checked(_libc.mount(b"nexum-stage", closed.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=0755"))
+        for path in paths:
+            fd = opened.pop(path)
+            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                os.mkdir(path, 0o755)
+            else:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+            _checked(
+                _libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, _MS_BIND | _MS_REC, None)
+            )
+            os.close(fd)
+
+
+def _checked(status: int) -> None:
+    if status != 0:
+        failure = ctypes.get_errno()
+        raise OSError(failure, os.strerror(failure))
 
 
 def sandbox_unavailable(policy: SandboxPolicy) -> str | None:
@@ -532,7 +590,7 @@ def sandbox_unavailable(policy: SandboxPolicy) -> str | None:
                 hidden=policy.hidden_paths,
                 private=policy.private_paths,
             )
-            _refuse_unreachable(plan, None, run_as)
+            _stage_or_refuse(plan, None, run_as)
     except _Refused as refusal:
         return refusal.message
     except bubblewrap.SandboxUnavailable as exc:
@@ -687,8 +745,7 @@ def _start_in_bubblewrap(
             private=policy.private_paths,
         )
         run_as = host_user(policy)
-        if run_as is not None:
-            _refuse_unreachable(plan, argv[0], run_as)
+        staged = _stage_or_refuse(plan, argv[0], run_as) if run_as is not None else {}
         cgroup = None
         if _needs_cgroup(policy):
             assert policy.max_processes is not None
@@ -712,7 +769,7 @@ def _start_in_bubblewrap(
                 tmp_bytes=policy.tmp_bytes,
             ),
             env={**env, **SANDBOX_ENV},
-            prepare=_preexec(_rlimits(policy), cgroup.join_fd if cgroup else None, run_as),
+            prepare=_preexec(_rlimits(policy), cgroup.join_fd if cgroup else None, staged, run_as),
             pass_fds=(info_write, passwd, group),
         )
     except BaseException:

@@ -13,13 +13,13 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -44,33 +44,7 @@ pytestmark = [
 
 VENV_PYTHON = str(Path(sys.executable).parent / "python")
 REPOSITORY = Path(__file__).resolve().parents[2]
-SITE_PACKAGES = str(next(Path(sys.prefix, "lib").glob("python3*/site-packages")))
 SANDBOX_USER = sandbox.DEFAULT_HOST_ID  # what a root worker runs its sandboxes as, the default policy's
-
-
-def interpreter_for_checks() -> tuple[str, dict[str, object]]:
-    """This venv's python, or, where a root worker's sandbox user cannot read it (a venv made from an
-    interpreter under a 0700 /root), the system's python given this venv's packages (options to add)."""
-    venv = SandboxPolicy(workspace_root=Path("/"), allowed_executables=frozenset({VENV_PYTHON}))
-    if sandbox.sandbox_unavailable(venv) is None or not os.access("/usr/bin/python3", os.X_OK):
-        return VENV_PYTHON, {}
-    return "/usr/bin/python3", {"read_only_paths": (SITE_PACKAGES,), "env_set": {"PYTHONPATH": SITE_PACKAGES}}
-
-
-CHECK_PYTHON, CHECK_PYTHON_OPTIONS = interpreter_for_checks()
-
-
-@pytest.fixture
-def tmp_path() -> Iterator[Path]:
-    """A folder the sandbox's host user can reach (pytest's own sit in a 0700 folder of root's) and write."""
-    folder = Path(tempfile.mkdtemp(prefix="nexum-sandbox-test-"))
-    folder.chmod(0o755)
-    if os.geteuid() == 0:
-        os.chown(folder, SANDBOX_USER, SANDBOX_USER)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def give_to_sandbox(*paths: Path) -> None:
@@ -145,10 +119,8 @@ def test_a_real_pytest_project_fails_then_passes_once_fixed(tmp_path: Path) -> N
     )
     # Both versions of calc.py have the same size and may share an mtime second: a cached .pyc would be
     # taken for current, so the project's Python writes none.
-    options = {**CHECK_PYTHON_OPTIONS}
-    options["env_set"] = {**options.get("env_set", {}), "PYTHONDONTWRITEBYTECODE": "1"}  # type: ignore[dict-item]
-    policy = policy_for(tmp_path, CHECK_PYTHON, **options)
-    suite = check(CHECK_PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", timeout_s=120)
+    policy = policy_for(tmp_path, VENV_PYTHON, env_set={"PYTHONDONTWRITEBYTECODE": "1"})
+    suite = check(VENV_PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", timeout_s=120)
 
     broken = run_command(suite, policy)
     assert (broken.passed, broken.reason, broken.exit_code) == (False, "exit_nonzero", 1)
@@ -215,18 +187,19 @@ def test_a_check_cannot_fork_past_the_process_limit(tmp_path: Path) -> None:
         print("started", started)
         """
     )
-    policy = policy_for(tmp_path, CHECK_PYTHON, max_processes=20)
-    result = run_command(check(CHECK_PYTHON, "-c", program), policy)
+    policy = policy_for(tmp_path, VENV_PYTHON, max_processes=20)
+    result = run_command(check(VENV_PYTHON, "-c", program), policy)
     assert result.reason == "passed", result.output
     started = int(result.output.split("started")[-1])
     assert 10 <= started < 20, result.output  # bwrap and python count too
     assert "refused after" in result.output
-    unlimited = run_command(check(CHECK_PYTHON, "-c", program), policy_for(tmp_path, CHECK_PYTHON))
+    unlimited = run_command(check(VENV_PYTHON, "-c", program), policy_for(tmp_path, VENV_PYTHON))
     assert "started 200" in unlimited.output  # the default (256) leaves room: the limit made the difference
 
 
 def worker_command(python: str, workspace: Path, argv: list[str], **options: object) -> list[str]:
     """A command line running one check in a worker process of its own (tests/unit/sandbox_worker.py)."""
+    give_to_sandbox(workspace)
     request = {"paths": [str(REPOSITORY)], "workspace": str(workspace), "allowed": ["sh"], "argv": argv}
     request.update({"max_processes": 256, "isolation": "bwrap", **options})
     return [python, "-I", str(Path(__file__).with_name("sandbox_worker.py")), json.dumps(request)]
@@ -279,8 +252,8 @@ def test_on_start_names_the_check_so_kill_leftover_group_ends_all_of_it(tmp_path
 
 
 def test_the_cpu_limit_ends_a_busy_loop_as_a_timeout(tmp_path: Path) -> None:
-    policy = policy_for(tmp_path, CHECK_PYTHON, cpu_seconds=1)
-    result = run_command(check(CHECK_PYTHON, "-c", "while True: pass", timeout_s=20), policy)
+    policy = policy_for(tmp_path, VENV_PYTHON, cpu_seconds=1)
+    result = run_command(check(VENV_PYTHON, "-c", "while True: pass", timeout_s=20), policy)
     assert result.reason == "timeout"
     assert "SIGXCPU" in result.output or "SIGKILL" in result.output
 
@@ -445,7 +418,7 @@ def test_a_nonzero_exit_is_exit_nonzero(tmp_path: Path) -> None:
 def test_output_over_the_cap_is_truncated_and_marked(tmp_path: Path) -> None:
     program = "import sys; sys.stdout.write('H' * 5000 + 'x' * 100000 + 'T' * 5000)"
     result = run_command(
-        check(CHECK_PYTHON, "-c", program, max_output_bytes=1000), policy_for(tmp_path, CHECK_PYTHON)
+        check(VENV_PYTHON, "-c", program, max_output_bytes=1000), policy_for(tmp_path, VENV_PYTHON)
     )
     assert result.reason == "passed"
     assert result.truncated
@@ -456,8 +429,8 @@ def test_output_over_the_cap_is_truncated_and_marked(tmp_path: Path) -> None:
 
 
 def test_the_policy_caps_what_a_check_asks_for(tmp_path: Path) -> None:
-    policy = policy_for(tmp_path, CHECK_PYTHON, max_output_bytes=100)
-    result = run_command(check(CHECK_PYTHON, "-c", "print('y' * 1000)"), policy)
+    policy = policy_for(tmp_path, VENV_PYTHON, max_output_bytes=100)
+    result = run_command(check(VENV_PYTHON, "-c", "print('y' * 1000)"), policy)
     assert result.truncated
     assert result.output.count("y") == 100
 
@@ -473,7 +446,7 @@ def test_a_chatty_child_on_both_streams_does_not_deadlock(tmp_path: Path) -> Non
     )
     started = time.monotonic()
     result = run_command(
-        check(CHECK_PYTHON, "-c", program, max_output_bytes=4096), policy_for(tmp_path, CHECK_PYTHON)
+        check(VENV_PYTHON, "-c", program, max_output_bytes=4096), policy_for(tmp_path, VENV_PYTHON)
     )
     assert time.monotonic() - started < 20
     assert result.reason == "passed"
@@ -579,7 +552,7 @@ def test_the_data_directory_artifacts_database_and_other_projects_do_not_exist_i
     ]
     script = 'for p in "$@"; do if [ -e "$p" ]; then echo "VISIBLE $p"; else echo "absent $p"; fi; done'
     argv = ("sh", "-c", script, "probe", *probed)
-    policy = policy_for(data / "workspace" / "acme", "sh", CHECK_PYTHON, hidden_paths=frozenset(hidden))
+    policy = policy_for(data / "workspace" / "acme", "sh", VENV_PYTHON, hidden_paths=frozenset(hidden))
     result = run_command(check(*argv), policy)
     assert result.output.splitlines() == [f"absent {path}" for path in probed]
     unsandboxed = run_command(check(*argv), policy_for(data / "workspace" / "acme", "sh", isolation="none"))
@@ -603,7 +576,7 @@ def test_a_check_cannot_reach_services_on_the_hosts_loopback(tmp_path: Path) -> 
                     print(port, type(error).__name__)
             """
         )
-        result = run_command(check(CHECK_PYTHON, "-c", program), policy_for(tmp_path, CHECK_PYTHON))
+        result = run_command(check(VENV_PYTHON, "-c", program), policy_for(tmp_path, VENV_PYTHON))
     assert result.output.splitlines() == [
         f"{port} ConnectionRefusedError",
         "5432 ConnectionRefusedError",
@@ -621,11 +594,122 @@ def test_a_check_writes_in_its_workspace_and_nowhere_else(tmp_path: Path) -> Non
         ' for p in "$@"; do touch "$p" 2>/dev/null && echo "WROTE $p"; done; true'
     )
     result = run_command(
-        check("sh", "-c", script, "probe", *targets), policy_for(workspace, "sh", CHECK_PYTHON)
+        check("sh", "-c", script, "probe", *targets), policy_for(workspace, "sh", VENV_PYTHON)
     )
     assert result.output.splitlines() == ["inside-ok", "tmp-ok"]
     assert (workspace / "made-inside").exists()
     assert list(outside.iterdir()) == [] and not Path(sys.prefix, "planted").exists()
+
+
+def test_a_check_leaves_no_setuid_file_no_device_and_nothing_owned_by_host_root(tmp_path: Path) -> None:
+    """A root worker's sandbox used to be host root outside its user namespace: a setuid copy of cat left in
+    the workspace gave any local user euid 0. Now the check's files belong to the sandbox's host user, the
+    workspace is mounted nosuid,nodev inside, and the bits are swept off once the check is over."""
+    script = textwrap.dedent(
+        """
+        grep ' /workspace ' /proc/self/mountinfo
+        cp /usr/bin/cat cat-root && chmod 4755 cat-root
+        cp /bin/sh sh-group && chmod 2755 sh-group
+        mkdir -p shared/deeper && cp /usr/bin/cat shared/deeper/both && chmod 6755 shared/deeper/both
+        chmod 2775 shared
+        mknod null-copy c 1 3 2>/dev/null && echo MADE a device node
+        mkfifo pipe
+        ls -ln cat-root sh-group shared/deeper/both
+        """
+    )
+    runner = CheckRunner(policy_for(tmp_path, "sh"))  # the defaults, as production's
+    result = runner(CommandCheck(name="plant", argv=("sh", "-c", script)))
+    assert result.reason == "passed", result.output
+    mounted = result.output.splitlines()[0].split()[5].split(",")
+    assert {"nosuid", "nodev"} <= set(mounted), result.output
+    assert "-rwsr-xr-x" in result.output and "-rwxr-sr-x" in result.output  # planted, as the check saw them
+    assert (tmp_path / "cat-root").exists() and (tmp_path / "pipe").exists()  # FIFOs stay
+    found = [tmp_path, *tmp_path.rglob("*")]
+    assert [str(path) for path in found if path.lstat().st_mode & (stat.S_ISUID | stat.S_ISGID)] == []
+    assert [str(path) for path in found if stat.S_ISCHR(path.lstat().st_mode)] == []
+    assert [str(path) for path in found if path.lstat().st_uid == 0] == []
+    assert "cleared the setuid/setgid bits of" in result.output and "cat-root" in result.output
+
+
+def test_the_sweep_never_follows_a_symlink_out_of_the_workspace(tmp_path: Path) -> None:
+    workspace, outside = tmp_path / "ws", tmp_path / "outside"
+    workspace.mkdir()
+    outside.mkdir()
+    (outside / "setuid-elsewhere").write_text("")
+    (outside / "setuid-elsewhere").chmod(0o4755)
+    (workspace / "to-outside").symlink_to(outside)
+    (workspace / "to-file").symlink_to(outside / "setuid-elsewhere")
+    (workspace / "mine").write_text("")
+    (workspace / "mine").chmod(0o2755)
+    swept = sandbox.sweep_workspace(str(workspace))
+    assert (swept.cleared, swept.removed) == (["mine"], [])
+    assert (outside / "setuid-elsewhere").stat().st_mode & 0o7777 == 0o4755
+    assert sandbox.sweep_workspace(str(workspace), max_entries=1).incomplete
+
+
+def test_a_root_worker_without_a_host_user_runs_no_command_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 0)  # as CI and `make run` as root are
+    for unset in ({"host_uid": None}, {"host_gid": None}):
+        policy = policy_for(tmp_path, "sh", **unset)
+        result = run_command(check("sh", "-c", "touch ran"), policy)
+        assert (result.passed, result.reason) == (False, "sandbox_unavailable")
+        assert "NEXUM_SANDBOX_HOST_UID" in result.output and "host root" in result.output
+        assert sandbox.sandbox_unavailable(policy) == result.output
+        assert not (tmp_path / "ran").exists()
+
+
+def test_a_root_worker_refuses_an_executable_its_sandbox_user_cannot_read(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only a root worker runs its sandboxes as another user")
+    workspace, closed = tmp_path / "ws", tmp_path / "closed"
+    workspace.mkdir()
+    (closed / "bin").mkdir(parents=True)
+    shutil.copy("/bin/true", closed / "bin" / "tool")
+    closed.chmod(0o700)  # as /root is, holding a venv's interpreter
+    policy = policy_for(workspace, "sh", str(closed / "bin" / "tool"))
+    for argv in (("sh", "-c", "touch ran"), (str(closed / "bin" / "tool"),)):
+        result = run_command(check(*argv), policy)
+        assert result.reason == "sandbox_unavailable", result.output
+        assert f"{closed} is closed to the host user the sandbox runs as (uid {SANDBOX_USER}" in result.output
+    assert sandbox.sandbox_unavailable(policy) == result.output
+    assert not (workspace / "ran").exists()
+    theirs = tmp_path / "theirs"  # root's, as a folder the service did not create would be
+    theirs.mkdir()
+    unwritable = SandboxPolicy(workspace_root=theirs, allowed_executables=frozenset({"sh"}))
+    result = run_command(check("sh", "-c", "touch ran"), unwritable)
+    assert result.reason == "sandbox_unavailable" and f"chown {SANDBOX_USER}:{SANDBOX_USER}" in result.output
+    assert not (theirs / "ran").exists()
+
+
+def test_a_root_worker_reaches_mounts_behind_folders_its_sandbox_user_cannot_search(tmp_path: Path) -> None:
+    """A venv's interpreter under a 0700 /root, a project folder under pytest's 0700 folder: bwrap, run as
+    the unprivileged user, could not pass them; the child binds them back in place in a mount namespace of
+    its own first, so the check sees them as a non-root worker's would; the host's mounts do not change."""
+    if os.geteuid() != 0:
+        pytest.skip("only a root worker runs its sandboxes as another user")
+    closed = tmp_path / "closed"
+    (closed / "tools" / "bin").mkdir(parents=True)
+    (closed / "tools" / "bin" / "greet").write_text("#!/bin/sh\necho greeted from $0\n")
+    (closed / "tools" / "bin" / "greet").chmod(0o755)
+    (closed / "tools" / "secret").write_text("beside the tool")
+    workspace = closed / "projects" / "acme"
+    workspace.mkdir(parents=True)
+    for folder in (closed / "tools", closed / "tools" / "bin", closed / "projects"):
+        folder.chmod(0o755)
+    closed.chmod(0o700)
+    tool = str(closed / "tools" / "bin" / "greet")
+    mounts_before = Path("/proc/self/mountinfo").read_text()
+    script = f"{tool}; touch made; ls {closed}; ls {closed / 'tools'}; ls -n made"
+    result = run_command(check("sh", "-c", script), policy_for(workspace, "sh", tool))
+    assert result.reason == "passed", result.output
+    lines = result.output.splitlines()
+    # Of the closed folder only the way to the mount (the tool's prefix, whole, as any prefix) is there.
+    assert lines[:4] == [f"greeted from {tool}", "tools", "bin", "secret"], result.output
+    assert lines[4].split()[2:4] == ["1000", "1000"], result.output
+    assert (workspace / "made").stat().st_uid == SANDBOX_USER
+    assert Path("/proc/self/mountinfo").read_text() == mounts_before
 
 
 def test_a_check_cannot_change_the_hosts_kernel_settings_or_read_kernel_internals(tmp_path: Path) -> None:
