@@ -29,29 +29,39 @@ in the order it checks:
    with ``sandbox_unavailable`` and a message saying how to fix it; nothing runs. ``isolation="none"``
    (development only, chosen explicitly) runs the program directly in a new session.
 5. Limits, set before bubblewrap executes (so on it and everything inside): RLIMIT_CPU (soft, hard one
-   second later), RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_CORE 0 (no core file in the workspace) and RLIMIT_NPROC,
-   never above the worker's hard limits. The kernel does not enforce RLIMIT_NPROC for uid 0 (a user
-   namespace mapped to uid 0 is still uid 0), so when the worker runs as root each check gets its own pids
-   cgroup (``nexum/pids_cgroup.py``) holding ``max_processes``; a root worker without a writable pids cgroup
-   refuses checks (``sandbox_unavailable``) unless ``max_processes`` is None. For a non-root worker
-   RLIMIT_NPROC counts the check's processes together with the worker user's other processes. The private
-   /tmp holds at most ``tmp_bytes``.
-6. Output is read incrementally (no deadlock on a chatty child; reading continues past the cap and drops the
+   second later), RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_CORE 0 (no core file in the workspace) and, for a worker
+   that is not root, RLIMIT_NPROC, never above the worker's hard limits; RLIMIT_NPROC then counts the check's
+   processes together with the worker user's other processes. A root worker's checks all run as one host
+   user (item 6), for whom RLIMIT_NPROC would count every check at once: each check gets its own pids cgroup
+   (``nexum/pids_cgroup.py``) holding ``max_processes``, joined before the user is dropped; a root worker
+   without a writable pids cgroup refuses checks (``sandbox_unavailable``) unless ``max_processes`` is None.
+   The private /tmp holds at most ``tmp_bytes``.
+6. No host privilege: bubblewrap maps the check's uid 1000 to the user that runs it, so a root worker's
+   sandbox process drops to ``host_uid``/``host_gid`` (no supplementary groups) after joining the cgroup and
+   setting the limits, and executes bubblewrap as that user: whatever a check makes belongs to it, never to
+   host root. A mount behind a folder that user cannot search is bound back in place first, in a mount
+   namespace of the sandbox process's own; a mount it cannot read, or a workspace it cannot write, is
+   ``sandbox_unavailable`` naming the path; a root worker without ``host_uid`` refuses command checks. The
+   workspace is mounted nosuid,nodev, and after every command check ``sweep_workspace`` clears setuid and
+   setgid bits and removes device nodes in the project's folder.
+7. Output is read incrementally (no deadlock on a chatty child; reading continues past the cap and drops the
    excess). Above the cap the head and the tail are kept (a test runner's summary is at the end) with a
    marker line in between, and ``truncated`` is set.
-7. End: the check is over when its first program exits or the wall-clock timeout passes (reason
+8. End: the check is over when its first program exits or the wall-clock timeout passes (reason
    ``timeout``). Either way every process it started is killed: inside bubblewrap the sandbox's PID 1 is
    killed and the kernel kills the whole PID namespace, ``setsid`` double forks included; ``run_command``
    returns only once the namespace's PID 1 is gone (which the kernel allows only once every process in it
    is). If the worker itself dies, bubblewrap (``--die-with-parent``) and then the namespace die with it.
    ``on_start(pid)`` is told the pid of the outermost sandbox process: SIGKILL to it ends the whole check.
    Without bubblewrap the process group is killed and waited for (a ``setsid`` escapes it).
-8. Status: 0 → ``passed``; >0 → ``exit_nonzero``; killed by a signal → ``crashed`` (``exit_code`` is minus
+9. Status: 0 → ``passed``; >0 → ``exit_nonzero``; killed by a signal → ``crashed`` (``exit_code`` is minus
    the signal), except SIGXCPU (the CPU limit) → ``timeout``. Bubblewrap reports a program killed by signal
    N as exit status 128 + N, as shells do; such a status reads back as the signal.
 
-File and artifact checks run in the worker: paths resolve inside the project's folder only, at most
-``max_read_bytes`` are read, and patterns are RE2 (linear time: no pattern can hold a worker).
+File and artifact checks run in the worker: a file is opened once, beneath the project's folder
+(``open_in_workspace``: symlinks followed only while they stay inside, non-blocking, a regular file for
+``file_matches``), at most ``max_read_bytes`` are read, and patterns are RE2 (linear time: no pattern can
+hold a worker).
 """
 
 from __future__ import annotations
@@ -716,7 +726,8 @@ def _popen(
     pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen[bytes]:
     """No shell, stdin /dev/null, stdout and stderr merged into one pipe, a session of its own, ``prepare``
-    (the limits, see the module docstring, item 5) run in the child before it executes."""
+    (the limits and the host user, see the module docstring, items 5 and 6) run in the child before it
+    executes."""
     return subprocess.Popen(
         argv,
         shell=False,
