@@ -1,17 +1,16 @@
 """File checks open their file once, beneath the project's folder, without blocking (issue 23, item 2).
 
-No bubblewrap here: file checks run in the worker. A swapper flips a path between a regular file, a symlink to
-a file outside the workspace, a FIFO and a folder while checks read it: whatever the interleaving, nothing
-outside is ever read and every check is decided.
+No bubblewrap here: file checks run in the worker. Another process flips a path between a regular file, a
+symlink to a file outside the workspace, a FIFO and a folder while checks read it: whatever the interleaving,
+nothing outside is ever read and every check is decided; the worst interleaving is also forced, every time.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
+import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -34,28 +33,21 @@ def resolution(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     return str(request.param)
 
 
-def swap_forever(race: Path, outside: Path, stop: threading.Event, made: dict[str, int]) -> None:
-    """Flip ``race`` between a file, a symlink out, a FIFO and a folder until ``stop`` (bounded in count)."""
-    kinds = ("file", "link", "fifo", "folder")
-    for turn in range(1_000_000):
-        if stop.is_set():
-            return
-        with contextlib.suppress(OSError):
-            if race.is_dir() and not race.is_symlink():
-                race.rmdir()
-            else:
-                race.unlink()
-        kind = kinds[turn % len(kinds)]
-        with contextlib.suppress(OSError):
-            if kind == "file":
-                race.write_text("inside the workspace\n")
-            elif kind == "link":
-                race.symlink_to(outside)
-            elif kind == "fifo":
-                os.mkfifo(race)
-            else:
-                race.mkdir()
-            made[kind] += 1
+# Another process (true parallelism, as another check's would be) atomically exchanging the path with each of
+# the other entries in turn (renameat2 RENAME_EXCHANGE): the path always exists and flips between a regular
+# file, a symlink out, a FIFO and a folder. Bounded: it stops by itself after a minute.
+SWAPPER = """
+import ctypes, sys, time
+exchange = ctypes.CDLL(None, use_errno=True).renameat2
+race, *others = (name.encode() for name in sys.argv[1:])
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    for other in others:
+        exchange(-100, race, -100, other, 2)
+    if sys.stdout:
+        print("swapping", flush=True)
+        sys.stdout = None
+"""
 
 
 def test_a_swapped_path_is_never_read_outside_the_workspace_and_every_check_is_decided(
@@ -65,35 +57,76 @@ def test_a_swapped_path_is_never_read_outside_the_workspace_and_every_check_is_d
     workspace.mkdir()
     outside.write_text(OUTSIDE_SECRET + "\n")
     race = workspace / "race.md"
+    race.write_text("inside the workspace\n")
+    (workspace / ".link").symlink_to(outside)
+    os.mkfifo(workspace / ".fifo")
+    (workspace / ".folder").mkdir()
+    others = [str(workspace / name) for name in (".link", ".fifo", ".folder")]
     run = CheckRunner(SandboxPolicy(workspace_root=workspace))
     checks = [
         FileMatchesCheck(name="matches", path="race.md", pattern="OUTSIDE-SECRET|inside"),
         FileExistsCheck(name="exists", path="race.md"),
     ]
-    stop, made = threading.Event(), {"file": 0, "link": 0, "fifo": 0, "folder": 0}
     results: list[sandbox.CheckResult] = []
 
     def run_checks() -> None:
         for attempt in range(TRIES):
             results.append(run(checks[attempt % 2]))
 
-    swapper = threading.Thread(target=swap_forever, args=(race, outside, stop, made), daemon=True)
-    checker = threading.Thread(target=run_checks, daemon=True)
-    swapper.start()
-    started = time.monotonic()
-    checker.start()
-    checker.join(timeout=DECIDED_WITHIN_S)
-    stop.set()
-    swapper.join(timeout=10)
+    swapper = subprocess.Popen([sys.executable, "-c", SWAPPER, str(race), *others], stdout=subprocess.PIPE)
+    try:
+        assert swapper.stdout is not None and swapper.stdout.readline() == b"swapping\n"
+        checker = threading.Thread(target=run_checks, daemon=True)
+        checker.start()
+        checker.join(timeout=DECIDED_WITHIN_S)
+        still_swapping = swapper.poll() is None
+    finally:
+        swapper.kill()
+        swapper.wait(timeout=10)
     assert not checker.is_alive(), f"checks still undecided after {DECIDED_WITHIN_S}s ({len(results)} done)"
-    assert len(results) == TRIES, time.monotonic() - started
-    assert min(made.values()) > 0, made  # the swapper made every kind while the checks ran
+    assert len(results) == TRIES and still_swapping  # every check ran while the path kept changing
     assert [result.output for result in results if "HASH:19000" in result.output] == []  # never read
     allowed = {"passed", "no_match", "missing_file", "workspace_violation"}
     assert {result.reason for result in results} <= allowed, {result.reason for result in results}
     for result in results:
         if result.name == "matches" and result.passed:
             assert "matched 'inside'" in result.output, result.output
+
+
+@pytest.mark.parametrize("swapped_in", ["symlink out", "fifo", "folder"])
+def test_a_path_swapped_right_after_it_was_looked_at_is_not_opened_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, swapped_in: str
+) -> None:
+    """The worst interleaving, every time: the walk looks at ``race.md`` (a regular file), then another check
+    swaps it before the open. The open (``O_NOFOLLOW``, non-blocking) of what is there now decides."""
+    monkeypatch.setattr(sandbox, "_openat2_missing", True)  # openat2 looks and opens in one step
+    workspace, outside = tmp_path / "ws", tmp_path / "shadow"
+    workspace.mkdir()
+    outside.write_text(OUTSIDE_SECRET + "\n")
+    race = workspace / "race.md"
+    race.write_text("inside the workspace\n")
+    real_stat, swapped = os.stat, []
+
+    def stat_then_swap(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        found = real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
+        if path == "race.md" and not swapped:
+            swapped.append(swapped_in)
+            race.unlink()
+            {
+                "symlink out": lambda: race.symlink_to(outside),
+                "fifo": lambda: os.mkfifo(race),
+                "folder": race.mkdir,
+            }[swapped_in]()
+        return found
+
+    monkeypatch.setattr(sandbox.os, "stat", stat_then_swap)
+    result = CheckRunner(SandboxPolicy(workspace_root=workspace))(
+        FileMatchesCheck(name="m", path="race.md", pattern="OUTSIDE-SECRET|inside")
+    )
+    assert swapped == [swapped_in]
+    assert "HASH:19000" not in result.output
+    expected = {"symlink out": "workspace_violation", "fifo": "missing_file", "folder": "missing_file"}
+    assert result.reason == expected[swapped_in], result.output
 
 
 def test_each_kind_of_path_gets_its_own_answer_at_once(tmp_path: Path, resolution: str) -> None:
