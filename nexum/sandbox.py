@@ -580,6 +580,18 @@ def _stage(staged: Mapping[str, list[str]]) -> None:
             os.close(fd)
 
 
+def _staging_advice(staged: Mapping[str, list[str]], run_as: tuple[int, int]) -> str:
+    closed = ", ".join(sorted(staged))
+    mounts = ", ".join(sorted(path for paths in staged.values() for path in paths))
+    uid, gid = run_as
+    return (
+        f"{closed} cannot be searched by the host user the sandbox runs as (uid {uid}, gid {gid}),"
+        f" and binding {mounts} back in place for it, in a mount namespace of the sandbox's own, failed (that"
+        " needs CAP_SYS_ADMIN, which root has outside a container): let that user search them (chmod o+x), or"
+        " move what lies below them elsewhere"
+    )
+
+
 def _checked(status: int) -> None:
     if status != 0:
         failure = ctypes.get_errno()
@@ -783,10 +795,12 @@ def _start_in_bubblewrap(
             prepare=_preexec(_rlimits(policy), cgroup.join_fd if cgroup else None, staged, run_as),
             pass_fds=(info_write, passwd, group),
         )
-    except BaseException:
+    except BaseException as exc:
         os.close(info_read)
         if cgroup is not None:
             cgroup.remove()
+        if staged and run_as is not None and isinstance(exc, subprocess.SubprocessError):
+            raise _Refused(SANDBOX_UNAVAILABLE, _staging_advice(staged, run_as)) from None
         raise
     finally:
         for fd in (info_write, passwd, group):

@@ -712,6 +712,29 @@ def test_a_root_worker_reaches_mounts_behind_folders_its_sandbox_user_cannot_sea
     assert Path("/proc/self/mountinfo").read_text() == mounts_before
 
 
+def test_a_worker_that_cannot_bind_mounts_back_in_place_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Root in a container without CAP_SYS_ADMIN cannot make a mount namespace: a clear refusal, not a
+    confusing error of the child."""
+    if os.geteuid() != 0:
+        pytest.skip("only a root worker runs its sandboxes as another user")
+    closed = tmp_path / "closed"
+    workspace = closed / "acme"
+    workspace.mkdir(parents=True)
+    closed.chmod(0o700)
+
+    def no_mount_namespace(staged: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(sandbox, "_stage", no_mount_namespace)
+    result = run_command(check("sh", "-c", "touch ran"), policy_for(workspace, "sh"))
+    assert result.reason == "sandbox_unavailable", result.output
+    assert "cannot be searched by the host user" in result.output and "CAP_SYS_ADMIN" in result.output
+    assert f"binding {workspace} back in place" in result.output
+    assert not (workspace / "ran").exists()
+
+
 def test_a_check_cannot_change_the_hosts_kernel_settings_or_read_kernel_internals(tmp_path: Path) -> None:
     """Sysctls trust uid 0 without asking for a capability, and a root worker's sandbox is uid 0 outside its
     user namespace: /proc/sys is read-only and files such as /proc/kpageflags cannot be opened."""
