@@ -306,9 +306,10 @@ _RESOLVE_BENEATH: Final = 0x08
 _OPEN_ATTEMPTS: Final = 5
 _MAX_SYMLINKS: Final = 40  # as the kernel's own lookup allows
 _libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-_libc.unshare.argtypes = [ctypes.c_int]
+if sys.platform == "linux":
+    _libc.syscall.restype = ctypes.c_long
+    _libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
+    _libc.unshare.argtypes = [ctypes.c_int]
 _CLONE_NEWNS: Final = 0x00020000
 _MS_NOSUID: Final = 0x2
 _MS_NODEV: Final = 0x4
@@ -455,7 +456,7 @@ def _rlimits(policy: SandboxPolicy) -> list[tuple[int, int, int]]:
 def _preexec(
     limits: list[tuple[int, int, int]],
     join_fd: int | None = None,
-    staged: Mapping[str, str] | None = None,
+    staged: Mapping[str, list[str]] | None = None,
     run_as: tuple[int, int] | None = None,
 ) -> Callable[[], None]:
     def prepare_child() -> None:  # runs in the child between fork and exec: keep it minimal
