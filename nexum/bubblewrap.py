@@ -4,15 +4,17 @@ Framework-free: no Django, no Celery. ``nexum/sandbox.py`` decides what runs; th
 runs in:
 
 - namespaces: user, PID, network (loopback only, nothing listening), IPC, UTS and cgroup; no capabilities;
-  no further user namespaces (``--disable-userns``); uid and gid ``SANDBOX_UID`` inside; ``--new-session``
+  no further user namespaces (``--disable-userns``); uid and gid ``SANDBOX_UID`` inside, mapped to the user
+  that runs bwrap (an unprivileged one: ``nexum.sandbox`` never runs it as root); ``--new-session``
   (no terminal to inject keystrokes into); ``--die-with-parent``.
 - filesystem: an empty root with only what a check needs, each read-only: ``/usr`` and the ``/bin``,
   ``/sbin``, ``/lib*`` links or folders, a few files of ``/etc`` (``ETC_ENTRIES``; ``/etc/passwd`` and
   ``/etc/group`` are written for the sandbox and list no host account), the install prefixes of the
   allowlisted executables (a venv and the interpreter it was made from), and the operator's extra paths;
-  the project's workspace folder read-write at ``/workspace``; its own ``/proc`` and ``/dev``, and private
-  tmpfs ``/tmp`` and ``/dev/shm`` (each at most ``tmp_bytes``). Nothing else of the host exists inside, and
-  nothing else is writable: the sandbox's root and ``/dev`` are remounted read-only.
+  the project's workspace folder read-write at ``/workspace`` (nosuid,nodev, as bwrap binds every mount);
+  its own ``/proc`` and ``/dev``, and private tmpfs ``/tmp`` and ``/dev/shm`` (each at most ``tmp_bytes``).
+  Nothing else of the host exists inside, and nothing else is writable: the sandbox's root and ``/dev`` are
+  remounted read-only.
 - ``plan_mounts`` refuses a mount that would show a hidden path (the data directory, the artifact store, the
   database file, the workspace root with the other projects' folders, /run) or contain a private one (/root,
   /home, the source tree): ``SandboxUnavailable``, nothing runs.
@@ -61,8 +63,9 @@ GROUP: Final = f"root:x:0:\ncheck:x:{SANDBOX_GID}:\nnogroup:x:65534:\n"
 # are never mounted whole (a folder inside one may be: /etc/hosts, an interpreter under /root/.pyenv).
 HOST_HIDDEN: Final = ("/run", "/var/run")
 HOST_PRIVATE: Final = ("/root", "/home", "/etc", "/proc", "/sys", "/dev", "/boot", "/var", "/tmp")
-# Kernel internals that uid 0 may read even without capabilities (a root worker's sandbox is uid 0 outside
-# its user namespace): covered by an unopenable device node, as container runtimes mask them.
+# Kernel internals that uid 0 may read even without capabilities (a sandbox bwrap runs as root is uid 0
+# outside its user namespace; nexum.sandbox runs it as an unprivileged user, this holds whoever calls):
+# covered by an unopenable device node, as container runtimes mask them.
 MASKED_PROC_FILES: Final = (
     "/proc/kpageflags",
     "/proc/kpagecount",
@@ -243,8 +246,8 @@ def command_line(
         HOSTNAME,
         "--proc",
         "/proc",
-        # Sysctls check the writer's uid, not its capabilities: a root worker's sandbox is uid 0 outside its
-        # user namespace and could change the host's kernel settings. Read-only, they are safe to show.
+        # Sysctls check the writer's uid, not its capabilities: a sandbox bwrap runs as root is uid 0 outside
+        # its user namespace and could change the host's kernel settings. Read-only, they are safe to show.
         "--ro-bind",
         "/proc/sys",
         "/proc/sys",
@@ -263,7 +266,7 @@ def command_line(
         line += ["--ro-bind", path, path]
     line += ["--perms", "0444", "--ro-bind-data", str(passwd_fd), "/etc/passwd"]
     line += ["--perms", "0444", "--ro-bind-data", str(group_fd), "/etc/group"]
-    if plan.workspace is not None:
+    if plan.workspace is not None:  # bwrap binds with MS_NOSUID | MS_NODEV: no setuid file or device works
         line += ["--bind", plan.workspace, WORKSPACE_MOUNT]
     # The root and /dev are bwrap's own tmpfs: read-only, so only /tmp, /dev/shm and /workspace take writes.
     line += ["--remount-ro", "/dev", "--remount-ro", "/"]
@@ -279,15 +282,16 @@ def data_fd(text: str) -> int:
     return fd
 
 
-_working: set[str] = set()
+_working: set[tuple[str, tuple[int, int] | None]] = set()
 
 
-def probe(bwrap: str) -> str | None:
-    """None when ``bwrap`` can build the sandbox on this machine, else why not (bwrap's own words).
+def probe(bwrap: str, *, user: tuple[int, int] | None = None) -> str | None:
+    """None when ``bwrap`` can build the sandbox on this machine, else why not (bwrap's own words); ``user``
+    is the (uid, gid) a root worker runs it as, with no supplementary groups.
 
     A success is remembered for the process; a failure is tried again next time (the operator may fix it).
     """
-    if bwrap in _working:
+    if (bwrap, user) in _working:
         return None
     plan = plan_mounts(workspace=None, executables=())
     true = shutil.which("true", path="/usr/bin:/bin") or "/bin/true"
@@ -310,6 +314,9 @@ def probe(bwrap: str) -> str | None:
             pass_fds=(info_write, passwd, group),
             timeout=_PROBE_TIMEOUT_S,
             env={"PATH": "/usr/bin:/bin"},
+            user=None if user is None else user[0],
+            group=None if user is None else user[1],
+            extra_groups=None if user is None else [],
         )
     except (OSError, subprocess.SubprocessError) as exc:
         return f"{bwrap} could not run: {type(exc).__name__}: {exc}"
@@ -319,5 +326,5 @@ def probe(bwrap: str) -> str | None:
     if done.returncode != 0:
         said = (done.stderr or done.stdout).decode("utf-8", "replace").strip()
         return f"{bwrap} cannot create the sandbox here (exit status {done.returncode}): {said}"
-    _working.add(bwrap)
+    _working.add((bwrap, user))
     return None

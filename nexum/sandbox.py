@@ -29,41 +29,55 @@ in the order it checks:
    with ``sandbox_unavailable`` and a message saying how to fix it; nothing runs. ``isolation="none"``
    (development only, chosen explicitly) runs the program directly in a new session.
 5. Limits, set before bubblewrap executes (so on it and everything inside): RLIMIT_CPU (soft, hard one
-   second later), RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_CORE 0 (no core file in the workspace) and RLIMIT_NPROC,
-   never above the worker's hard limits. The kernel does not enforce RLIMIT_NPROC for uid 0 (a user
-   namespace mapped to uid 0 is still uid 0), so when the worker runs as root each check gets its own pids
-   cgroup (``nexum/pids_cgroup.py``) holding ``max_processes``; a root worker without a writable pids cgroup
-   refuses checks (``sandbox_unavailable``) unless ``max_processes`` is None. For a non-root worker
-   RLIMIT_NPROC counts the check's processes together with the worker user's other processes. The private
-   /tmp holds at most ``tmp_bytes``.
-6. Output is read incrementally (no deadlock on a chatty child; reading continues past the cap and drops the
+   second later), RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_CORE 0 (no core file in the workspace) and, for a worker
+   that is not root, RLIMIT_NPROC, never above the worker's hard limits; RLIMIT_NPROC then counts the check's
+   processes together with the worker user's other processes. A root worker's checks all run as one host
+   user (item 6), for whom RLIMIT_NPROC would count every check at once: each check gets its own pids cgroup
+   (``nexum/pids_cgroup.py``) holding ``max_processes``, joined before the user is dropped; a root worker
+   without a writable pids cgroup refuses checks (``sandbox_unavailable``) unless ``max_processes`` is None.
+   The private /tmp holds at most ``tmp_bytes``.
+6. No host privilege: bubblewrap maps the check's uid 1000 to the user that runs it, so a root worker's
+   sandbox process drops to ``host_uid``/``host_gid`` (no supplementary groups) after joining the cgroup and
+   setting the limits, and executes bubblewrap as that user: whatever a check makes belongs to it, never to
+   host root. A mount behind a folder that user cannot search is bound back in place first, in a mount
+   namespace of the sandbox process's own; a mount it cannot read, or a workspace it cannot write, is
+   ``sandbox_unavailable`` naming the path; a root worker without ``host_uid`` refuses command checks. The
+   workspace is mounted nosuid,nodev, and after every command check ``sweep_workspace`` clears setuid and
+   setgid bits and removes device nodes in the project's folder.
+7. Output is read incrementally (no deadlock on a chatty child; reading continues past the cap and drops the
    excess). Above the cap the head and the tail are kept (a test runner's summary is at the end) with a
    marker line in between, and ``truncated`` is set.
-7. End: the check is over when its first program exits or the wall-clock timeout passes (reason
+8. End: the check is over when its first program exits or the wall-clock timeout passes (reason
    ``timeout``). Either way every process it started is killed: inside bubblewrap the sandbox's PID 1 is
    killed and the kernel kills the whole PID namespace, ``setsid`` double forks included; ``run_command``
    returns only once the namespace's PID 1 is gone (which the kernel allows only once every process in it
    is). If the worker itself dies, bubblewrap (``--die-with-parent``) and then the namespace die with it.
    ``on_start(pid)`` is told the pid of the outermost sandbox process: SIGKILL to it ends the whole check.
    Without bubblewrap the process group is killed and waited for (a ``setsid`` escapes it).
-8. Status: 0 → ``passed``; >0 → ``exit_nonzero``; killed by a signal → ``crashed`` (``exit_code`` is minus
+9. Status: 0 → ``passed``; >0 → ``exit_nonzero``; killed by a signal → ``crashed`` (``exit_code`` is minus
    the signal), except SIGXCPU (the CPU limit) → ``timeout``. Bubblewrap reports a program killed by signal
    N as exit status 128 + N, as shells do; such a status reads back as the signal.
 
-File and artifact checks run in the worker: paths resolve inside the project's folder only, at most
-``max_read_bytes`` are read, and patterns are RE2 (linear time: no pattern can hold a worker).
+File and artifact checks run in the worker: a file is opened once, beneath the project's folder
+(``open_in_workspace``: symlinks followed only while they stay inside, non-blocking, a regular file for
+``file_matches``), at most ``max_read_bytes`` are read, and patterns are RE2 (linear time: no pattern can
+hold a worker).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import json
 import os
 import resource
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -109,6 +123,12 @@ ISOLATIONS: Final = (BWRAP, UNSANDBOXED)
 # Inside bubblewrap the worker's HOME does not exist: programs keep their caches in the private /tmp.
 SANDBOX_ENV: Final = {"HOME": "/tmp", "TMPDIR": "/tmp"}
 _SIGNALS: Final = frozenset(int(number) for number in signal.Signals)
+# The user and group a root worker's sandboxes run as on the host: nobody and nogroup, which every Linux
+# system reserves for "owns nothing" and which no service's files belong to (an operator may pick a uid of
+# its own: NEXUM_SANDBOX_HOST_UID, NEXUM_SANDBOX_HOST_GID).
+DEFAULT_HOST_ID: Final = 65534
+# At most this many entries of a project's folder are looked at by the sweep after each command check.
+SWEEP_MAX_ENTRIES: Final = 200_000
 
 
 # A check judges the files as they are now: cached bytecode whose source changed within the same second and
@@ -126,7 +146,9 @@ class SandboxPolicy:
     ``max_read_bytes`` caps how much of a file or artifact a pattern check reads. ``isolation`` is ``bwrap``
     or ``none``; ``read_only_paths`` are extra host paths every check sees read-only; ``hidden_paths`` and
     ``private_paths`` are what no mount may show (see ``bubblewrap.plan_mounts``); ``cgroup_parent`` is the
-    pids cgroup folder for a root worker (None: found automatically); ``tmp_bytes`` sizes the private /tmp.
+    pids cgroup folder for a root worker (None: found automatically); ``tmp_bytes`` sizes the private /tmp;
+    ``host_uid`` and ``host_gid`` are the unprivileged host user a root worker runs its sandboxes as (None: it
+    has none, and refuses command checks).
     """
 
     workspace_root: Path
@@ -146,6 +168,8 @@ class SandboxPolicy:
     private_paths: frozenset[str] = frozenset()
     cgroup_parent: str | None = None
     tmp_bytes: int | None = 256 * 1024**2
+    host_uid: int | None = DEFAULT_HOST_ID
+    host_gid: int | None = DEFAULT_HOST_ID
 
     def __post_init__(self) -> None:
         root = Path(self.workspace_root)
@@ -164,7 +188,15 @@ class SandboxPolicy:
         object.__setattr__(self, "allowed_executables", allowed)
         object.__setattr__(self, "env_allowlist", frozenset(self.env_allowlist))
         object.__setattr__(self, "env_set", dict(self.env_set))
-        limits = ("cpu_seconds", "address_space_bytes", "max_processes", "max_file_size_bytes", "tmp_bytes")
+        limits = (
+            "cpu_seconds",
+            "address_space_bytes",
+            "max_processes",
+            "max_file_size_bytes",
+            "tmp_bytes",
+            "host_uid",
+            "host_gid",
+        )
         for name in limits:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -228,6 +260,142 @@ def resolve_in_workspace(policy: SandboxPolicy, relative: str) -> str:
     return resolved
 
 
+def open_in_workspace(policy: SandboxPolicy, relative: str, flags: int) -> int:
+    """A descriptor for ``relative`` opened with ``flags`` beneath the workspace root, resolved once: from a
+    descriptor of the root, symlinks followed only while they stay beneath it, never a magic link; the file
+    opened is the file resolved (no second lookup by name another check could swap in between). Raises
+    ``_Refused``: ``missing_file`` when there is nothing to open, ``workspace_violation`` when the path leads
+    outside. ``O_NONBLOCK`` in ``flags`` keeps a FIFO from holding the worker."""
+    root = os.path.realpath(policy.workspace_root)
+    if os.path.isabs(relative):
+        if not _inside(os.path.normpath(relative), root):
+            raise _Refused(WORKSPACE_VIOLATION, f"{relative!r} is outside the workspace {root}")
+        relative = os.path.relpath(os.path.normpath(relative), root)
+    try:
+        root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        raise _Refused(WORKSPACE_VIOLATION, f"workspace root {root} is not a directory") from None
+    try:
+        for _ in range(_OPEN_ATTEMPTS):
+            try:
+                return _open_beneath(root_fd, relative, flags | os.O_CLOEXEC)
+            except OSError as exc:
+                if exc.errno == errno.EAGAIN:  # a rename raced the lookup of ".."; resolve again
+                    continue
+                raise _Refused(*_open_failure(exc, relative, root)) from None
+        raise _Refused(MISSING_FILE, f"{relative} kept changing while it was opened")
+    finally:
+        os.close(root_fd)
+
+
+def _open_failure(problem: OSError, relative: str, root: str) -> tuple[str, str]:
+    if problem.errno in (errno.EXDEV, errno.ELOOP):
+        return WORKSPACE_VIOLATION, f"{relative!r} leads outside the workspace {root} (a symlink or '..')"
+    if problem.errno in (errno.ENOENT, errno.ENOTDIR):
+        return MISSING_FILE, f"{relative} does not exist"
+    return MISSING_FILE, f"{relative} cannot be opened: {problem.strerror}"
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+_OPENAT2: Final = 437  # the same number on every Linux architecture
+_RESOLVE_NO_MAGICLINKS: Final = 0x02
+_RESOLVE_BENEATH: Final = 0x08
+_OPEN_ATTEMPTS: Final = 5
+_MAX_SYMLINKS: Final = 40  # as the kernel's own lookup allows
+_libc = ctypes.CDLL(None, use_errno=True)
+if sys.platform == "linux":
+    _libc.syscall.restype = ctypes.c_long
+    _libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
+    _libc.unshare.argtypes = [ctypes.c_int]
+_CLONE_NEWNS: Final = 0x00020000
+_MS_NOSUID: Final = 0x2
+_MS_NODEV: Final = 0x4
+_MS_BIND: Final = 0x1000
+_MS_REC: Final = 0x4000
+_MS_SLAVE: Final = 0x80000
+_openat2_missing = sys.platform != "linux"
+
+
+def _open_beneath(root_fd: int, relative: str, flags: int) -> int:
+    """``openat2`` with ``RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`` where the kernel has it (Linux 5.6), else
+    the same rule walked one component at a time."""
+    global _openat2_missing
+    if not _openat2_missing:
+        how = _OpenHow(flags, 0, _RESOLVE_BENEATH | _RESOLVE_NO_MAGICLINKS)
+        path = os.fsencode(relative)
+        fd = _libc.syscall(
+            ctypes.c_long(_OPENAT2), ctypes.c_int(root_fd), path, ctypes.byref(how), ctypes.sizeof(how)
+        )
+        if fd >= 0:
+            return int(fd)
+        failure = ctypes.get_errno()
+        if failure not in (errno.ENOSYS, errno.EPERM):  # EPERM: a seccomp filter that does not know it
+            raise OSError(failure, os.strerror(failure), relative)
+        _openat2_missing = True
+    return _walk_beneath(root_fd, relative, flags)
+
+
+def _walk_beneath(root_fd: int, relative: str, flags: int) -> int:
+    """Open ``relative`` beneath ``root_fd`` one component at a time, each with ``O_NOFOLLOW``: a symlink is
+    read and its target walked in its place from the folder it is in (an absolute target, or ``..`` above
+    the root, is ``EXDEV``); a component swapped for a symlink between the look and the open fails the open
+    (``ELOOP``, ``ENOTDIR``) and the lookup is started again by the caller."""
+    folders = [os.dup(root_fd)]
+    pending = _components(relative)
+    followed = 0
+    try:
+        while pending:
+            name = pending.pop()
+            if name == "..":
+                if len(folders) == 1:
+                    raise OSError(errno.EXDEV, "leads outside the workspace", relative)
+                os.close(folders.pop())
+                continue
+            info = os.stat(name, dir_fd=folders[-1], follow_symlinks=False)
+            if stat.S_ISLNK(info.st_mode):
+                followed += 1
+                target = os.readlink(name, dir_fd=folders[-1])
+                if followed > _MAX_SYMLINKS:
+                    raise OSError(errno.ELOOP, "too many symlinks", relative)
+                if os.path.isabs(target):
+                    raise OSError(errno.EXDEV, f"a symlink to {target}", relative)
+                pending += _components(target)
+                continue
+            wanted = flags if not pending else os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+            try:
+                opened = os.open(name, wanted | os.O_NOFOLLOW, dir_fd=folders[-1])
+            except OSError as exc:
+                if exc.errno == errno.ELOOP or (exc.errno == errno.ENOTDIR and stat.S_ISDIR(info.st_mode)):
+                    raise OSError(errno.EAGAIN, "changed while it was opened", relative) from None
+                raise
+            if not pending:
+                return opened
+            folders.append(opened)
+        return os.open(".", flags, dir_fd=folders[-1])  # the root itself, or a folder the path ended on
+    finally:
+        for folder in folders:
+            os.close(folder)
+
+
+def _components(path: str) -> list[str]:
+    """The names of ``path`` in reverse order (to be popped), ``.`` and empty names dropped."""
+    return [name for name in reversed(path.split("/")) if name not in ("", ".")]
+
+
+def _read_bounded(fd: int, limit: int) -> bytes:
+    chunks, size = [], 0
+    while size < limit:
+        chunk = os.read(fd, min(_READ_CHUNK, limit - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
 def _resolve_cwd(policy: SandboxPolicy, cwd: str) -> str:
     resolved = resolve_in_workspace(policy, cwd)
     if not os.path.isdir(resolved):
@@ -260,7 +428,11 @@ def _path_allowed(path: str, allowed: frozenset[str]) -> bool:
 
 
 def _rlimits(policy: SandboxPolicy) -> list[tuple[int, int, int]]:
-    """(resource, soft, hard) triples, never above the parent's hard limits."""
+    """(resource, soft, hard) triples, never above the parent's hard limits.
+
+    A root worker's checks all run as the one host user ``host_uid``, for whom RLIMIT_NPROC would count every
+    check of every worker process together: there the check's own pids cgroup holds ``max_processes``.
+    """
 
     def clamp(which: int, value: int) -> int:
         _, hard = resource.getrlimit(which)
@@ -272,7 +444,7 @@ def _rlimits(policy: SandboxPolicy) -> list[tuple[int, int, int]]:
         limits.append((resource.RLIMIT_CPU, soft, clamp(resource.RLIMIT_CPU, soft + 1)))
     for which, value in (
         (resource.RLIMIT_AS, policy.address_space_bytes),
-        (resource.RLIMIT_NPROC, policy.max_processes),
+        (resource.RLIMIT_NPROC, None if _needs_cgroup(policy) else policy.max_processes),
         (resource.RLIMIT_FSIZE, policy.max_file_size_bytes),
     ):
         if value is not None:
@@ -281,22 +453,171 @@ def _rlimits(policy: SandboxPolicy) -> list[tuple[int, int, int]]:
     return limits
 
 
-def _preexec(limits: list[tuple[int, int, int]], join_fd: int | None = None) -> Callable[[], None]:
+def _preexec(
+    limits: list[tuple[int, int, int]],
+    join_fd: int | None = None,
+    staged: Mapping[str, list[str]] | None = None,
+    run_as: tuple[int, int] | None = None,
+) -> Callable[[], None]:
     def prepare_child() -> None:  # runs in the child between fork and exec: keep it minimal
         if join_fd is not None:  # into the check's pids cgroup before anything else can fork
             os.write(join_fd, str(os.getpid()).encode("ascii"))
         for which, soft, hard in limits:
             resource.setrlimit(which, (soft, hard))
+        if staged:
+            _stage(staged)
+        if run_as is not None:  # last: the cgroup, the limits and the staging mounts need root
+            uid, gid = run_as
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
 
     return prepare_child
+
+
+def host_user(policy: SandboxPolicy) -> tuple[int, int] | None:
+    """The (uid, gid) a root worker runs its sandboxes as; None for a worker that is not root (bubblewrap maps
+    the check's user to the worker's own). Raises ``_Refused`` for a root worker that has none: bubblewrap
+    would map the check's user to host root, and a file the check leaves (a setuid copy of a shell) would give
+    root to anyone who runs it."""
+    if os.geteuid() != 0:
+        return None
+    if policy.host_uid is None or policy.host_gid is None:
+        raise _Refused(
+            SANDBOX_UNAVAILABLE,
+            "the worker runs as root and has no unprivileged host user to run checks as, so a check's files"
+            " would belong to host root: set NEXUM_SANDBOX_HOST_UID and NEXUM_SANDBOX_HOST_GID to an"
+            f" unprivileged uid and gid (the default is {DEFAULT_HOST_ID}, nobody), or run the worker as an"
+            " unprivileged user",
+        )
+    return policy.host_uid, policy.host_gid
+
+
+def _stage_or_refuse(
+    plan: bubblewrap.MountPlan, executable: str | None, run_as: tuple[int, int]
+) -> dict[str, list[str]]:
+    """What a root worker's bubblewrap, running as ``run_as``, could not reach on the host: each mount behind
+    a folder that user cannot search (a venv's interpreter under a 0700 /root, a project folder under a 0700
+    /tmp/pytest-of-root), by the highest such folder; ``_stage`` makes them reachable where they are. What
+    that user cannot use itself is refused (``_Refused`` naming the path): the workspace must be writable by
+    it, the read-only mounts readable, the executable executable."""
+    uid, gid = run_as
+    mounts = [*plan.read_only, *([plan.workspace] if plan.workspace is not None else [])]
+    staged: dict[str, list[str]] = {}
+    for path in mounts:
+        resolved = os.path.realpath(path)
+        closed = _blocked_below("/", os.path.dirname(resolved), uid, gid, os.X_OK)
+        if closed is not None:
+            staged.setdefault(closed, []).append(resolved)
+    wanted = [(path, path, os.R_OK | (os.X_OK if os.path.isdir(path) else 0)) for path in plan.read_only]
+    if executable is not None:
+        found = os.path.realpath(executable)
+        tops = [top for path in mounts if _inside(found, top := os.path.realpath(path))]
+        wanted.append((max(tops, key=len) if tops else os.path.dirname(found), found, os.X_OK))
+    for top, path, access in wanted:
+        blocked = _blocked_below(os.path.realpath(top), os.path.realpath(path), uid, gid, access)
+        if blocked is not None:
+            raise _Refused(
+                SANDBOX_UNAVAILABLE,
+                f"{blocked} is closed to the host user the sandbox runs as (uid {uid}, gid {gid}), so a check"
+                f" cannot use {path}: open it to that user (chmod o+rx), install the allowlisted executable"
+                " where that user can read it, or set NEXUM_SANDBOX_HOST_UID and NEXUM_SANDBOX_HOST_GID to a"
+                " user that can read it",
+            )
+    if plan.workspace is not None:
+        blocked = _blocked_below(plan.workspace, plan.workspace, uid, gid, os.R_OK | os.W_OK | os.X_OK)
+        if blocked is not None:
+            raise _Refused(
+                SANDBOX_UNAVAILABLE,
+                f"the project's folder {plan.workspace} is not writable by the host user the sandbox runs"
+                f" as (uid {uid}, gid {gid}): chown {uid}:{gid} it (the service does for the folders it"
+                " creates)",
+            )
+    return staged
+
+
+def _blocked_below(top: str, path: str, uid: int, gid: int, access: int) -> str | None:
+    """The first folder from ``top`` down to ``path`` (both resolved, ``top`` above or equal) that ``uid``
+    and ``gid`` (no supplementary groups) cannot search, or ``path`` itself when it lacks ``access``
+    (``os.R_OK | os.W_OK | os.X_OK`` bits); None when neither. Read from the mode bits as the kernel applies
+    them (ACLs are not read)."""
+    here = top
+    below = [] if path == top else path[len(top.rstrip(os.sep)) + 1 :].split(os.sep)
+    for depth in range(len(below) + 1):
+        if depth:
+            here = os.path.join(here, below[depth - 1])
+        try:
+            info = os.stat(here)
+        except OSError:
+            return here
+        shift = 6 if info.st_uid == uid else 3 if info.st_gid == gid else 0
+        needed = access if depth == len(below) else os.X_OK
+        if (info.st_mode >> shift) & needed != needed:
+            return here
+    return None
+
+
+def _stage(staged: Mapping[str, list[str]]) -> None:
+    """In the child, as root, before the user is dropped: in a mount namespace of its own (nothing of it
+    reaches the host's), each closed folder of ``staged`` is covered by a tmpfs holding only the way (0755
+    folders) to the mounts below it, each bound back in place. Bubblewrap, run as the unprivileged user, then
+    finds every mount at its host path; the check sees the same as a non-root worker's would."""
+    _checked(_libc.unshare(_CLONE_NEWNS))
+    _checked(_libc.mount(None, b"/", None, _MS_REC | _MS_SLAVE, None))
+    opened = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for paths in staged.values() for path in paths}
+    os.umask(0o022)  # the way must be searchable by the unprivileged user, whatever the worker's umask
+    for closed, paths in staged.items():
+        _checked(_libc.mount(b"nexum-stage", closed.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=0755"))
+        for path in paths:
+            fd = opened.pop(path)
+            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                os.mkdir(path, 0o755)
+            else:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+            _checked(
+                _libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, _MS_BIND | _MS_REC, None)
+            )
+            os.close(fd)
+
+
+def _staging_advice(staged: Mapping[str, list[str]], run_as: tuple[int, int]) -> str:
+    closed = ", ".join(sorted(staged))
+    mounts = ", ".join(sorted(path for paths in staged.values() for path in paths))
+    uid, gid = run_as
+    return (
+        f"{closed} cannot be searched by the host user the sandbox runs as (uid {uid}, gid {gid}),"
+        f" and binding {mounts} back in place for it, in a mount namespace of the sandbox's own, failed (that"
+        " needs CAP_SYS_ADMIN, which root has outside a container): let that user search them (chmod o+x), or"
+        " move what lies below them elsewhere"
+    )
+
+
+def _checked(status: int) -> None:
+    if status != 0:
+        failure = ctypes.get_errno()
+        raise OSError(failure, os.strerror(failure))
 
 
 def sandbox_unavailable(policy: SandboxPolicy) -> str | None:
     """Why command checks cannot run as ``policy`` asks here and how to fix it; None when they can."""
     try:
         _usable_bwrap(policy)
+        run_as = host_user(policy)
+        if run_as is not None:
+            env = policy.child_env()
+            plan = bubblewrap.plan_mounts(
+                workspace=None,
+                executables=_allowlisted_paths(policy, env["PATH"]),
+                extra_read_only=policy.read_only_paths,
+                hidden=policy.hidden_paths,
+                private=policy.private_paths,
+            )
+            _stage_or_refuse(plan, None, run_as)
     except _Refused as refusal:
         return refusal.message
+    except bubblewrap.SandboxUnavailable as exc:
+        return str(exc)
     return None
 
 
@@ -310,7 +631,7 @@ def _usable_bwrap(policy: SandboxPolicy) -> str:
             " install it (apt-get install bubblewrap), or on a development machine set NEXUM_SANDBOX=none to"
             " run checks without a sandbox",
         )
-    problem = bubblewrap.probe(bwrap)
+    problem = bubblewrap.probe(bwrap, user=host_user(policy))
     if problem is not None:
         raise _Refused(
             SANDBOX_UNAVAILABLE,
@@ -418,7 +739,8 @@ def _popen(
     pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen[bytes]:
     """No shell, stdin /dev/null, stdout and stderr merged into one pipe, a session of its own, ``prepare``
-    (the limits, see the module docstring, item 5) run in the child before it executes."""
+    (the limits and the host user, see the module docstring, items 5 and 6) run in the child before it
+    executes."""
     return subprocess.Popen(
         argv,
         shell=False,
@@ -446,6 +768,8 @@ def _start_in_bubblewrap(
             hidden=policy.hidden_paths,
             private=policy.private_paths,
         )
+        run_as = host_user(policy)
+        staged = _stage_or_refuse(plan, argv[0], run_as) if run_as is not None else {}
         cgroup = None
         if _needs_cgroup(policy):
             assert policy.max_processes is not None
@@ -469,13 +793,15 @@ def _start_in_bubblewrap(
                 tmp_bytes=policy.tmp_bytes,
             ),
             env={**env, **SANDBOX_ENV},
-            prepare=_preexec(_rlimits(policy), cgroup.join_fd if cgroup else None),
+            prepare=_preexec(_rlimits(policy), cgroup.join_fd if cgroup else None, staged, run_as),
             pass_fds=(info_write, passwd, group),
         )
-    except BaseException:
+    except BaseException as exc:
         os.close(info_read)
         if cgroup is not None:
             cgroup.remove()
+        if staged and run_as is not None and isinstance(exc, subprocess.SubprocessError):
+            raise _Refused(SANDBOX_UNAVAILABLE, _staging_advice(staged, run_as)) from None
         raise
     finally:
         for fd in (info_write, passwd, group):
@@ -700,10 +1026,13 @@ def run_command(
             running.kill()  # the timeout, stragglers after a normal exit, or an error in this process
             _drain(fd, output, deadline=time.monotonic() + _DRAIN_AFTER_KILL_S)
             survivors = running.end()
+            swept = sweep_workspace(os.path.realpath(policy.workspace_root))
 
     text = output.text()
     if survivors:
         text += f"\n[nexum: processes {survivors} of the check survived SIGKILL]\n"
+    if swept.changed or swept.incomplete:
+        text += f"\n[nexum: {swept.describe()}]\n"
     returncode = running.exit_status()
     if timed_out:
         reason = TIMEOUT
@@ -724,6 +1053,97 @@ def run_command(
         truncated=output.truncated,
         duration_ms=_ms_since(started),
     )
+
+
+@dataclass
+class Sweep:
+    """What ``sweep_workspace`` changed: the files whose setuid/setgid bits it cleared, the device nodes it
+    removed."""
+
+    cleared: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    seen: int = 0
+    incomplete: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.cleared or self.removed)
+
+    def describe(self) -> str:
+        said = []
+        if self.cleared:
+            said.append(f"cleared the setuid/setgid bits of {', '.join(sorted(self.cleared)[:20])}")
+        if self.removed:
+            said.append(f"removed the device nodes {', '.join(sorted(self.removed)[:20])}")
+        if self.incomplete:
+            said.append(f"the sweep of the workspace stopped after {self.seen} entries")
+        return "; ".join(said)
+
+
+_SPECIAL_BITS: Final = stat.S_ISUID | stat.S_ISGID
+_WALK_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def sweep_workspace(root: str, max_entries: int = SWEEP_MAX_ENTRIES) -> Sweep:
+    """After a command check: no file or folder of the project keeps a setuid or setgid bit and no device
+    node is left (FIFOs and sockets stay), whoever made them. The walk goes from folder descriptors and never
+    follows a symlink, so another check swapping a folder for a link to /usr cannot steer it out of ``root``;
+    it looks at ``max_entries`` entries at most (``incomplete`` then says so)."""
+    sweep = Sweep()
+    try:
+        top = os.open(root, _WALK_FLAGS)
+    except OSError:
+        return sweep
+    _sweep_entry(top, ".", ".", sweep)
+    pending = [(top, "")]
+    try:
+        while pending:
+            folder, where = pending.pop()
+            try:
+                try:
+                    names = os.listdir(folder)
+                except OSError:
+                    continue
+                for name in names:
+                    if sweep.seen >= max_entries:
+                        sweep.incomplete = True
+                        return sweep
+                    sweep.seen += 1
+                    relative = f"{where}/{name}" if where else name
+                    if _sweep_entry(folder, name, relative, sweep):
+                        with contextlib.suppress(OSError):
+                            pending.append((os.open(name, _WALK_FLAGS, dir_fd=folder), relative))
+            finally:
+                os.close(folder)
+    finally:
+        for folder, _ in pending:
+            os.close(folder)
+    return sweep
+
+
+def _sweep_entry(folder: int, name: str, relative: str, sweep: Sweep) -> bool:
+    """Clear or remove ``name`` in ``folder`` as ``sweep_workspace`` says; True when it is a folder."""
+    try:
+        info = os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except OSError:
+        return False
+    if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode):
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=folder)
+            sweep.removed.append(relative)
+        return False
+    if info.st_mode & _SPECIAL_BITS and (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+        # chmod through an O_PATH descriptor of the very inode that was looked at, never through a name
+        with contextlib.suppress(OSError):
+            handle = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+            try:
+                now = os.fstat(handle)
+                if (now.st_dev, now.st_ino) == (info.st_dev, info.st_ino):
+                    os.chmod(f"/proc/self/fd/{handle}", stat.S_IMODE(now.st_mode) & ~_SPECIAL_BITS)
+                    sweep.cleared.append(relative)
+            finally:
+                os.close(handle)
+    return stat.S_ISDIR(info.st_mode) and name != "."
 
 
 def _signal_name(number: int) -> str:
@@ -838,16 +1258,16 @@ class CheckRunner:
 
     def _evaluate(self, check: CheckSpec) -> tuple[str, str]:
         if isinstance(check, FileExistsCheck):
-            path = resolve_in_workspace(self.policy, check.path)
-            if not os.path.exists(path):
-                return MISSING_FILE, f"{check.path} does not exist"
+            os.close(open_in_workspace(self.policy, check.path, os.O_PATH))
             return PASSED, f"{check.path} exists"
         if isinstance(check, FileMatchesCheck):
-            path = resolve_in_workspace(self.policy, check.path)
-            if not os.path.isfile(path):
-                return MISSING_FILE, f"{check.path} is not a file"
-            with open(path, "rb") as handle:
-                content = handle.read(self.policy.max_read_bytes)
+            fd = open_in_workspace(self.policy, check.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    return MISSING_FILE, f"{check.path} is not a regular file"
+                content = _read_bounded(fd, self.policy.max_read_bytes)
+            finally:
+                os.close(fd)
             return _match(check.pattern, content, check.path)
         if isinstance(check, ArtifactMatchesCheck):
             if self.artifact_loader is None:

@@ -267,6 +267,12 @@ NEXUM_SANDBOX_RO_PATHS = [
 # A worker running as root holds each check's process limit in a pids cgroup created below this folder
 # (empty: "nexum-checks" at the top of the pids hierarchy, found in /proc/self/mountinfo).
 NEXUM_SANDBOX_CGROUP = os.environ.get("NEXUM_SANDBOX_CGROUP", "").strip() or None
+# A worker running as root runs each sandbox as this unprivileged host user and group (no supplementary
+# groups), so nothing a check leaves in its folder belongs to host root. Default 65534 (nobody, nogroup): it
+# exists on every Linux system and owns no service's files; give checks a uid of their own where other
+# services run as nobody. 0 unsets it: a root worker then refuses command checks (sandbox_unavailable).
+NEXUM_SANDBOX_HOST_UID = _env_int("NEXUM_SANDBOX_HOST_UID", 65534) or None
+NEXUM_SANDBOX_HOST_GID = _env_int("NEXUM_SANDBOX_HOST_GID", 65534) or None
 # In development the default allows this interpreter, so the demo world's pytest check can run.
 NEXUM_CHECK_EXECUTABLES = [
     entry.strip()

@@ -1,5 +1,7 @@
 """``manage.py check`` (and every server start) says when command checks cannot run as configured:
-bubblewrap missing or unusable, a root worker without a pids cgroup for its process limit, or no sandbox."""
+bubblewrap missing or unusable, a root worker without a pids cgroup for its process limit or without an
+unprivileged host user to run checks as (or one that cannot read the allowlisted executables), or no
+sandbox."""
 
 from __future__ import annotations
 
@@ -37,7 +39,11 @@ def sandbox_ready(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             max_processes=settings.NEXUM_CHECK_MAX_PROCESSES,
             isolation=settings.NEXUM_SANDBOX,
             hidden_paths=hidden_paths(),
+            allowed_executables=frozenset(settings.NEXUM_CHECK_EXECUTABLES),
+            read_only_paths=tuple(settings.NEXUM_SANDBOX_RO_PATHS),
             cgroup_parent=settings.NEXUM_SANDBOX_CGROUP,
+            host_uid=settings.NEXUM_SANDBOX_HOST_UID,
+            host_gid=settings.NEXUM_SANDBOX_HOST_GID,
         )
     except ValidationFailed as problem:
         return [Error(str(problem), id="nexum.E005")]

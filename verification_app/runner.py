@@ -3,7 +3,8 @@ artifacts, and the Python callables a library user registered.
 
 Settings (read on every call, so an operator's change applies to the next run):
 ``NEXUM_WORKSPACE_ROOT`` (each project's checks run in ``<root>/<project slug>``), ``NEXUM_SANDBOX``,
-``NEXUM_SANDBOX_RO_PATHS``, ``NEXUM_SANDBOX_CGROUP``, ``NEXUM_CHECK_EXECUTABLES`` (the allowlist, SPEC V8),
+``NEXUM_SANDBOX_RO_PATHS``, ``NEXUM_SANDBOX_CGROUP``, ``NEXUM_SANDBOX_HOST_UID`` and ``_GID``,
+``NEXUM_CHECK_EXECUTABLES`` (the allowlist, SPEC V8),
 ``NEXUM_CHECK_ENV_ALLOWLIST``, ``NEXUM_CHECK_MAX_TIMEOUT_S``, ``NEXUM_CHECK_MAX_OUTPUT_BYTES``,
 ``NEXUM_CHECK_CPU_SECONDS``, ``NEXUM_CHECK_ADDRESS_SPACE_BYTES``, ``NEXUM_CHECK_MAX_PROCESSES``,
 ``NEXUM_CHECK_MAX_FILE_SIZE_BYTES``, ``NEXUM_CHECK_TMP_BYTES`` and ``NEXUM_CHECK_CALLABLES`` (dotted paths
@@ -75,10 +76,16 @@ def _lazy_import(path: str) -> Callable[[], bool]:
 
 def workspace_folder(project_id: str) -> Path:
     """The project's own workspace folder (``nexum.workspaces.project_workspace``), created when missing: its
-    checks run there and see no other project's folder."""
+    checks run there and see no other project's folder. A root worker's sandboxes run as the unprivileged
+    ``NEXUM_SANDBOX_HOST_UID``, which must be able to write it: the folder is given to that user."""
     project = task_selectors.project_get(project_id=project_id)
     folder = project_workspace(project.slug).resolve()
     folder.mkdir(parents=True, exist_ok=True)
+    owner = (settings.NEXUM_SANDBOX_HOST_UID, settings.NEXUM_SANDBOX_HOST_GID)
+    if os.geteuid() == 0 and None not in owner:
+        found = folder.stat()
+        if (found.st_uid, found.st_gid) != owner:
+            os.chown(folder, *owner)
     return folder
 
 
@@ -99,6 +106,8 @@ def sandbox_policy(project_id: str) -> SandboxPolicy:
         private_paths=frozenset({str(settings.BASE_DIR), str(Path.home())}),
         cgroup_parent=settings.NEXUM_SANDBOX_CGROUP,
         tmp_bytes=settings.NEXUM_CHECK_TMP_BYTES,
+        host_uid=settings.NEXUM_SANDBOX_HOST_UID,
+        host_gid=settings.NEXUM_SANDBOX_HOST_GID,
     )
 
 

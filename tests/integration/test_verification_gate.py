@@ -379,6 +379,43 @@ def test_manage_py_check_says_when_checks_cannot_be_sandboxed(settings, monkeypa
 
 
 @pytest.mark.django_db
+def test_a_root_worker_without_a_host_user_says_so_at_start_and_runs_no_command_check(
+    project, workspace, monkeypatch, settings
+):
+    from nexum import sandbox
+    from verification_app.checks import sandbox_ready
+
+    settings.NEXUM_SANDBOX = "bwrap"
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 0)  # as `make run` and CI as root are
+    monkeypatch.setattr(sandbox.bubblewrap, "probe", lambda bwrap, user=None: None)
+    monkeypatch.setattr(sandbox.bubblewrap, "find_bwrap", lambda: "/usr/bin/bwrap")
+    assert sandbox_ready() == []  # the default host user (65534) is in place
+    settings.NEXUM_SANDBOX_HOST_UID = None  # NEXUM_SANDBOX_HOST_UID=0: no user to drop to
+    [warning] = sandbox_ready()
+    assert warning.id == "nexum.W001" and "NEXUM_SANDBOX_HOST_UID" in warning.msg, warning.msg
+    task = running_task(project, {"checks": [command("marker", "sh", "-c", "touch ran")]})
+    result = complete(task)
+    run = CheckRun.objects.get(request=result.request)
+    assert (result.outcome, run.reason) == ("failed", "sandbox_unavailable")
+    assert "would belong to host root" in selectors.stored_text(run.output_sha256)
+    assert not (workspace / "ran").exists()
+
+
+@NEEDS_BWRAP
+@pytest.mark.django_db
+def test_the_project_folder_is_given_to_the_sandbox_user_and_a_check_owns_what_it_makes(project, workspace):
+    if os.geteuid() != 0:
+        pytest.skip("only a root worker gives the folder to another user")
+    task = running_task(
+        project, {"checks": [command("plant", "sh", "-c", "cp /bin/sh owned && chmod 4755 owned")]}
+    )
+    assert complete(task).outcome == "completed"
+    assert (workspace.stat().st_uid, workspace.stat().st_gid) == (65534, 65534)
+    planted = (workspace / "owned").stat()
+    assert (planted.st_uid, planted.st_mode & 0o6000) == (65534, 0)
+
+
+@pytest.mark.django_db
 def test_a_catastrophic_pattern_ends_at_once(project, workspace):
     (workspace / "input.txt").write_text("a" * 40 + "!")
     task = running_task(project, start=False)

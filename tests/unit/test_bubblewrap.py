@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -94,14 +95,16 @@ def test_without_bwrap_command_checks_are_refused_saying_how_to_fix_it(
 def test_a_bwrap_that_cannot_build_the_sandbox_is_reported_in_its_own_words(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake = tmp_path / "bwrap"
-    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n")
-    fake.chmod(0o755)
-    monkeypatch.setattr(bubblewrap, "find_bwrap", lambda: str(fake))
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    policy = SandboxPolicy(workspace_root=workspace, allowed_executables=frozenset({"sh"}))
-    result = run_command(touch_marker(workspace), policy)
+    with tempfile.TemporaryDirectory() as reachable:  # a root worker runs bwrap as the sandbox's host user
+        os.chmod(reachable, 0o755)
+        fake = Path(reachable, "bwrap")
+        fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n")
+        fake.chmod(0o755)
+        monkeypatch.setattr(bubblewrap, "find_bwrap", lambda: str(fake))
+        workspace = tmp_path / "ws"
+        workspace.mkdir()
+        policy = SandboxPolicy(workspace_root=workspace, allowed_executables=frozenset({"sh"}))
+        result = run_command(touch_marker(workspace), policy)
     assert result.reason == "sandbox_unavailable"
     assert "No permissions to create a new namespace" in result.output
     assert "user namespaces must be allowed" in result.output
@@ -125,7 +128,7 @@ def test_a_root_worker_without_a_pids_cgroup_refuses_checks_unless_the_limit_is_
 
     monkeypatch.setattr(sandbox, "find_parent", no_cgroup)
     monkeypatch.setattr(sandbox.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(bubblewrap, "probe", lambda bwrap: None)
+    monkeypatch.setattr(bubblewrap, "probe", lambda bwrap, user=None: None)
     monkeypatch.setattr(bubblewrap, "find_bwrap", lambda: "/usr/bin/bwrap")
     policy = SandboxPolicy(workspace_root=tmp_path, allowed_executables=frozenset({"sh"}))
     result = run_command(touch_marker(tmp_path), policy)

@@ -10,8 +10,10 @@ import ast
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import textwrap
@@ -42,9 +44,18 @@ pytestmark = [
 
 VENV_PYTHON = str(Path(sys.executable).parent / "python")
 REPOSITORY = Path(__file__).resolve().parents[2]
+SANDBOX_USER = sandbox.DEFAULT_HOST_ID  # what a root worker runs its sandboxes as, the default policy's
+
+
+def give_to_sandbox(*paths: Path) -> None:
+    if os.geteuid() == 0:
+        for path in paths:
+            os.chown(path, SANDBOX_USER, SANDBOX_USER)
 
 
 def policy_for(workspace: Path, *allowed: str, **options: object) -> SandboxPolicy:
+    """A policy for ``workspace``, given to the sandbox's host user as the service does a project's folder."""
+    give_to_sandbox(workspace)
     return SandboxPolicy(workspace_root=workspace, allowed_executables=frozenset(allowed), **options)  # type: ignore[arg-type]
 
 
@@ -188,6 +199,7 @@ def test_a_check_cannot_fork_past_the_process_limit(tmp_path: Path) -> None:
 
 def worker_command(python: str, workspace: Path, argv: list[str], **options: object) -> list[str]:
     """A command line running one check in a worker process of its own (tests/unit/sandbox_worker.py)."""
+    give_to_sandbox(workspace)
     request = {"paths": [str(REPOSITORY)], "workspace": str(workspace), "allowed": ["sh"], "argv": argv}
     request.update({"max_processes": 256, "isolation": "bwrap", **options})
     return [python, "-I", str(Path(__file__).with_name("sandbox_worker.py")), json.dumps(request)]
@@ -364,6 +376,7 @@ def test_a_working_directory_outside_the_workspace_is_refused(tmp_path: Path) ->
     outside = tmp_path / "outside"
     outside.mkdir()
     (workspace / "escape").symlink_to(outside)
+    give_to_sandbox(workspace / "sub")
     policy = policy_for(workspace, "touch")
     for cwd in ("..", "sub/../..", "escape", "escape/.", str(outside), "/"):
         result = run_command(check("touch", "marker", cwd=cwd), policy)
@@ -586,6 +599,140 @@ def test_a_check_writes_in_its_workspace_and_nowhere_else(tmp_path: Path) -> Non
     assert result.output.splitlines() == ["inside-ok", "tmp-ok"]
     assert (workspace / "made-inside").exists()
     assert list(outside.iterdir()) == [] and not Path(sys.prefix, "planted").exists()
+
+
+def test_a_check_leaves_no_setuid_file_no_device_and_nothing_owned_by_host_root(tmp_path: Path) -> None:
+    """A root worker's sandbox used to be host root outside its user namespace: a setuid copy of cat left in
+    the workspace gave any local user euid 0. Now the check's files belong to the sandbox's host user, the
+    workspace is mounted nosuid,nodev inside, and the bits are swept off once the check is over."""
+    script = textwrap.dedent(
+        """
+        grep ' /workspace ' /proc/self/mountinfo
+        cp /usr/bin/cat cat-root && chmod 4755 cat-root
+        cp /bin/sh sh-group && chmod 2755 sh-group
+        mkdir -p shared/deeper && cp /usr/bin/cat shared/deeper/both && chmod 6755 shared/deeper/both
+        chmod 2775 shared
+        mknod null-copy c 1 3 2>/dev/null && echo MADE a device node
+        mkfifo pipe
+        ls -ln cat-root sh-group shared/deeper/both
+        """
+    )
+    runner = CheckRunner(policy_for(tmp_path, "sh"))  # the defaults, as production's
+    result = runner(CommandCheck(name="plant", argv=("sh", "-c", script)))
+    assert result.reason == "passed", result.output
+    mounted = result.output.splitlines()[0].split()[5].split(",")
+    assert {"nosuid", "nodev"} <= set(mounted), result.output
+    assert "-rwsr-xr-x" in result.output and "-rwxr-sr-x" in result.output  # planted, as the check saw them
+    assert (tmp_path / "cat-root").exists() and (tmp_path / "pipe").exists()  # FIFOs stay
+    found = [tmp_path, *tmp_path.rglob("*")]
+    assert [str(path) for path in found if path.lstat().st_mode & (stat.S_ISUID | stat.S_ISGID)] == []
+    assert [str(path) for path in found if stat.S_ISCHR(path.lstat().st_mode)] == []
+    assert [str(path) for path in found if path.lstat().st_uid == 0] == []
+    assert "cleared the setuid/setgid bits of" in result.output and "cat-root" in result.output
+
+
+def test_the_sweep_never_follows_a_symlink_out_of_the_workspace(tmp_path: Path) -> None:
+    workspace, outside = tmp_path / "ws", tmp_path / "outside"
+    workspace.mkdir()
+    outside.mkdir()
+    (outside / "setuid-elsewhere").write_text("")
+    (outside / "setuid-elsewhere").chmod(0o4755)
+    (workspace / "to-outside").symlink_to(outside)
+    (workspace / "to-file").symlink_to(outside / "setuid-elsewhere")
+    (workspace / "mine").write_text("")
+    (workspace / "mine").chmod(0o2755)
+    swept = sandbox.sweep_workspace(str(workspace))
+    assert (swept.cleared, swept.removed) == (["mine"], [])
+    assert (outside / "setuid-elsewhere").stat().st_mode & 0o7777 == 0o4755
+    assert sandbox.sweep_workspace(str(workspace), max_entries=1).incomplete
+
+
+def test_a_root_worker_without_a_host_user_runs_no_command_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 0)  # as CI and `make run` as root are
+    for unset in ({"host_uid": None}, {"host_gid": None}):
+        policy = policy_for(tmp_path, "sh", **unset)
+        result = run_command(check("sh", "-c", "touch ran"), policy)
+        assert (result.passed, result.reason) == (False, "sandbox_unavailable")
+        assert "NEXUM_SANDBOX_HOST_UID" in result.output and "host root" in result.output
+        assert sandbox.sandbox_unavailable(policy) == result.output
+        assert not (tmp_path / "ran").exists()
+
+
+def test_a_root_worker_refuses_an_executable_its_sandbox_user_cannot_read(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only a root worker runs its sandboxes as another user")
+    workspace, closed = tmp_path / "ws", tmp_path / "closed"
+    workspace.mkdir()
+    (closed / "bin").mkdir(parents=True)
+    shutil.copy("/bin/true", closed / "bin" / "tool")
+    closed.chmod(0o700)  # as /root is, holding a venv's interpreter
+    policy = policy_for(workspace, "sh", str(closed / "bin" / "tool"))
+    for argv in (("sh", "-c", "touch ran"), (str(closed / "bin" / "tool"),)):
+        result = run_command(check(*argv), policy)
+        assert result.reason == "sandbox_unavailable", result.output
+        assert f"{closed} is closed to the host user the sandbox runs as (uid {SANDBOX_USER}" in result.output
+    assert sandbox.sandbox_unavailable(policy) == result.output
+    assert not (workspace / "ran").exists()
+    theirs = tmp_path / "theirs"  # root's, as a folder the service did not create would be
+    theirs.mkdir()
+    unwritable = SandboxPolicy(workspace_root=theirs, allowed_executables=frozenset({"sh"}))
+    result = run_command(check("sh", "-c", "touch ran"), unwritable)
+    assert result.reason == "sandbox_unavailable" and f"chown {SANDBOX_USER}:{SANDBOX_USER}" in result.output
+    assert not (theirs / "ran").exists()
+
+
+def test_a_root_worker_reaches_mounts_behind_folders_its_sandbox_user_cannot_search(tmp_path: Path) -> None:
+    """A venv's interpreter under a 0700 /root, a project folder under pytest's 0700 folder: bwrap, run as
+    the unprivileged user, could not pass them; the child binds them back in place in a mount namespace of
+    its own first, so the check sees them as a non-root worker's would; the host's mounts do not change."""
+    if os.geteuid() != 0:
+        pytest.skip("only a root worker runs its sandboxes as another user")
+    closed = tmp_path / "closed"
+    (closed / "tools" / "bin").mkdir(parents=True)
+    (closed / "tools" / "bin" / "greet").write_text("#!/bin/sh\necho greeted from $0\n")
+    (closed / "tools" / "bin" / "greet").chmod(0o755)
+    (closed / "tools" / "secret").write_text("beside the tool")
+    workspace = closed / "projects" / "acme"
+    workspace.mkdir(parents=True)
+    for folder in (closed / "tools", closed / "tools" / "bin", closed / "projects"):
+        folder.chmod(0o755)
+    closed.chmod(0o700)
+    tool = str(closed / "tools" / "bin" / "greet")
+    mounts_before = Path("/proc/self/mountinfo").read_text()
+    script = f"{tool}; touch made; ls {closed}; ls {closed / 'tools'}; ls -n made"
+    result = run_command(check("sh", "-c", script), policy_for(workspace, "sh", tool))
+    assert result.reason == "passed", result.output
+    lines = result.output.splitlines()
+    # Of the closed folder only the way to the mount (the tool's prefix, whole, as any prefix) is there.
+    assert lines[:4] == [f"greeted from {tool}", "tools", "bin", "secret"], result.output
+    assert lines[4].split()[2:4] == ["1000", "1000"], result.output
+    assert (workspace / "made").stat().st_uid == SANDBOX_USER
+    assert Path("/proc/self/mountinfo").read_text() == mounts_before
+
+
+def test_a_worker_that_cannot_bind_mounts_back_in_place_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Root in a container without CAP_SYS_ADMIN cannot make a mount namespace: a clear refusal, not a
+    confusing error of the child."""
+    if os.geteuid() != 0:
+        pytest.skip("only a root worker runs its sandboxes as another user")
+    closed = tmp_path / "closed"
+    workspace = closed / "acme"
+    workspace.mkdir(parents=True)
+    closed.chmod(0o700)
+
+    def no_mount_namespace(staged: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(sandbox, "_stage", no_mount_namespace)
+    result = run_command(check("sh", "-c", "touch ran"), policy_for(workspace, "sh"))
+    assert result.reason == "sandbox_unavailable", result.output
+    assert "cannot be searched by the host user" in result.output and "CAP_SYS_ADMIN" in result.output
+    assert f"binding {workspace} back in place" in result.output
+    assert not (workspace / "ran").exists()
 
 
 def test_a_check_cannot_change_the_hosts_kernel_settings_or_read_kernel_internals(tmp_path: Path) -> None:
