@@ -4,7 +4,8 @@
 Every error a caller can cause maps here to a stable code and an HTTP status; nothing a caller sends yields
 a 500. Domain errors carry their own code; DRF and Django errors are given the codes below. A database that
 cannot be reached is 503 ``database_unavailable`` (``database_outage`` says which errors are an outage), and
-every 503 carries ``Retry-After``: nothing was written, the same request may be sent again. Any other
+every 503 and 429 carries ``Retry-After`` (the error's ``details.retry_after_s``, else ``RETRY_AFTER_S``):
+nothing was written, the same request may be sent again then. Any other
 exception is a 500 in the same shape, logged as Django logs it, never Django's debug page. ``request_id`` is
 the id of the request (``nexum.logs``), the one the logs carry.
 """
@@ -38,8 +39,11 @@ STATUS_BY_KIND = {
     "conflict": status.HTTP_409_CONFLICT,
     "too_large": status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
     "refused": status.HTTP_422_UNPROCESSABLE_ENTITY,
+    "too_many": status.HTTP_429_TOO_MANY_REQUESTS,
     "unavailable": status.HTTP_503_SERVICE_UNAVAILABLE,
 }
+# The kinds a caller may send again later: their answers say when (``Retry-After``).
+RETRY_LATER_KINDS = ("too_many", "unavailable")
 
 # The codes of DRF's own exceptions, by class: stable names, documented in the README.
 DRF_CODES = {
@@ -142,8 +146,8 @@ def _domain_error(exc: DomainError) -> Response:
     response = Response(
         error_body(exc.code, exc.message, exc.field, exc.details), status=STATUS_BY_KIND[exc.kind]
     )
-    if exc.kind == "unavailable":
-        response["Retry-After"] = str(RETRY_AFTER_S)
+    if exc.kind in RETRY_LATER_KINDS:
+        response["Retry-After"] = str(exc.details.get("retry_after_s", RETRY_AFTER_S))
     return response
 
 

@@ -147,3 +147,15 @@ def _django(cause: BaseException) -> OperationalError:
 )
 def test_an_outage_is_told_from_a_bug_in_a_query(error, outage):
     assert database_outage(error) is outage
+
+
+def test_an_open_stream_that_loses_the_database_ends_with_an_error_message(api, settings):
+    settings.NEXUM_EVENT_STREAM_MAX_S = 30
+    response = api.get("/api/v1/events/stream", {"timeout": 30})
+    assert response.status_code == 200
+    with database_gone():
+        text = b"".join(response.streaming_content).decode()  # ends at once, not after 30 s
+    assert text.startswith("retry: 1000\n\n")
+    frame = text.split("\n\n")[1]
+    assert frame.startswith("event: error\ndata: ")
+    assert json.loads(frame.split("data: ", 1)[1])["error"]["code"] == "database_unavailable"
