@@ -229,7 +229,8 @@ def answer_exception(exc: Exception, request: HttpRequest) -> JsonResponse:
     answered = exception_handler(exc, {"request": request})
     response = JsonResponse(answered.data, status=answered.status_code)
     for name, value in answered.items():
-        response[name] = value
+        if name.lower() not in ("content-type", "content-length"):  # the unrendered answer's defaults
+            response[name] = value
     # exception_handler logged it (once, with its cause); Django's handler would log the copy again.
     response._has_been_logged = getattr(answered, "_has_been_logged", False)  # type: ignore[attr-defined]
     return response

@@ -159,3 +159,20 @@ def test_an_open_stream_that_loses_the_database_ends_with_an_error_message(api, 
     frame = text.split("\n\n")[1]
     assert frame.startswith("event: error\ndata: ")
     assert json.loads(frame.split("data: ", 1)[1])["error"]["code"] == "database_unavailable"
+
+
+def test_an_answer_that_fails_to_render_under_api_is_json_debug_on_or_off(debug, api, monkeypatch):
+    """DRF answers a view's exceptions itself; one raised while its answer renders reaches the edge
+    middleware, which answers it in the error shape rather than Django's (debug) page."""
+    from rest_framework.renderers import JSONRenderer
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug while rendering")
+
+    monkeypatch.setattr(JSONRenderer, "render", broken)
+    client = APIClient(raise_request_exception=False)
+    client.credentials(HTTP_AUTHORIZATION=api._credentials["HTTP_AUTHORIZATION"])
+    response = client.get("/api/v1/tasks")
+    error = assert_error(response, 500, "server_error")
+    assert error["request_id"] == response["X-Request-ID"]
+    assert "a bug" not in response.content.decode()

@@ -2,7 +2,8 @@
 processes of six threads, debug off. Thirty streams opened with one token: four are served (the token's
 share), the rest are 429; more tokens fill the server's share (workers × (threads − 1) = 10), past which
 streams are 503; meanwhile another project's request answers within a second, every time; and a stream whose
-client goes away frees its place."""
+client goes away frees its place. The per-process bound follows the thread count gunicorn really runs with,
+given on its command line too."""
 
 from __future__ import annotations
 
@@ -26,19 +27,18 @@ WORKERS, THREADS, PER_TOKEN = 2, 6, 4
 SERVER_SHARE = WORKERS * (THREADS - 1)
 
 
-@pytest.fixture
-def server(tmp_path) -> Iterator[str]:
+@contextlib.contextmanager
+def gunicorn(tmp_path, **settings: str) -> Iterator[str]:
+    """gunicorn with deploy/gunicorn.conf.py on the test database, debug off, as ``make serve`` starts it."""
     port = free_port()
     env = production_env(
         tmp_path,
         DATABASE_URL=database_url_for_worker(),
         NEXUM_STATIC_ROOT=str(tmp_path / "static"),
         NEXUM_WEB_BIND=f"127.0.0.1:{port}",
-        NEXUM_WEB_WORKERS=str(WORKERS),
-        NEXUM_WEB_THREADS=str(THREADS),
-        NEXUM_EVENT_STREAMS_PER_TOKEN=str(PER_TOKEN),
         NEXUM_EVENT_STREAM_MAX_S="120",
         NEXUM_EVENT_STREAM_HEARTBEAT_S="1",  # a client gone is noticed at the next keep-alive
+        **settings,
     )
     log = tmp_path / "gunicorn.log"
     with log.open("wb") as output:
@@ -53,6 +53,17 @@ def server(tmp_path) -> Iterator[str]:
         yield base_url
     finally:
         stop_group(process)
+
+
+@pytest.fixture
+def server(tmp_path) -> Iterator[str]:
+    with gunicorn(
+        tmp_path,
+        NEXUM_WEB_WORKERS=str(WORKERS),
+        NEXUM_WEB_THREADS=str(THREADS),
+        NEXUM_EVENT_STREAMS_PER_TOKEN=str(PER_TOKEN),
+    ) as base_url:
+        yield base_url
 
 
 class Stream:
@@ -140,3 +151,22 @@ def test_streams_past_the_shares_are_refused_and_other_projects_are_served_meanw
     finally:
         for stream in streams:
             stream.close()
+
+
+def test_the_bounds_follow_the_thread_count_gunicorn_really_runs_with(tmp_path, project):
+    """Threads given on gunicorn's command line (GUNICORN_CMD_ARGS), not in NEXUM_WEB_THREADS: each worker
+    still knows them (deploy/gunicorn.conf.py's post_fork), so a worker of 3 threads serves 2 streams."""
+    from tasks_app.services import agent_token_issue
+
+    keys = [agent_token_issue(project_id=str(project.id), name=f"t{n}", actor="test").key for n in range(3)]
+    streams: list[Stream] = []
+    with gunicorn(tmp_path, GUNICORN_CMD_ARGS="--workers 1 --threads 3") as base_url:
+        try:
+            streams += [Stream(base_url, key) for key in keys]
+            assert [stream.status for stream in streams] == [200, 200, 503]
+            assert "all of its 3 request threads but one" in streams[2].error["message"]
+            status, took = timed_get(base_url, "/api/v1/tasks", keys[0])
+            assert status == 200 and took <= 1.0, took
+        finally:
+            for stream in streams:
+                stream.close()
