@@ -5,9 +5,9 @@ Every error a caller can cause maps here to a stable code and an HTTP status; no
 a 500. Domain errors carry their own code; DRF and Django errors are given the codes below. A database that
 cannot be reached is 503 ``database_unavailable`` (``database_outage`` says which errors are an outage), and
 every 503 and 429 carries ``Retry-After`` (the error's ``details.retry_after_s``, else ``RETRY_AFTER_S``):
-nothing was written, the same request may be sent again then. Any other
-exception is a 500 in the same shape, logged as Django logs it, never Django's debug page. ``request_id`` is
-the id of the request (``nexum.logs``), the one the logs carry.
+nothing was written, the same request may be sent again then. Any other exception is a 500 in the same
+shape, logged as Django logs it, never Django's debug page. ``request_id`` is the id of the request
+(``nexum.logs``), the one the logs carry.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import InterfaceError, OperationalError
-from django.http import Http404, HttpRequest, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.utils.log import log_response
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -223,15 +223,20 @@ def json_not_found(request: HttpRequest) -> JsonResponse:
     return JsonResponse(error_body("not_found", f"no such endpoint: {request.path}"), status=404)
 
 
-def answer_exception(exc: Exception, request: HttpRequest) -> JsonResponse:
+def answer_exception(exc: Exception, request: HttpRequest) -> HttpResponse:
     """An exception raised outside a DRF view (``/mcp``, a DRF answer failing to render), answered by the
     mapping above as a DRF view's would be, as JSON: Django's HTML error page never answers the API."""
     answered = exception_handler(exc, {"request": request})
-    response = JsonResponse(answered.data, status=answered.status_code)
+    return answered_as(JsonResponse(answered.data, status=answered.status_code), answered)
+
+
+def answered_as(response: HttpResponse, answered: HttpResponse) -> HttpResponse:
+    """``response`` (the same error in another body) with ``answered``'s headers (``Retry-After``) but its
+    own body's, and logged as ``answered`` was: exception_handler logged it once, with its cause, and
+    Django's handler would log the copy again."""
     for name, value in answered.items():
-        if name.lower() not in ("content-type", "content-length"):  # the unrendered answer's defaults
+        if name.lower() not in ("content-type", "content-length"):
             response[name] = value
-    # exception_handler logged it (once, with its cause); Django's handler would log the copy again.
     response._has_been_logged = getattr(answered, "_has_been_logged", False)  # type: ignore[attr-defined]
     return response
 

@@ -35,7 +35,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from nexum.core.errors import DomainError, Unavailable
+from nexum.core.errors import TooMany, Unavailable
 from nexum_web.models import EventStreamLease
 
 logger = logging.getLogger(__name__)
@@ -47,9 +47,8 @@ PROCESS_RETRY_AFTER_S = 1
 HOLDER = f"{socket.gethostname()}:{os.getpid()}"
 
 
-class TooManyStreams(DomainError):
+class TooManyStreams(TooMany):
     code = "too_many_streams"
-    kind = "too_many"
 
 
 class StreamsAtCapacity(Unavailable):

@@ -34,13 +34,14 @@ import anyio
 from asgiref.sync import async_to_sync
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.request import RawPostDataException
 from django.views.decorators.csrf import csrf_exempt
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from rest_framework import exceptions
 
 from nexum_web.api.auth import AgentTokenAuthentication
-from nexum_web.api.errors import answer_exception, error_body
+from nexum_web.api.errors import answer_exception, answered_as, error_body
 from nexum_web.mcp.calls import ApiAnswer, Caller
 from nexum_web.mcp.server import calling_as, mcp_error, server
 
@@ -81,25 +82,18 @@ def _answer(request: HttpRequest) -> HttpResponse:
     return response
 
 
-def _jsonrpc_error(request: HttpRequest, answered: JsonResponse) -> JsonResponse:
+def _jsonrpc_error(request: HttpRequest, answered: HttpResponse) -> HttpResponse:
     """The API's error answer as the JSON-RPC error of the request's message (its ``id``, when one message
     was sent and it can be read), with the API's status and headers (``Retry-After``, ``X-Request-ID``)."""
     error = mcp_error(ApiAnswer(answered.status_code, json.loads(answered.content)))
-    response = JsonResponse(
-        {"jsonrpc": "2.0", "id": _message_id(request), "error": error.error.model_dump(exclude_none=True)},
-        status=answered.status_code,
-    )
-    for name, value in answered.items():
-        if name.lower() not in ("content-type", "content-length"):
-            response[name] = value
-    response._has_been_logged = getattr(answered, "_has_been_logged", False)  # type: ignore[attr-defined]
-    return response
+    body = {"jsonrpc": "2.0", "id": _message_id(request), "error": error.error.model_dump(exclude_none=True)}
+    return answered_as(JsonResponse(body, status=answered.status_code), answered)
 
 
 def _message_id(request: HttpRequest) -> str | int | None:
     try:
         message = json.loads(request.body)
-    except (ValueError, RequestDataTooBig):
+    except (ValueError, RequestDataTooBig, RawPostDataException):
         return None
     identifier = message.get("id") if isinstance(message, dict) else None
     return identifier if isinstance(identifier, str | int) and not isinstance(identifier, bool) else None
