@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.test_production import ROOT, answers, free_port, production_env, stop_group
+from tests.e2e.test_production import ROOT, answers, free_port, manage, production_env, stop_group
 from tests.integration.test_worker import database_url_for_worker, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -170,3 +170,10 @@ def test_the_bounds_follow_the_thread_count_gunicorn_really_runs_with(tmp_path, 
         finally:
             for stream in streams:
                 stream.close()
+
+
+@pytest.mark.parametrize("name", ["NEXUM_EVENT_STREAMS_PER_TOKEN", "NEXUM_EVENT_STREAMS_MAX"])
+def test_a_bound_below_one_stream_refuses_to_start_naming_it(tmp_path, name):
+    result = manage(production_env(tmp_path, **{name: "0"}), "check")
+    assert result.returncode != 0
+    assert "NEXUM_EVENT_STREAMS_PER_TOKEN and NEXUM_EVENT_STREAMS_MAX must be at least 1" in result.stderr
