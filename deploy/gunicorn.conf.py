@@ -26,3 +26,12 @@ max_requests_jitter = 100
 forwarded_allow_ips = os.environ.get("NEXUM_FORWARDED_ALLOW_IPS", "127.0.0.1,::1")
 accesslog = "-"
 errorlog = "-"
+
+
+def post_fork(server, worker):
+    """Each worker tells the application (nexum/settings.py) the thread and worker counts it serves with, as
+    finally configured (GUNICORN_CMD_ARGS and the command line included): an open event stream holds one of
+    its process's threads, so the streams' bounds derive from them (NEXUM_EVENT_STREAMS_MAX, and all of a
+    process's threads but one)."""
+    os.environ["NEXUM_WEB_THREADS"] = str(worker.cfg.threads)
+    os.environ["NEXUM_WEB_WORKERS"] = str(server.cfg.workers)

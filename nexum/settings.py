@@ -233,6 +233,23 @@ NEXUM_PROJECTIONS = [
 NEXUM_EVENT_STREAM_MAX_S = _env_int("NEXUM_EVENT_STREAM_MAX_S", 25)
 NEXUM_EVENT_STREAM_POLL_S = _env_int("NEXUM_EVENT_STREAM_POLL_MS", 500) / 1000
 NEXUM_EVENT_STREAM_HEARTBEAT_S = _env_int("NEXUM_EVENT_STREAM_HEARTBEAT_S", 15)
+# Open streams are bounded (nexum_web/api/stream_slots.py), since each holds a request thread while it lasts:
+# NEXUM_EVENT_STREAMS_PER_TOKEN per token and NEXUM_EVENT_STREAMS_MAX in all, counted across the server's
+# processes; and a process gives streams all its threads but one. Under gunicorn, deploy/gunicorn.conf.py
+# tells each worker its process's NEXUM_WEB_THREADS and NEXUM_WEB_WORKERS as finally configured; elsewhere
+# (runserver, tests: a thread per request) no process bound applies.
+NEXUM_WEB_THREADS = _env_int("NEXUM_WEB_THREADS", 0) or None
+NEXUM_WEB_WORKERS = _env_int("NEXUM_WEB_WORKERS", 0) or None
+NEXUM_EVENT_STREAMS_PER_PROCESS = None if NEXUM_WEB_THREADS is None else NEXUM_WEB_THREADS - 1
+NEXUM_EVENT_STREAMS_PER_TOKEN = _env_int("NEXUM_EVENT_STREAMS_PER_TOKEN", 4)
+NEXUM_EVENT_STREAMS_MAX = _env_int(
+    "NEXUM_EVENT_STREAMS_MAX",
+    64
+    if NEXUM_EVENT_STREAMS_PER_PROCESS is None or NEXUM_WEB_WORKERS is None
+    else max(1, NEXUM_WEB_WORKERS * NEXUM_EVENT_STREAMS_PER_PROCESS),
+)
+if NEXUM_EVENT_STREAMS_PER_TOKEN < 1 or NEXUM_EVENT_STREAMS_MAX < 1:
+    raise RuntimeError("NEXUM_EVENT_STREAMS_PER_TOKEN and NEXUM_EVENT_STREAMS_MAX must be at least 1")
 NEXUM_DEMO_TOKEN = os.environ.get("NEXUM_DEMO_TOKEN", "nx_demo_local_development_only")
 NEXUM_DEMO_OPERATOR_TOKEN = os.environ.get(
     "NEXUM_DEMO_OPERATOR_TOKEN", "nx_demo_operator_local_development_only"

@@ -115,8 +115,9 @@ urlpatterns = [
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
-    """An exception outside the API views (they answer their own): JSON under /api/, else Django's page."""
-    if request.path.startswith("/api/"):
+    """An exception outside the API views (they answer their own): JSON under /api/ and /mcp, else Django's
+    page."""
+    if request.path.startswith(("/api/", "/mcp")):
         return json_server_error(request)
     return defaults.server_error(request)
 

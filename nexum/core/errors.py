@@ -13,7 +13,8 @@ class DomainError(Exception):
     """Base of every error a caller can cause. Subclasses set ``code`` and ``kind``."""
 
     code = "domain_error"
-    kind = "invalid"  # invalid | not_found | conflict | too_large | refused | forbidden | unavailable
+    # invalid | not_found | conflict | too_large | refused | forbidden | too_many | unavailable
+    kind = "invalid"
 
     def __init__(
         self,
@@ -88,6 +89,14 @@ class PolicyRefused(DomainError):
 class Forbidden(DomainError):
     code = "forbidden"
     kind = "forbidden"
+
+
+class TooMany(DomainError):
+    """The caller already holds as many of something as it may (HTTP 429); it may try again once one ends,
+    ``details["retry_after_s"]`` says when."""
+
+    code = "too_many"
+    kind = "too_many"
 
 
 class Unavailable(DomainError):

@@ -3,6 +3,7 @@
 Roles are enforced once, here: a view lists the operations that need an operator in ``operator_only``
 (HTTP method → ``OperatorOnly``), and ``OperatorOnlyOperations`` — a default permission class of every API
 view — refuses an agent token on them with 403 ``forbidden`` before the view runs, so nothing is written.
+HEAD is answered by the GET handler and so has GET's rule (``nexum_web.api.declarations``).
 The OpenAPI schema reads the same declarations (``nexum_web.api.schema``). Every trust class a body may claim
 is a ``CallerTrustField``: at most the caller's role's ceiling, and that ceiling when absent.
 """
@@ -18,6 +19,7 @@ from rest_framework.request import Request
 
 from nexum.core.roles import AGENT, actor_of, caller_trust, require_operator
 from nexum.core.trust import TrustClass
+from nexum_web.api.declarations import declared_for
 from tasks_app.models import AgentToken
 from tasks_app.services import hash_key
 
@@ -83,9 +85,9 @@ class OperatorOnly:
 
 
 def operator_rule(view: object, method: str) -> OperatorOnly | None:
-    """The operator rule ``view`` declares for ``method``, if any."""
-    rules: Mapping[str, OperatorOnly] = getattr(view, "operator_only", {})
-    return rules.get(method.upper())
+    """The operator rule ``view`` declares for ``method``, if any (HEAD has GET's)."""
+    rule: OperatorOnly | None = declared_for(view, "operator_only", method)
+    return rule
 
 
 class OperatorOnlyOperations(permissions.BasePermission):

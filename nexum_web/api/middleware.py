@@ -1,4 +1,5 @@
-"""The API's HTTP edge: the method check, made before authentication, and gzip for its answers.
+"""The API's HTTP edge: the method check, made before authentication, JSON for an exception no view answered,
+and gzip for the answers.
 
 DRF authenticates a request before it looks for the view's handler, so a method no API view has (``TRACE``,
 ``POST`` on a read-only endpoint) would be answered 401 to a caller without a token. The method is a property
@@ -16,7 +17,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.cache import patch_vary_headers
 from rest_framework.views import APIView
 
-from nexum_web.api.errors import error_body
+from nexum_web.api.errors import answer_exception, error_body
 
 
 def allowed_methods(view_class: type[APIView]) -> list[str]:
@@ -48,6 +49,14 @@ class MethodCheckMiddleware:
         )
         response["Allow"] = ", ".join(allowed)
         return response
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        """Under /api/, an exception that escaped a view (a DRF view answers its own; one raised while its
+        answer renders does not) is answered in the error shape, debug or not: a database outage 503, else
+        500. Elsewhere Django's own handling applies."""
+        if not request.path.startswith("/api/"):
+            return None
+        return answer_exception(exception, request)
 
 
 _ACCEPTS_GZIP = re.compile(r"\bgzip\b")

@@ -7,9 +7,9 @@
   enforces (nothing else is accepted);
 - every request body of a ``StrictInput`` is ``additionalProperties: false``;
 - every operation's error responses, each in the one error shape (``Error``): 400 (any bad input, an
-  unknown query parameter included), 401 and 404 for every operation that takes a token, 403 for an
-  operator's operation or a body with a trust class, 409 and 413 for every write, and what a view declares
-  in ``error_statuses`` beyond those (422 refused by policy, 503 unavailable).
+  unknown query parameter included), 401, 404 and 503 (the database unreachable) for every operation that
+  takes a token, 403 for an operator's operation or a body with a trust class, 409 and 413 for every write,
+  and what a view declares in ``error_statuses`` beyond those (422 refused by policy, 429 too many open).
 """
 
 from __future__ import annotations
@@ -51,7 +51,9 @@ ERROR_MEANINGS = {
     409: "conflicts with the current state (version, transition, idempotency key, existing name)",
     413: "the request body or a member of it is too large",
     422: "well formed but refused by policy",
-    503: "a service it needs is unavailable; nothing was written",
+    429: "too many open at once for this token (event streams); Retry-After says when to try again",
+    503: "a service it needs (the database, the broker, a share of the server) is unavailable; nothing was"
+    " written; Retry-After says when to try again",
 }
 WRITES = {"POST", "PUT", "PATCH", "DELETE"}
 
@@ -120,7 +122,7 @@ class RoleAwareSchema(AutoSchema):
     def _error_statuses(self, operation: dict[str, Any]) -> set[int]:
         if not any(operation.get("security", [])):
             return {400}  # unknown query parameters; no token, no project to look in
-        statuses = {400, 401, 404}
+        statuses = {400, 401, 404, 503}  # 503: the database may be unreachable for any of them
         if operator_rule(self.view, self.method) is not None or self._takes_trust_class():
             statuses.add(403)
         if self.method in WRITES:

@@ -14,7 +14,12 @@ and closes. The client reconnects with ``Last-Event-ID`` (an ``EventSource`` doe
 so proxies keep the connection open.
 
 The token is checked again before every read of the log: once it is revoked, the stream sends one ``event:
-error`` message (``authentication_failed`` in the one error shape) and closes, and a reconnection is 401.
+error`` message (``authentication_failed`` in the one error shape) and closes, and a reconnection is 401. A
+database outage while the stream is open ends it the same way (``database_unavailable``).
+
+Open streams are bounded per token, in all and per process (``nexum_web.api.stream_slots``): a stream past a
+bound is refused (429 ``too_many_streams`` or 503 ``streams_at_capacity``, with ``Retry-After``) before it
+starts, and an admitted one holds its place until its response is closed.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.http import StreamingHttpResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import renderers, serializers
@@ -34,8 +40,9 @@ from rest_framework.views import APIView
 
 from nexum.core.errors import ValidationFailed
 from nexum.eventstore import store
-from nexum_web.api.errors import error_body
+from nexum_web.api.errors import database_outage, database_unavailable, error_body
 from nexum_web.api.pagination import MAX_POSITION
+from nexum_web.api.stream_slots import StreamSlot, stream_slot_take
 from nexum_web.api.strict import StrictQuery
 from nexum_web.api.views import StoredEventSerializer
 from tasks_app.selectors import token_in_force
@@ -101,6 +108,7 @@ class EventStreamView(APIView):
 
     renderer_classes = [renderers.JSONRenderer, EventStreamRenderer]
     query_serializers = {"GET": EventStreamQuery}
+    error_statuses = {"GET": (429,)}
 
     @extend_schema(
         parameters=[
@@ -128,8 +136,13 @@ class EventStreamView(APIView):
         after = request.query["after"] if resume is None else resume
         limit = settings.NEXUM_EVENT_STREAM_MAX_S
         timeout = 0 if request.method == "HEAD" else min(request.query.get("timeout", limit), limit)
+        slot = stream_slot_take(token_id=request.user.token_id, lasts_s=timeout)
+        if request.method == "HEAD":  # answered as GET would be (429 when full), but no body holds the place
+            slot.release()
         frames = _frames(request.user.project_id, request.user.token_id, after, time.monotonic() + timeout)
-        response = StreamingHttpResponse(frames, content_type="text/event-stream; charset=utf-8")
+        response = StreamingHttpResponse(
+            _HeldFrames(frames, slot), content_type="text/event-stream; charset=utf-8"
+        )
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # a proxy passes each message on at once
         return response
@@ -141,14 +154,47 @@ class EventStreamView(APIView):
         return super().finalize_response(request, response, *args, **kwargs)
 
 
+class _HeldFrames:
+    """A stream's frames holding its slot: Django closes a streaming answer's content when the server is done
+    with it (the last frame sent, the client gone, the server stopping), and closing frees the slot."""
+
+    def __init__(self, frames: Iterator[str], slot: StreamSlot) -> None:
+        self._frames, self._slot = frames, slot
+
+    def __iter__(self) -> _HeldFrames:
+        return self
+
+    def __next__(self) -> str:
+        return next(self._frames)
+
+    def close(self) -> None:
+        try:
+            self._frames.close()
+        finally:
+            self._slot.release()
+
+
+def _error_frame(code: str, message: str) -> str:
+    return f"event: error\ndata: {json.dumps(error_body(code, message), separators=(',', ':'))}\n\n"
+
+
 def _frames(project_id: str, token_id: str, after: int, deadline: float) -> Iterator[str]:
     yield f"retry: {RETRY_MS}\n\n"
+    try:
+        yield from _events(project_id, token_id, after, deadline)
+    except DatabaseError as error:
+        if not database_outage(error):
+            raise
+        unavailable = database_unavailable()
+        yield _error_frame(unavailable.code, unavailable.message)
+
+
+def _events(project_id: str, token_id: str, after: int, deadline: float) -> Iterator[str]:
     position = after
     idle_since = time.monotonic()
     while True:
         if not token_in_force(token_id=token_id):
-            revoked = error_body("authentication_failed", "the token was revoked; the stream is closed")
-            yield f"event: error\ndata: {json.dumps(revoked, separators=(',', ':'))}\n\n"
+            yield _error_frame("authentication_failed", "the token was revoked; the stream is closed")
             return
         events = store.read_all(after=position, limit=BATCH, project_id=project_id)
         for event in events:

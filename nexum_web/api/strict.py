@@ -31,6 +31,7 @@ from rest_framework.exceptions import ErrorDetail, ValidationError
 from rest_framework.request import Request
 
 from nexum.core.text import encodes, is_storable
+from nexum_web.api.declarations import declared_for
 
 # A character Python's str.isspace() says is not whitespace, spelled out so that JSON Schema (ECMAScript)
 # regular expressions read it the same: the schema's pattern of a text member that may not be blank.
@@ -192,10 +193,9 @@ class StrictQuery(serializers.Serializer):
 
 
 def query_serializer(view: object, method: str) -> type[StrictQuery] | None:
-    """The query declaration ``view`` makes for ``method``, if any (HEAD is a GET without its body)."""
-    declared: Mapping[str, type[StrictQuery]] = getattr(view, "query_serializers", {})
-    method = method.upper()
-    return declared.get("GET" if method == "HEAD" else method)
+    """The query declaration ``view`` makes for ``method``, if any (HEAD has GET's)."""
+    declaration: type[StrictQuery] | None = declared_for(view, "query_serializers", method)
+    return declaration
 
 
 def validate_query(request: Request, declaration: type[StrictQuery] | None) -> dict[str, Any]:

@@ -17,34 +17,46 @@ manager in **stateless, JSON-response** mode through ``asgiref``'s ``async_to_sy
   redirect) all apply as to any API request.
 
 Authentication is the API's: the bearer token is checked before the SDK sees the request (401 in the one error
-shape, with ``WWW-Authenticate``), and every tool call is an API request made with it. The SDK's own Host and
+shape, with ``WWW-Authenticate``), and every tool call is an API request made with it. An exception no handler
+answered (the database unreachable while the token is checked) is a JSON-RPC error, mapped as the API maps it
+(``answer_exception``: an outage is HTTP 503 with ``Retry-After`` and error ``data.code``
+``database_unavailable``), never Django's HTML error page. The SDK's own Host and
 Origin checks are off: Django's ``ALLOWED_HOSTS`` checks the host, and a browser on another origin cannot send
 the bearer token.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anyio
 from asgiref.sync import async_to_sync
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.request import RawPostDataException
 from django.views.decorators.csrf import csrf_exempt
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from rest_framework import exceptions
 
 from nexum_web.api.auth import AgentTokenAuthentication
-from nexum_web.api.errors import error_body
-from nexum_web.mcp.calls import Caller
-from nexum_web.mcp.server import calling_as, server
+from nexum_web.api.errors import answer_exception, answered_as, error_body
+from nexum_web.mcp.calls import ApiAnswer, Caller
+from nexum_web.mcp.server import calling_as, mcp_error, server
 
 _NO_HOST_CHECK = TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
 @csrf_exempt
 def mcp_endpoint(request: HttpRequest) -> HttpResponse:
+    try:
+        return _answer(request)
+    except Exception as error:
+        return _jsonrpc_error(request, answer_exception(error, request))
+
+
+def _answer(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         message = "POST one JSON-RPC message; this stateless server holds no stream (GET) or session (DELETE)"
         response = JsonResponse(error_body("method_not_allowed", message), status=405)
@@ -68,6 +80,23 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
         if name.lower() != "content-length":
             response[name] = value
     return response
+
+
+def _jsonrpc_error(request: HttpRequest, answered: HttpResponse) -> HttpResponse:
+    """The API's error answer as the JSON-RPC error of the request's message (its ``id``, when one message
+    was sent and it can be read), with the API's status and headers (``Retry-After``, ``X-Request-ID``)."""
+    error = mcp_error(ApiAnswer(answered.status_code, json.loads(answered.content)))
+    body = {"jsonrpc": "2.0", "id": _message_id(request), "error": error.error.model_dump(exclude_none=True)}
+    return answered_as(JsonResponse(body, status=answered.status_code), answered)
+
+
+def _message_id(request: HttpRequest) -> str | int | None:
+    try:
+        message = json.loads(request.body)
+    except (ValueError, RequestDataTooBig, RawPostDataException):
+        return None
+    identifier = message.get("id") if isinstance(message, dict) else None
+    return identifier if isinstance(identifier, str | int) and not isinstance(identifier, bool) else None
 
 
 def _unauthorized(authentication: AgentTokenAuthentication, code: str, message: str) -> JsonResponse:

@@ -12,8 +12,9 @@ stdio command from ``--token``. Every tool call is an API request carrying that 
 
 Errors: an API error becomes an MCP (JSON-RPC) error whose ``data`` is the API's error object (``code``,
 ``message``, ``field``, ``details``, ``request_id``) with the HTTP ``status``; its message names the field.
-Bad input (400) is ``INVALID_PARAMS`` (-32602); any other refusal (401, 403, 404, 409, 413, 422, 503) is
-``NEXUM_REFUSED`` (-32080); a server error is ``INTERNAL_ERROR`` (-32603). A refused call wrote nothing: the
+Bad input (400) is ``INVALID_PARAMS`` (-32602); any other refusal (401, 403, 404, 409, 413, 422, and 503: a
+service such as the database or the broker is down, send again later) is ``NEXUM_REFUSED`` (-32080); a
+server error is ``INTERNAL_ERROR`` (-32603). A refused call wrote nothing: the
 API refuses before its service writes.
 """
 
@@ -76,7 +77,7 @@ def mcp_error(answer: ApiAnswer) -> MCPError:
     message = f"{code}: {error.get('message', '')}" + (f" (field: {field})" if field else "")
     if answer.status == 400:
         rpc_code = types.INVALID_PARAMS
-    elif answer.status >= 500 and code != "unavailable":
+    elif answer.status >= 500 and answer.status != 503:
         rpc_code = types.INTERNAL_ERROR
     else:
         rpc_code = NEXUM_REFUSED

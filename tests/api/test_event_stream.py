@@ -5,18 +5,27 @@ Last-Event-ID gets every event exactly once, in order."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
 
 import httpx2
 import pytest
-from django.db import connection
+from django.core.signals import request_finished
+from django.db import close_old_connections, connection
+from rest_framework.test import APIClient
 
 from context_app.world.services import progress_record, scope_resolve
 from nexum.eventstore import store
+from nexum_web.api import stream_slots
+from tasks_app.models import AgentToken
 from tasks_app.selectors import goal_tasks
 from tasks_app.services import agent_token_issue, goal_create
+from tests.integration.test_worker import ROOT, database_url_for_worker, wait_for
 
 STREAM = "/api/v1/events/stream"
 
@@ -158,3 +167,106 @@ def test_every_event_once_in_order_across_reconnects_while_four_writers_append(
     for writer in range(WRITERS):
         mine = [text for text in texts if text.startswith(f"writer {writer} ")]
         assert mine == [f"writer {writer} note {index}" for index in range(EVENTS_PER_WRITER)]
+
+
+# --- open streams are bounded (issue 23) --------------------------------------------------------------------
+
+
+def close(response) -> None:
+    """What the server does when a stream ends or its client goes: it closes the answer (as the test client
+    does, leaving the test's database connection open)."""
+    request_finished.disconnect(close_old_connections)
+    try:
+        response.close()
+    finally:
+        request_finished.connect(close_old_connections)
+
+
+def assert_refused(response, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.content[:300]
+    assert response["Content-Type"] == "application/json"
+    error = response.json()["error"]
+    assert error["code"] == code and error["request_id"] == response["X-Request-ID"]
+    assert 1 <= int(response["Retry-After"]) <= 60
+    return error
+
+
+@pytest.mark.django_db
+def test_a_token_has_at_most_its_share_of_open_streams_and_a_closed_one_frees_its_place(
+    api, project, settings
+):
+    settings.NEXUM_EVENT_STREAM_MAX_S, settings.NEXUM_EVENT_STREAMS_PER_TOKEN = 30, 2
+    open_streams = [api.get(STREAM, {"timeout": 30}) for _ in range(2)]
+    assert [response.status_code for response in open_streams] == [200, 200]
+    error = assert_refused(api.get(STREAM, {"timeout": 30}), 429, "too_many_streams")
+    assert error["details"] == {"open": 2, "limit": 2, "retry_after_s": 30}
+    assert "NEXUM_EVENT_STREAMS_PER_TOKEN=2" in error["message"]
+
+    colleague = APIClient()
+    key = agent_token_issue(project_id=str(project.id), name="colleague", actor="test").key
+    colleague.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    theirs = colleague.get(STREAM, {"timeout": 30})
+    assert theirs.status_code == 200  # a share per token, not per project
+
+    close(open_streams.pop())
+    again = api.get(STREAM, {"timeout": 0})
+    assert again.status_code == 200 and read(again).startswith("retry:")
+    for response in [*open_streams, theirs]:
+        close(response)
+    assert stream_slots.open_streams() == 0
+
+
+@pytest.mark.django_db
+def test_the_server_and_each_process_serve_a_bounded_number_of_streams(api, other_api, settings):
+    settings.NEXUM_EVENT_STREAM_MAX_S = 30
+    settings.NEXUM_EVENT_STREAMS_PER_TOKEN = settings.NEXUM_EVENT_STREAMS_MAX = 3
+    held = [api.get(STREAM, {"timeout": 20}) for _ in range(2)] + [other_api.get(STREAM, {"timeout": 20})]
+    assert {response.status_code for response in held} == {200}
+    error = assert_refused(other_api.get(STREAM, {"timeout": 20}), 503, "streams_at_capacity")
+    assert error["details"]["limit"] == 3 and "NEXUM_EVENT_STREAMS_MAX=3" in error["message"]
+    close(held.pop())
+
+    settings.NEXUM_EVENT_STREAMS_PER_PROCESS, settings.NEXUM_WEB_THREADS = 2, 3  # this process: 2 are open
+    error = assert_refused(other_api.get(STREAM, {"timeout": 20}), 503, "streams_at_capacity")
+    assert error["details"] == {"open": 2, "limit": 2, "retry_after_s": stream_slots.PROCESS_RETRY_AFTER_S}
+    assert "all of its 3 request threads but one" in error["message"]
+    close(held.pop())
+    admitted = other_api.get(STREAM, {"timeout": 0})
+    assert admitted.status_code == 200
+    read(admitted)
+    for response in held:
+        close(response)
+
+
+HOLD_STREAMS = """
+import pathlib, time
+from nexum_web.api.stream_slots import stream_slot_take
+slots = [stream_slot_take(token_id=%r, lasts_s=1) for _ in range(2)]
+pathlib.Path(%r).touch()
+time.sleep(600)
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_streams_are_counted_across_processes_and_a_dead_processs_expire(api, project, settings, tmp_path):
+    """Another process (a gunicorn worker, here a management shell) holds two of the token's two places: this
+    process refuses a third; killed without closing them, its places stop counting after their deadline."""
+    settings.NEXUM_EVENT_STREAMS_PER_TOKEN = 2
+    token_id = str(AgentToken.objects.get(project=project, name="agent-1").id)
+    held = tmp_path / "held"
+    env = {**os.environ, "DATABASE_URL": database_url_for_worker(), "PYTHONPATH": str(ROOT)}
+    holder = subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), "shell", "-c", HOLD_STREAMS % (token_id, str(held))],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert wait_for(lambda: held.exists() or holder.poll() is not None, timeout=60)
+        assert held.exists(), holder.stderr.read().decode()[-2000:]
+        assert_refused(api.get(STREAM, {"timeout": 0}), 429, "too_many_streams")
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)  # its leases are never released
+        holder.wait(timeout=30)
+    assert wait_for(
+        lambda: api.get(STREAM, {"timeout": 0}).status_code == 200,
+        timeout=stream_slots.LEASE_GRACE_S + 30,
+    )

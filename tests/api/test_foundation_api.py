@@ -176,6 +176,7 @@ def test_domain_errors_map_to_their_statuses():
         errors.IllegalTransition: 409,
         errors.TooLarge: 413,
         errors.PolicyRefused: 422,
+        errors.TooMany: 429,
         errors.Unavailable: 503,
     }
     for error_class, status in expected.items():
@@ -188,4 +189,4 @@ def test_domain_errors_map_to_their_statuses():
             "details": {},
             "request_id": None,  # outside an HTTP request
         }
-    assert set(STATUS_BY_KIND.values()) == {400, 403, 404, 409, 413, 422, 503}
+    assert set(STATUS_BY_KIND.values()) == {400, 403, 404, 409, 413, 422, 429, 503}

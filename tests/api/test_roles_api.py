@@ -9,7 +9,9 @@ and the admin still act as operators; the OpenAPI schema says which operations n
 from __future__ import annotations
 
 import json
+import re
 import sys
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -563,3 +565,24 @@ def test_the_schema_says_which_operations_need_an_operator(api):
     goals = paths["/api/v1/goals"]["post"]
     assert goals["x-nexum-operator-fields"] == ["contracts", "contract_origin"]
     assert "x-nexum-role" not in goals
+
+
+def test_head_follows_gets_rule_on_every_operator_only_read(api, operator_api):
+    """HEAD is answered by the GET handler, so it has GET's role check: an agent learns nothing from HEAD
+    (not even the operator's body length) that GET refuses it. The reads are the schema's operator-only
+    GETs, found from the declarations rather than listed here."""
+    paths = api.get("/api/schema/?format=json").json()["paths"]
+    reads = [
+        re.sub(r"\{[^}]+\}", str(uuid.uuid4()), path)
+        for path, operations in paths.items()
+        if operations.get("get", {}).get("x-nexum-role") == "operator"
+    ]
+    assert "/api/v1/webhooks" in reads and len(reads) >= 3
+    for url in reads:
+        assert_error(api.get(url), 403, "forbidden")
+        refused = api.head(url)
+        assert refused.status_code == 403, (url, refused.status_code)
+        assert refused.content == b"", url
+        as_operator, head_as_operator = operator_api.get(url), operator_api.head(url)
+        assert head_as_operator.status_code == as_operator.status_code != 403, url
+        assert head_as_operator["Content-Length"] == as_operator["Content-Length"], url

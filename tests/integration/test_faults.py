@@ -7,10 +7,14 @@
   prefork pool process is SIGKILLed mid-check: one decision within 60 s of the restart, and no second copy of
   the check ever runs while any process of the first lives (the check takes an exclusive ``flock`` that its
   processes hold until the last of them dies; a copy that cannot take it at once records an overlap).
+- PostgreSQL stops under a serving gunicorn (issue 23): REST answers 503 ``database_unavailable`` with
+  ``Retry-After``, ``/mcp`` a JSON-RPC error; the Python client retries and, once the database is back, its
+  write is made once.
 
-Every service a test stops is a private one it started on a free port (a Redis server, a PostgreSQL cluster),
-removed at the end even on failure; every wait is bounded. Runs only when CELERY_BROKER_URL is set (the
-private broker replaces it), like the other worker tests; CI runs them.
+Every service a test stops is a private one it started on a free port (a Redis server, a PostgreSQL cluster;
+``NEXUM_TEST_POSTGRES_PORTS`` names the ports a cluster may take), removed at the end even on failure; every
+wait is bounded. Runs only when CELERY_BROKER_URL is set (the private broker replaces it), like the other
+worker tests; CI runs them.
 """
 
 from __future__ import annotations
@@ -392,7 +396,7 @@ def _parent(pid: int) -> int:
 class PrivatePostgres:
     """A PostgreSQL cluster of this test (``pg_createcluster`` on a free port, trust auth on 127.0.0.1)."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int | None = None) -> None:
         self.version = max(
             (
                 v
@@ -402,7 +406,7 @@ class PrivatePostgres:
             key=int,
         )
         self.name = f"nexum_fault_{uuid.uuid4().hex[:8]}"
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"postgres://postgres@127.0.0.1:{self.port}/nexum"
 
     def create(self) -> None:
@@ -441,11 +445,22 @@ class PrivatePostgres:
             return conn.execute(sql, params).fetchall()
 
 
+# The ports a private cluster may take (a machine's runs keep to their own ranges); any free port without it.
+PRIVATE_POSTGRES_PORTS = [
+    int(port) for port in os.environ.get("NEXUM_TEST_POSTGRES_PORTS", "").split(",") if port
+]
+
+
+def _unused(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) != 0
+
+
 @pytest.fixture
 def postgres() -> Iterator[PrivatePostgres]:
     if os.geteuid() != 0 or not shutil.which("pg_createcluster"):
         pytest.skip("a private PostgreSQL cluster needs root and pg_createcluster (postgresql-common)")
-    cluster = PrivatePostgres()
+    cluster = PrivatePostgres(port=next(filter(_unused, PRIVATE_POSTGRES_PORTS), None))
     try:
         cluster.create()
         yield cluster
@@ -509,3 +524,95 @@ def test_a_database_outage_while_a_check_runs_still_ends_with_one_decision(
     assert events == {"CompletionRequested": 1, "CheckRunRecorded": 1, "GateDecided": 1}
     assert "retry: Retry in 1s: OperationalError" in processes.log("worker")  # met the outage, and retried
     assert not (Path(folders["NEXUM_WORKSPACE_ROOT"]) / "faults" / "overlaps.log").exists()
+
+
+# --- (c) PostgreSQL stops under a serving gunicorn ----------------------------------------------------------
+
+SETUP_AGENT = """
+import json
+from tasks_app.models import Task
+from tasks_app.services import agent_token_issue, goal_create, project_create
+project = project_create(slug="outage", name="Outage", actor="test")
+goal = goal_create(project_id=str(project.id), objective="Ship", tasks=[{"key": "a", "objective": "Build"}],
+                   actor="planner")
+key = agent_token_issue(project_id=str(project.id), name="agent", actor="test").key
+print(json.dumps({"key": key, "task_id": str(Task.objects.get(goal=goal, key="a").id)}))
+"""
+
+
+def test_a_database_outage_is_503_and_the_client_writes_once_when_it_is_back(postgres, processes, folders):
+    """The server keeps persistent connections (as in production), so the outage cuts connections it holds."""
+    from nexum_client import Nexum
+
+    from tests.e2e.test_production import answers, fetch
+
+    env = {**environment(postgres.url, "", folders), "NEXUM_DB_CONN_MAX_AGE": "60"}
+    migrate = subprocess.run(
+        manage("migrate", "--noinput"), cwd=ROOT, env=env, capture_output=True, timeout=300
+    )
+    assert migrate.returncode == 0, migrate.stderr.decode()[-3000:]
+    made = subprocess.run(
+        manage("shell", "-c", SETUP_AGENT), cwd=ROOT, env=env, capture_output=True, timeout=120
+    )
+    assert made.returncode == 0, made.stderr.decode()[-3000:]
+    agent = json.loads(made.stdout.decode().strip().splitlines()[-1])
+    port = free_port()
+    server_env = {
+        **env,
+        "NEXUM_WEB_BIND": f"127.0.0.1:{port}",
+        "NEXUM_WEB_WORKERS": "2",
+        "NEXUM_WEB_THREADS": "2",
+    }
+    processes.start(
+        "gunicorn", [sys.executable, "-m", "gunicorn", "-c", "deploy/gunicorn.conf.py"], server_env
+    )
+    base = f"http://127.0.0.1:{port}"
+    assert wait_for(lambda: answers(base), timeout=60), processes.log("gunicorn")
+    bearer = {"Authorization": f"Bearer {agent['key']}"}
+    for _ in range(4):  # every thread of both workers holds a connection now
+        assert fetch(base, "/api/v1/tasks", **bearer)[0] == 200
+
+    postgres.stop()
+    for path in ("/api/v1/tasks", f"/api/v1/tasks/{agent['task_id']}", "/api/v1/events"):
+        status, headers, body = fetch(base, path, **bearer)
+        assert status == 503, body[:500]
+        assert headers["Content-Type"] == "application/json" and headers["Retry-After"] == "2"
+        error = json.loads(body)["error"]
+        assert error["code"] == "database_unavailable" and error["request_id"] == headers["X-Request-ID"]
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "list_tasks", "arguments": {}},
+    }
+    request = urllib.request.Request(
+        base + "/mcp",
+        data=json.dumps(call).encode(),
+        headers={
+            **bearer,
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+        },
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 503 and refused.value.headers["Content-Type"] == "application/json"
+    answer = json.loads(refused.value.read())
+    assert answer["id"] == 1 and answer["error"]["data"]["code"] == "database_unavailable"
+
+    waits: list[float] = []
+
+    def wait_then_restart(seconds: float) -> None:
+        """The client's pause before a retry: the first one brings the database back."""
+        waits.append(seconds)
+        if len(waits) == 1:
+            postgres.start()
+        time.sleep(seconds)
+
+    with Nexum(base, agent["key"], retries=5, backoff_max_s=4, sleep=wait_then_restart) as client:
+        fact = client.record_fact("the database came back", task_id=agent["task_id"])
+    assert waits[0] == 2.0  # the server's Retry-After
+    recorded = postgres.query("SELECT data->>'item_id' FROM nexum_event WHERE event_type = 'FactRecorded'")
+    assert recorded == [(fact.id,)] and fact.text == "the database came back"  # written once
+    assert "Traceback" not in processes.log("gunicorn")  # an outage is a warning naming its cause, not a bug

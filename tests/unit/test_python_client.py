@@ -181,3 +181,52 @@ def test_the_excluded_list_of_a_context_is_followed_page_by_page():
 
     client, seen = client_for(handler)
     assert list(client.excluded("d1", limit=2)) == records and len(seen) == 3
+
+
+def test_every_write_carries_one_key_across_its_retries_and_reads_carry_none():
+    def handler(request, count):
+        return error(503, "database_unavailable") if count % 2 else httpx.Response(200, json={})
+
+    client, seen = client_for(handler)
+    for method in ("PUT", "PATCH", "DELETE", "POST"):
+        client.request(method, "tasks/t/contract", json={})
+    client.request("GET", "tasks/t")
+    writes = [request.headers.get("Idempotency-Key") for request in seen[:8]]
+    assert all(writes) and [writes[i] == writes[i + 1] for i in range(0, 8, 2)] == [True] * 4
+    assert len(set(writes)) == 4  # one key per call, the same on its retry
+    assert "Idempotency-Key" not in seen[8].headers
+
+
+def test_a_503_waits_as_long_as_the_servers_retry_after_within_the_bound():
+    slept: list[float] = []
+    answers = iter(
+        [error(503, "database_unavailable"), error(503, "database_unavailable"), httpx.Response(200, json={})]
+    )
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        response = next(answers)
+        response.headers["Retry-After"] = "2" if response.status_code == 503 else "0"
+        return response
+
+    client = Nexum(
+        "http://nexum.test",
+        "tok",
+        transport=httpx.MockTransport(handler),
+        sleep=slept.append,
+        backoff_max_s=8,
+    )
+    client.request("GET", "tasks")
+    assert slept == [2.0, 2.0]
+
+    def unavailable_for_long(request: httpx.Request) -> httpx.Response:
+        response = error(503, "database_unavailable")
+        response.headers["Retry-After"] = "600"
+        return response
+
+    unavailable = httpx.MockTransport(unavailable_for_long)
+    bounded = Nexum(
+        "http://nexum.test", "tok", transport=unavailable, sleep=slept.append, backoff_max_s=1.5, retries=2
+    )
+    with pytest.raises(Unavailable):
+        bounded.request("GET", "tasks")
+    assert slept[2:] == [1.5, 1.5]  # never longer than backoff_max_s, and given up after the retries

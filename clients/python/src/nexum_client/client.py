@@ -2,8 +2,9 @@
 
 Retries. A request that gets no answer (the connection failed, was dropped or timed out) or a 502, 503 or 504
 (429 too) is sent again, up to ``retries`` more times, waiting ``backoff_s`` × 1, 2, 4 … (at most
-``backoff_max_s``, or the server's ``Retry-After``). Every POST carries an ``Idempotency-Key`` made once per
-call and sent again with each retry, so a POST whose answer was lost is written once: the server answers the
+``backoff_max_s``, or the server's ``Retry-After``, e.g. 503 ``database_unavailable`` while the server's
+database is down). Every write (POST, PUT, PATCH, DELETE) carries an ``Idempotency-Key`` made once per call
+and sent again with each retry, so a write whose answer was lost is written once: the server answers the
 retry as it answered the first (README, API). Pass ``idempotency_key=`` to name a call yourself (to retry it
 across processes). Errors are raised as typed exceptions (``nexum_client.errors``) carrying ``code``,
 ``field``, ``details`` and ``request_id``.
@@ -31,6 +32,7 @@ from nexum_client.models import Completion, Context, Event, Goal, Item, Resoluti
 logger = logging.getLogger("nexum_client")
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 API_PREFIX = "/api/v1/"
 
 
@@ -87,7 +89,7 @@ class Nexum:
         """Send a request (retried as the module docstring says); the status and the decoded JSON body.
         ``path`` is relative to ``/api/v1/``. Raises a ``NexumError`` for an error answer."""
         headers = {}
-        if method.upper() == "POST":
+        if method.upper() not in SAFE_METHODS:
             headers["Idempotency-Key"] = idempotency_key or str(uuid.uuid4())
         params = {name: value for name, value in (params or {}).items() if value is not None}
         for attempt in range(self.retries + 1):
