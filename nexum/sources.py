@@ -14,6 +14,10 @@ Built in:
 Every built-in source reads only where the operator's ``SourcePolicy`` allows (``nexum.source_policy``):
 checked when it is configured and again at every read.
 
+Trust follows who can write (SPEC R4a): every source has ``writable_by`` (``agent`` or ``operator``,
+``config.writable_by``); a path source over a folder the agent can write (inside the workspace root) is the
+agent's whatever was declared, and its ``highest_trust`` is at most ``agent_reported``.
+
 A source that cannot answer raises a ``SourceFailure``; ``fetch`` turns any failure into a failed
 ``SourceResult`` so that a source that is down makes the bundle incomplete instead of failing the resolve.
 """
