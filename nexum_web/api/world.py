@@ -417,6 +417,8 @@ class FactVerifyView(APIView):
 
 
 class FactRetractView(APIView):
+    error_statuses = {"POST": (403,)}  # a fact above the caller's trust ceiling (R4a)
+
     @extend_schema(
         summary="Retract a current fact (it stays in the history)",
         description="A fact above your token's trust ceiling (an operator's, for an agent token) is 403 "
