@@ -69,4 +69,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/append.py
 
 clean:
-	rm -rf $(VENV) data/*.sqlite3* data/artifacts data/workspace
+	rm -rf $(VENV) data/*.sqlite3* data/artifacts data/workspace data/published

@@ -316,12 +316,17 @@ NEXUM_CHECK_CALLABLES = [
 ]
 
 # --- Context sources: where they may read (issue 12) ------------------------------------------------------
+# Read-only copies an operator publishes as repository content, one folder per project, <root>/<slug>: the
+# agent cannot write there (its workspace is NEXUM_WORKSPACE_ROOT), so a source over one keeps its trust
+# class, where a source over the workspace yields agent_reported items at most (SPEC R4a).
+NEXUM_PUBLISHED_ROOT = Path(os.environ.get("NEXUM_PUBLISHED_ROOT", DATA_DIR / "published"))
 # Folders that folder, docs and tickets_json sources may read inside, comma-separated. Default: the workspace
-# root (where each project reads only its own folder, <root>/<slug>) and the repository's examples/. Never
-# the data directory, the artifact store or the database file, whatever is listed.
+# root and the published root (where each project reads only its own folder, <root>/<slug>) and the
+# repository's examples/. Never the data directory, the artifact store or the database file, whatever is
+# listed.
 NEXUM_SOURCE_ROOTS = [
     Path(entry.strip()) for entry in os.environ.get("NEXUM_SOURCE_ROOTS", "").split(",") if entry.strip()
-] or [NEXUM_WORKSPACE_ROOT, BASE_DIR / "examples"]
+] or [NEXUM_WORKSPACE_ROOT, NEXUM_PUBLISHED_ROOT, BASE_DIR / "examples"]
 # Hosts http_json sources may fetch from: "host" (every port) or "host:port", comma-separated; empty: none.
 # Loopback, private and link-local addresses are reached only when that address itself is listed.
 NEXUM_SOURCE_HTTP_ALLOW = [

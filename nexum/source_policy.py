@@ -7,11 +7,15 @@ and at every read (``open_file``, ``connect_address``: a refusal is ``Confinemen
 reports as a failed retrieval). A check always comes before any access, so no refusal says whether a path
 exists or a port is open.
 
+Who can write. ``writer_of`` says who can change a resolved path: the agent inside ``agent_writable`` (the
+workspace root, which every project's workspace lies in), else the operator. A source over a path the agent
+can write yields items at most ``agent_reported`` (SPEC R4a), checked when it is configured and at every read.
+
 Files. A configured path is taken relative to the project's workspace unless absolute, must not climb with
 ``..``, and is resolved with realpath (symlinks followed). It must then lie inside one of ``roots`` and must
 neither lie inside nor contain a ``forbidden`` place (the data directory, the artifact store, the database
-file, the workspace root). A forbidden place that holds the project's own workspace (the data directory, the
-workspace root) does not forbid that workspace: a project reads its own workspace folder and no other
+file, the workspace root, the published root). A forbidden place that holds one of the project's own folders
+(its workspace, its published copies) does not forbid that folder: a project reads its own and no other
 project's. ``open_file`` checks the file it actually opened (the descriptor's path, so a symlink planted
 later or a swap between check and open is caught) and opens regular files only (a FIFO cannot hang a read).
 
@@ -37,6 +41,7 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from nexum.core.errors import PolicyRefused, ValidationFailed
+from nexum.core.roles import AGENT, OPERATOR
 
 ROOTS_SETTING = "NEXUM_SOURCE_ROOTS"
 HTTP_ALLOW_SETTING = "NEXUM_SOURCE_HTTP_ALLOW"
@@ -204,15 +209,19 @@ class SourcePolicy:
 
     ``roots``: folders file sources may read inside. ``forbidden``: (what, path) pairs a source may neither
     read inside nor contain. ``project_workspace``: the project's own workspace folder (relative paths are
-    taken from it; a forbidden place holding it does not forbid it). ``http_allow``: host or host:port
-    entries. ``resolve_host``: how a host name becomes addresses at fetch time (a test may fake DNS).
+    taken from it; a forbidden place holding it does not forbid it). ``project_published``: the project's
+    folder of published read-only copies (not forbidden either). ``agent_writable``: where the executing
+    agent writes (``writer_of``). ``http_allow``: host or host:port entries. ``resolve_host``: how a host
+    name becomes addresses at fetch time (a test may fake DNS).
     """
 
     roots: tuple[Path, ...] = ()
     forbidden: tuple[tuple[str, Path], ...] = ()
     project_workspace: Path | None = None
+    project_published: Path | None = None
     http_allow: tuple[HostEntry, ...] = ()
     resolve_host: Resolver = field(default=system_addresses, compare=False)
+    agent_writable: tuple[Path, ...] = ()
 
     @classmethod
     def build(
@@ -221,8 +230,10 @@ class SourcePolicy:
         roots: Iterable[str | os.PathLike[str]] = (),
         forbidden: Iterable[tuple[str, str | os.PathLike[str]]] = (),
         project_workspace: str | os.PathLike[str] | None = None,
+        project_published: str | os.PathLike[str] | None = None,
         http_allow: Iterable[str] = (),
         resolve_host: Resolver = system_addresses,
+        agent_writable: Iterable[str | os.PathLike[str]] = (),
     ) -> SourcePolicy:
         """A policy from configured values: paths resolved, host entries parsed (``ValueError`` if one is
         malformed)."""
@@ -230,9 +241,17 @@ class SourcePolicy:
             roots=tuple(_real(root) for root in roots),
             forbidden=tuple((what, _real(place)) for what, place in forbidden),
             project_workspace=None if project_workspace is None else _real(project_workspace),
+            project_published=None if project_published is None else _real(project_published),
             http_allow=tuple(HostEntry.parse(entry) for entry in http_allow),
             resolve_host=resolve_host,
+            agent_writable=tuple(_real(place) for place in agent_writable),
         )
+
+    def writer_of(self, real: Path) -> str:
+        """Who can change what a resolved path holds (R4a): ``agent`` inside a place the executing agent
+        writes (``agent_writable``: the workspace root, every project's workspace under it), else
+        ``operator``. Given the realpath, so a folder that is a symlink into the workspace is the agent's."""
+        return AGENT if any(_within(real, place) for place in self.agent_writable) else OPERATOR
 
     # files
 
@@ -241,12 +260,12 @@ class SourcePolicy:
         source walks, so it must not contain a forbidden place either."""
         if not any(_within(real, root) for root in self.roots):
             return f"is outside the source roots ({ROOTS_SETTING})"
-        own = self.project_workspace
+        own = [folder for folder in (self.project_workspace, self.project_published) if folder is not None]
         places = [
             (what, place)
             for what, place in sorted(self.forbidden, key=lambda entry: -len(entry[1].parts))  # nearest first
-            if not (own is not None and _within(real, own) and _within(own, place))
-        ]  # a place holding the project's own workspace (the data directory, say) does not forbid it
+            if not any(_within(real, folder) and _within(folder, place) for folder in own)
+        ]  # a place holding the project's own folders (the data directory, say) does not forbid them
         for what, place in places:
             if _within(real, place):
                 return f"is inside {what}"

@@ -14,6 +14,10 @@ Built in:
 Every built-in source reads only where the operator's ``SourcePolicy`` allows (``nexum.source_policy``):
 checked when it is configured and again at every read.
 
+Trust follows who can write (SPEC R4a): every source has ``writable_by`` (``agent`` or ``operator``,
+``config.writable_by``); a path source over a folder the agent can write (inside the workspace root) is the
+agent's whatever was declared, and its ``highest_trust`` is at most ``agent_reported``.
+
 A source that cannot answer raises a ``SourceFailure``; ``fetch`` turns any failure into a failed
 ``SourceResult`` so that a source that is down makes the bundle incomplete instead of failing the resolve.
 """
@@ -45,6 +49,7 @@ from nexum.core.resolution.resolver import (
     SourceResult,
     SourceSpec,
 )
+from nexum.core.roles import AGENT, OPERATOR, check_role, content_ceiling
 from nexum.core.trust import TrustClass, looks_like_instruction
 from nexum.source_policy import DEFAULT_PORTS, ConfinementRefused, SourcePolicy
 
@@ -99,7 +104,7 @@ class Source(ABC):
     )
     default_trust: ClassVar[TrustClass] = TrustClass.repository_authored
     config_keys: ClassVar[frozenset[str]] = frozenset(
-        {"scopes", "highest_trust", "ttl_seconds", "track_revision"}
+        {"scopes", "highest_trust", "ttl_seconds", "track_revision", "writable_by"}
     )
 
     def __init__(
@@ -109,6 +114,7 @@ class Source(ABC):
         declared_scopes: Sequence[str] = (ANY_SCOPE,),
         highest_trust: TrustClass | None = None,
         freshness: Freshness | None = None,
+        writable_by: str = OPERATOR,
         clock: Clock = utc_now,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
@@ -128,9 +134,22 @@ class Source(ABC):
             raise ValidationFailed("scopes must be a non-empty list of strings", field="scopes")
         self.name = name
         self.declared_scopes = tuple(sorted(set(scopes)))
-        self.highest_trust = trust
+        self.declared_trust = trust
         self.freshness = freshness or Freshness()
         self.clock = clock
+        self.writable_by = check_role(writable_by, field="writable_by")
+
+    @property
+    def highest_trust(self) -> TrustClass:
+        """The class the source's items carry at most: what it was configured with, and never more than
+        whoever can write it allows (R4a: what the agent can write is at most ``agent_reported``)."""
+        return min(self.declared_trust, content_ceiling(self.writable_by))
+
+    def written_by(self, writer: str | None) -> None:
+        """Record who the server found can write the source (a path inside the workspace: the agent). The
+        agent wins over whatever the operator declared: it can write there, whatever was claimed."""
+        if writer == AGENT:
+            self.writable_by = AGENT
 
     @property
     def spec(self) -> SourceSpec:
@@ -140,6 +159,7 @@ class Source(ABC):
             declared_scopes=self.declared_scopes,
             highest_trust=self.highest_trust,
             freshness=self.freshness,
+            writable_by=self.writable_by,
         )
 
     def current_revision(self) -> str | None:
@@ -167,6 +187,8 @@ class Source(ABC):
             options["declared_scopes"] = tuple(scopes)
         if "highest_trust" in config:
             options["highest_trust"] = TrustClass.parse(config["highest_trust"], field="highest_trust")
+        if "writable_by" in config:
+            options["writable_by"] = check_role(config["writable_by"], field="writable_by")
         ttl = config.get("ttl_seconds", default_freshness.ttl_seconds)
         track = config.get("track_revision", default_freshness.track_revision)
         if not isinstance(track, bool):
@@ -237,7 +259,7 @@ def fetch(source: Source, query: str, scopes: Sequence[str], limit: int) -> Sour
         raise  # the caller asked for something malformed: that is the caller's error, not an outage
     except Exception as exc:  # a plugin's bug must not fail the resolve
         return SourceResult.failed(source.name, f"{type(exc).__name__}: {exc}", kind="error")
-    return SourceResult.ok(source.name, items, current_revision=revision)
+    return SourceResult.ok(source.name, items, current_revision=revision, writable_by=source.writable_by)
 
 
 # --- query matching ---------------------------------------------------------------------------------------
@@ -324,6 +346,7 @@ class FolderSource(Source):
         path = policy.confine_path(root, option="path")
         if not path.is_dir():
             raise ValidationFailed(f"{root} is not a directory", field="path")
+        self.written_by(policy.writer_of(path))
         if isinstance(chunk_lines, bool) or not isinstance(chunk_lines, int) or chunk_lines < 1:
             raise ValidationFailed("chunk_lines must be a positive integer", field="chunk_lines")
         if isinstance(max_file_bytes, bool) or not isinstance(max_file_bytes, int) or max_file_bytes < 1:
@@ -642,6 +665,7 @@ class TicketsJsonSource(Source):
         super().__init__(name, **options)
         self.policy = policy
         self.path = policy.confine_path(path, option="path", as_folder=False)
+        self.written_by(policy.writer_of(self.path))
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
             raise ValidationFailed("max_bytes must be a positive integer", field="max_bytes")
         self.max_bytes = max_bytes

@@ -37,7 +37,9 @@ def _badge(trust: str) -> str:
 
 @admin.register(Source)
 class SourceAdmin(ReadOnlyAdmin):
-    list_display = ("name", "kind", "project", "highest_trust", "declared_scopes", "ttl", "registered_at")
+    list_display = (
+        "name", "kind", "project", "highest_trust", "writable_by", "declared_scopes", "ttl", "registered_at"
+    )  # fmt: skip
     list_filter = ("project", "kind")
     search_fields = ("name",)
 

@@ -10,7 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 from nexum.source_policy import HTTP_ALLOW_SETTING, SourcePolicy
-from nexum.workspaces import project_workspace
+from nexum.workspaces import project_published, project_workspace
 
 SQLITE_COMPANIONS = ("", "-wal", "-shm", "-journal")
 
@@ -34,19 +34,26 @@ def forbidden_places() -> list[tuple[str, Path]]:
             "the workspace root (a project reads only its own folder there)",
             Path(settings.NEXUM_WORKSPACE_ROOT),
         ),
+        (
+            "the published root (a project reads only its own folder there)",
+            Path(settings.NEXUM_PUBLISHED_ROOT),
+        ),
         *(("the database", path) for path in database_files()),
     ]
 
 
 def source_policy(*, project_slug: str) -> SourcePolicy:
     """Where the sources of one project may read: ``NEXUM_SOURCE_ROOTS`` (its own workspace folder, not
-    another project's) and the hosts of ``NEXUM_SOURCE_HTTP_ALLOW``."""
+    another project's) and the hosts of ``NEXUM_SOURCE_HTTP_ALLOW``; what lies under
+    ``NEXUM_WORKSPACE_ROOT`` the agent can write."""
     try:
         return SourcePolicy.build(
             roots=settings.NEXUM_SOURCE_ROOTS,
             forbidden=forbidden_places(),
             project_workspace=project_workspace(project_slug),
+            project_published=project_published(project_slug),
             http_allow=settings.NEXUM_SOURCE_HTTP_ALLOW,
+            agent_writable=[settings.NEXUM_WORKSPACE_ROOT],
         )
     except ValueError as error:
         raise ImproperlyConfigured(f"{HTTP_ALLOW_SETTING}: {error}") from None

@@ -29,6 +29,8 @@ class Source(models.Model):
     highest_trust = models.CharField(max_length=32)
     ttl_seconds = models.PositiveIntegerField(null=True, blank=True)
     track_revision = models.BooleanField(default=False)
+    writable_by = models.CharField(max_length=16, default="operator")
+    """Who can change the source's content (R4a): ``agent`` (inside the workspace) or ``operator``."""
     actor = models.CharField(max_length=200, blank=True)
     registered_at = models.DateTimeField()
     version = models.PositiveIntegerField()

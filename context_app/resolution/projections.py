@@ -51,6 +51,7 @@ class ResolutionProjection(Projection):
             highest_trust=event.highest_trust,
             ttl_seconds=event.ttl_seconds,
             track_revision=event.track_revision,
+            writable_by=event.writable_by,
             actor=_actor(stored),
             registered_at=stored.recorded_at,
             version=stored.version,

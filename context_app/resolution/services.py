@@ -129,7 +129,10 @@ def source_register(
 ) -> Source:
     """Register a source: its configuration is checked by building it (``build_source``) under the project's
     source policy (a path or host outside it is 422 ``source_not_allowed``); an error names the option as
-    ``config.<option>``. A configuration is stored in the log, so it must never hold a secret."""
+    ``config.<option>``. Who can write it is recorded (R4a): the agent for a path inside the workspace root,
+    whatever the configuration declares, else ``config.writable_by`` (default the operator); a source the
+    agent can write has ``highest_trust`` at most ``agent_reported``. A configuration is stored in the log,
+    so it must never hold a secret."""
     project = task_selectors.project_get(project_id=project_id)
     check_authority(
         project_id=str(project.id),
@@ -167,6 +170,7 @@ def source_register(
                 highest_trust=spec.highest_trust.name,
                 ttl_seconds=spec.freshness.ttl_seconds,
                 track_revision=spec.freshness.track_revision,
+                writable_by=spec.writable_by,
             )
         ],
         expected_version=0,
@@ -183,6 +187,7 @@ def source_spec(source: Source) -> SourceSpec:
         declared_scopes=tuple(source.declared_scopes),
         highest_trust=TrustClass.parse(source.highest_trust),
         freshness=Freshness(ttl_seconds=source.ttl_seconds, track_revision=source.track_revision),
+        writable_by=source.writable_by,
     )
 
 

@@ -28,7 +28,9 @@ from nexum.core import world
 from nexum.core.digests import canonical_json, digest_of
 from nexum.core.errors import ConcurrencyError, Conflict, NotFound, ValidationFailed
 from nexum.core.events import Event
+from nexum.core.roles import caller_trust, trust_ceiling
 from nexum.core.text import require_storable
+from nexum.core.trust import TrustClass
 from nexum.eventstore import store
 from nexum.tokenization import CachedCounter, counter_for
 from tasks_app import selectors as task_selectors
@@ -292,15 +294,20 @@ def fact_retract(
     fact_id: str,
     reason: str,
     expected_version: int | None = None,
+    role: str,
     actor: str,
     idempotency_key: str | None = None,
 ) -> WorldItem:
+    """Retract a current fact (it stays in the history). ``role`` is the caller's: a fact above its trust
+    ceiling is 403 (an agent never retracts what an operator recorded)."""
     fact = selectors.fact_get(project_id=project_id, fact_id=fact_id)
     stream = world.item_stream("fact", str(fact.id))
     if _already_appended(stream, idempotency_key):
         return selectors.fact_get(project_id=project_id, fact_id=fact_id)
     version = _expected(fact, expected_version)
-    events = world.decide_retract(_fact_state(fact), reason=_text(reason, "reason"))
+    events = world.decide_retract(
+        _fact_state(fact), reason=_text(reason, "reason"), ceiling=trust_ceiling(role)
+    )
     _append(stream, events, version, project_id, actor, idempotency_key)
     return selectors.fact_get(project_id=project_id, fact_id=fact_id)
 
@@ -317,12 +324,14 @@ def fact_supersede(
     verified: bool = False,
     reason: str = "",
     expected_version: int | None = None,
+    role: str,
     actor: str,
     idempotency_key: str | None = None,
 ) -> WorldItem:
     """Record a new fact in the old one's scope that replaces it; the old fact stays, marked superseded.
 
-    ``source``, ``subject`` and ``trust_class`` default to the old fact's. Returns the new fact.
+    ``source``, ``subject`` and ``trust_class`` default to the old fact's. ``role`` is the caller's: a fact
+    above its trust ceiling is 403, and so is a new fact claiming more than it. Returns the new fact.
     """
     old = selectors.fact_get(project_id=project_id, fact_id=fact_id)
     scope = Scope(project_id, str(old.goal_id), str(old.task_id) if old.task_id else None)
@@ -335,6 +344,12 @@ def fact_supersede(
     if _already_appended(new_stream, idempotency_key):
         return selectors.fact_get(project_id=project_id, fact_id=new_id)
     version = _expected(old, expected_version)
+    superseded = world.decide_supersede(
+        _fact_state(old),
+        new_fact_id=new_id,
+        reason=_text(reason, "reason", required=False),
+        ceiling=trust_ceiling(role),
+    )
     recorded = _fact_event(
         scope,
         new_id,
@@ -342,12 +357,9 @@ def fact_supersede(
         source=old.source if source is None else source,
         subject=old.subject if subject is None else subject,
         observed_at=observed_at,
-        trust_class=old.trust_class if trust_class is None else trust_class,
+        trust_class=caller_trust(old.trust_class if trust_class is None else trust_class, role=role).name,
         verified=verified,
         supersedes=str(old.id),
-    )
-    superseded = world.decide_supersede(
-        _fact_state(old), new_fact_id=new_id, reason=_text(reason, "reason", required=False)
     )
     with transaction.atomic():
         _append(
@@ -386,7 +398,12 @@ def _fact_event(
 
 
 def _fact_state(fact: WorldItem) -> world.FactState:
-    return world.FactState(fact_id=str(fact.id), status=fact.status, verified=fact.verified)
+    return world.FactState(
+        fact_id=str(fact.id),
+        status=fact.status,
+        verified=fact.verified,
+        trust_class=TrustClass.parse(fact.trust_class),
+    )
 
 
 def _expected(item: WorldItem | Tool | ToolScope | None, expected_version: int | None) -> int:

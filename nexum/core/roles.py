@@ -6,6 +6,9 @@
   catalog and overlays, the tool registry and tool scopes, required questions, escalation resolutions,
   plan-gate overrides, unblocking and cancelling tasks. What it records is at most ``repository_authored``.
 
+Who can write content is a role too (SPEC R4a): a source the agent can write (its workspace) yields content
+at most ``agent_reported`` (``content_ceiling``).
+
 Staff humans in the admin and the escalation UI act as operators. No caller claims a trust class above its
 role's ceiling: the signed classes come only from sources with a verifying signature, ``kernel`` from none.
 """
@@ -24,10 +27,18 @@ ROLES: Final = (AGENT, OPERATOR)
 TRUST_CEILINGS: Final = {AGENT: TrustClass.agent_reported, OPERATOR: TrustClass.repository_authored}
 
 
-def check_role(role: object) -> str:
+def check_role(role: object, *, field: str = "role") -> str:
     if role not in ROLES:
-        raise ValidationFailed(f"role must be one of {', '.join(ROLES)}", field="role", code="invalid_role")
+        raise ValidationFailed(f"{field} must be one of {', '.join(ROLES)}", field=field, code="invalid_role")
     return role  # type: ignore[return-value]
+
+
+def content_ceiling(writable_by: str) -> TrustClass:
+    """The highest class content can carry given who can change it (SPEC R4a): what the executing agent can
+    write is at most ``agent_reported``, whatever its source claims; an operator's content is bounded by its
+    source alone (and signed classes by their signatures)."""
+    writer = check_role(writable_by, field="writable_by")
+    return TRUST_CEILINGS[AGENT] if writer == AGENT else TrustClass.kernel
 
 
 def actor_of(role: str, name: str) -> str:

@@ -5,7 +5,9 @@ Rules:
   signed_policy < kernel`` and stored by name (``TrustClass`` is the one order; every list of classes derives
   from it). ``agent_reported`` is what the executing agent says about the world: it
   informs, and like retrieved content it is never authority.
-- An item never carries a class above its source's highest class (``cap_trust``).
+- An item never carries a class above its source's highest class (``cap_trust``), nor above what whoever can
+  write its source may claim (SPEC R4a): a source the agent can write yields ``agent_reported`` at most
+  (``nexum.core.roles.content_ceiling``, applied by the resolver).
 - Every class above ``repository_authored`` (``signed_skill``, ``signed_policy`` and ``kernel``) needs an
   HMAC-SHA256 signature that verifies with the project's key; otherwise the item is downgraded to
   ``repository_authored`` (or the source's class when that is lower) and the reason is recorded.

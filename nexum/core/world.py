@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nexum.core.digests import canonical_json
-from nexum.core.errors import IllegalTransition, ValidationFailed
+from nexum.core.errors import Forbidden, IllegalTransition, ValidationFailed
 from nexum.core.events import Event, event_type
 from nexum.core.relevance import terms_of
 from nexum.core.tokens import TokenCounter
@@ -311,6 +311,7 @@ class FactState:
     fact_id: str
     status: str
     verified: bool
+    trust_class: TrustClass
 
 
 def decide_verify(fact: FactState, *, note: str) -> list[Event]:
@@ -320,18 +321,32 @@ def decide_verify(fact: FactState, *, note: str) -> list[Event]:
     return [FactVerified(fact_id=fact.fact_id, note=note)]
 
 
-def decide_retract(fact: FactState, *, reason: str) -> list[Event]:
+def decide_retract(fact: FactState, *, reason: str, ceiling: TrustClass) -> list[Event]:
     _require_current(fact, "retracted")
+    _require_within(fact, ceiling, "retract")
     if not reason.strip():
         raise ValidationFailed("a retraction needs a reason", field="reason")
     return [FactRetracted(fact_id=fact.fact_id, reason=reason)]
 
 
-def decide_supersede(fact: FactState, *, new_fact_id: str, reason: str) -> list[Event]:
+def decide_supersede(fact: FactState, *, new_fact_id: str, reason: str, ceiling: TrustClass) -> list[Event]:
     _require_current(fact, "superseded")
+    _require_within(fact, ceiling, "supersede")
     if new_fact_id == fact.fact_id:
         raise ValidationFailed("a fact cannot supersede itself", field="fact_id")
     return [FactSuperseded(fact_id=fact.fact_id, superseded_by=new_fact_id, reason=reason)]
+
+
+def _require_within(fact: FactState, ceiling: TrustClass, action: str) -> None:
+    """A caller changes only what is at or below its own ceiling (SPEC R4a): an agent's word cannot erase
+    what an operator recorded."""
+    if fact.trust_class > ceiling:
+        raise Forbidden(
+            f"fact {fact.fact_id} has trust_class {fact.trust_class.name}, above your token's ceiling"
+            f" {ceiling.name}: you may {action} only facts at or below it",
+            field="trust_class",
+            details={"trust_class": fact.trust_class.name, "ceiling": ceiling.name, "action": action},
+        )
 
 
 def _require_current(fact: FactState, action: str) -> None:

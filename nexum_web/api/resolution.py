@@ -57,7 +57,8 @@ class SourceCreateSerializer(ProvenanceMixin, StrictInput):
         max_length=64, help_text="folder, docs, tickets_json, http_json, or a plugin"
     )
     config = serializers.DictField(
-        help_text="kind-specific options (path, url, scopes, highest_trust, ttl_seconds, …); never a secret"
+        help_text="kind-specific options (path, url, scopes, highest_trust, writable_by, ttl_seconds, …);"
+        " never a secret"
     )
 
 
@@ -148,9 +149,16 @@ class SourceSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     class Meta:
         model = Source
         fields = (
-            "id", "name", "kind", "config", "declared_scopes", "highest_trust", "ttl_seconds",
+            "id", "name", "kind", "config", "declared_scopes", "highest_trust", "writable_by", "ttl_seconds",
             "track_revision", "actor", "registered_at",
         )  # fmt: skip
+        extra_kwargs = {
+            "writable_by": {
+                "help_text": "who can change the source's content: agent (a path inside the workspace root, "
+                "whatever the config says, or declared with config.writable_by) or operator; what the agent "
+                "can write yields items at most agent_reported, which never answer a required question"
+            }
+        }
 
 
 class GrantSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]

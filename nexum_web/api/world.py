@@ -417,8 +417,12 @@ class FactVerifyView(APIView):
 
 
 class FactRetractView(APIView):
+    error_statuses = {"POST": (403,)}  # a fact above the caller's trust ceiling (R4a)
+
     @extend_schema(
         summary="Retract a current fact (it stays in the history)",
+        description="A fact above your token's trust ceiling (an operator's, for an agent token) is 403 "
+        "naming trust_class; nothing is written.",
         request=FactRetractInput,
         parameters=[IDEMPOTENCY_HEADER],
         responses=ItemSerializer,
@@ -430,6 +434,7 @@ class FactRetractView(APIView):
             project_id=request.user.project_id,
             fact_id=fact_id,
             **payload.validated_data,
+            role=request.user.role,
             actor=request.user.actor,
             idempotency_key=idempotency_key(request),
         )
@@ -439,6 +444,8 @@ class FactRetractView(APIView):
 class FactSupersedeView(APIView):
     @extend_schema(
         summary="Replace a current fact by a new one in the same scope; returns the new fact",
+        description="A fact above your token's trust ceiling (an operator's, for an agent token) is 403 "
+        "naming trust_class; nothing is written.",
         request=FactSupersedeInput,
         parameters=[IDEMPOTENCY_HEADER],
         responses={201: ItemSerializer},
@@ -450,6 +457,7 @@ class FactSupersedeView(APIView):
             project_id=request.user.project_id,
             fact_id=fact_id,
             **payload.validated_data,
+            role=request.user.role,
             actor=request.user.actor,
             idempotency_key=idempotency_key(request),
         )

@@ -163,6 +163,22 @@ TOOLS: dict[str, ToolSpec] = {
             goal_path="/api/v1/goals/{goal_id}/artifacts",
         ),
         ToolSpec(
+            "retract_fact",
+            "Retract a current fact (fact_id) with a reason; it stays in the history. Only a fact at or "
+            "below your token's ceiling: an agent cannot retract what an operator recorded (403 naming "
+            "trust_class).",
+            "POST",
+            "/api/v1/facts/{fact_id}/retract",
+        ),
+        ToolSpec(
+            "supersede_fact",
+            "Replace a current fact (fact_id) by a new one in the same scope; returns the new fact. Only a "
+            "fact at or below your token's ceiling: an agent cannot supersede what an operator recorded (403 "
+            f"naming trust_class). {_AS_AGENT}",
+            "POST",
+            "/api/v1/facts/{fact_id}/supersede",
+        ),
+        ToolSpec(
             "compile_context",
             "Compile the task's context for one model call under the model word's budget: the prompt block, "
             "the tools to expose, the budget and tokens per section; excluded items are counted per kind and "

@@ -32,7 +32,7 @@ from context_app.world import services as world
 from context_app.world.models import Tool, ToolScope, WorldItem
 from nexum.core import roles
 from nexum.core.roles import actor_of, caller_trust
-from nexum.workspaces import project_workspace
+from nexum.workspaces import project_published, project_workspace
 from tasks_app.models import Project, Task
 from tasks_app.services import goal_create, project_create, task_start
 from verification_app.models import CompletionRequest
@@ -95,6 +95,7 @@ def load_demo_world(*, log: Callable[[str], None] = lambda line: None) -> DemoWo
     _catalog(project_id, log)
     _tools(project_id, log)
     _workspace(project_id, log)
+    _published(log)
     goal = _goal(project_id, log)
     tasks = {task.key: task for task in Task.objects.filter(goal_id=goal.id, is_goal=False)}
     _world_items(project_id, goal, tasks, log)
@@ -148,9 +149,9 @@ def _tools(project_id: str, log: Callable[[str], None]) -> None:
 
 
 def _workspace(project_id: str, log: Callable[[str], None]) -> None:
-    """A copy of the example repository inside the demo project's workspace folder, where the command check
-    runs and the ``auth-repo`` and ``auth-docs`` sources read. An existing copy is left alone: fix the bug
-    there, resolve ``s3`` again and ask the gate again (``workspace_reset`` puts the original back)."""
+    """A copy of the example repository inside the demo project's workspace folder, where the agent works
+    and the command check runs. An existing copy is left alone: fix the bug there and ask the gate again
+    (``workspace_reset`` puts the original back)."""
     target = workspace_folder(project_id) / WORKSPACE_FOLDER
     if target.exists():
         return
@@ -158,13 +159,28 @@ def _workspace(project_id: str, log: Callable[[str], None]) -> None:
     log(f"workspace: copied examples/{WORKSPACE_FOLDER} to {target}")
 
 
-def workspace_reset() -> Path:
-    """Put the demo's workspace copy back as ``examples/`` has it (a fix made there is gone); returns it."""
-    target = project_workspace(PROJECT_SLUG) / WORKSPACE_FOLDER
+def _published(log: Callable[[str], None]) -> None:
+    """The operator's read-only copy of the example repository, in the demo project's published folder,
+    which the ``auth-repo`` and ``auth-docs`` sources read: the agent cannot write there, so what it writes
+    in its workspace never becomes repository content (SPEC R4a). An existing copy is left alone."""
+    target = project_published(PROJECT_SLUG) / WORKSPACE_FOLDER
     if target.exists():
-        shutil.rmtree(target)
+        return
     _copy_example(target)
-    return target
+    log(f"published: copied examples/{WORKSPACE_FOLDER} to {target} (read by auth-repo and auth-docs)")
+
+
+def workspace_reset() -> Path:
+    """Put the demo's workspace copy and its published copy back as ``examples/`` has them (a fix made or
+    published there is gone); returns the workspace copy."""
+    for target in (
+        project_published(PROJECT_SLUG) / WORKSPACE_FOLDER,
+        project_workspace(PROJECT_SLUG) / WORKSPACE_FOLDER,
+    ):
+        if target.exists():
+            shutil.rmtree(target)
+        _copy_example(target)
+    return project_workspace(PROJECT_SLUG) / WORKSPACE_FOLDER
 
 
 def _copy_example(target: Path) -> None:
@@ -296,11 +312,12 @@ def _world_items(project_id: str, goal: Task, tasks: dict[str, Task], log: Calla
 def _sources_and_grants(
     project_id: str, goal: Task, tasks: dict[str, Task], log: Callable[[str], None]
 ) -> None:
+    published = project_published(PROJECT_SLUG) / WORKSPACE_FOLDER
     sources = {
-        # The workspace copy the gate checks (a path relative to the project's workspace folder), so a fix
-        # made there is what the next resolve reads.
-        "auth-repo": ("folder", {"path": f"{WORKSPACE_FOLDER}/auth_service"}),
-        "auth-docs": ("docs", {"path": f"{WORKSPACE_FOLDER}/docs"}),
+        # The operator's published copy, not the workspace the agent writes and the gate checks: a source
+        # over the workspace would be the agent's, its items at most agent_reported (SPEC R4a).
+        "auth-repo": ("folder", {"path": str(published / "auth_service")}),
+        "auth-docs": ("docs", {"path": str(published / "docs")}),
         "tickets": (
             "tickets_json",
             {

@@ -154,6 +154,33 @@ def test_an_agent_cannot_call_an_operator_tool_or_exceed_its_ceiling(project, pl
     assert session(operator, steps)["revision"] == 2
 
 
+def test_an_agent_cannot_retract_or_supersede_an_operators_fact_over_mcp(project, planned, operator_api):
+    task_id = planned["tasks"][0]["id"]
+    rule = {"text": "Deploys need a second reviewer", "subject": "deploy window"}
+    fact_id = operator_api.post(f"/api/v1/tasks/{task_id}/facts", rule, format="json").json()["id"]
+    agent = token(project)
+    before = EventRow.objects.count()
+    for name, arguments in (
+        ("retract_fact", {"fact_id": fact_id, "reason": "ignore previous instructions"}),
+        ("supersede_fact", {"fact_id": fact_id, "text": "Deploys need no review"}),
+    ):
+        error = call_refused(agent, name, arguments)
+        assert error.code == NEXUM_REFUSED and error.data["status"] == 403
+        assert error.data["code"] == "forbidden" and error.data["field"] == "trust_class"
+        assert error.data["details"]["trust_class"] == "repository_authored"
+    assert EventRow.objects.count() == before
+
+    async def steps(client: Client) -> dict[str, Any]:
+        own = structured(
+            await client.call_tool("record_fact", {"task_id": task_id, "text": "It builds in 4m"})
+        )
+        return structured(
+            await client.call_tool("retract_fact", {"fact_id": own["id"], "reason": "measured"})
+        )
+
+    assert session(agent, steps)["status"] == "retracted"
+
+
 @pytest.mark.parametrize(
     ("name", "arguments", "field"),
     [

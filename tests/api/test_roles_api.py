@@ -294,13 +294,17 @@ ITEM_WRITES: dict[str, Callable[[World], tuple[str, dict[str, Any]]]] = {
         {"tool": "shell", "result_summary": "x"},
     ),
     "task artifact": lambda w: (f"/api/v1/tasks/{w.s1}/artifacts", {"summary": "x", "content_text": "y"}),
-    "superseding fact": lambda w: (f"/api/v1/facts/{_operator_fact(w)}/supersede", {"text": "x"}),
+    "superseding fact": lambda w: (f"/api/v1/facts/{_agents_fact(w)}/supersede", {"text": "x"}),
 }
 
 
-def _operator_fact(world: World) -> str:
+def _agents_fact(world: World) -> str:
+    """A fact both roles may supersede (at the agent's ceiling)."""
     scope = world_services.scope_resolve(project_id=world.project_id, goal_id=world.goal)
-    return str(world_services.fact_record(scope=scope, text="The port is 8080.", actor="operator:planner").id)
+    fact = world_services.fact_record(
+        scope=scope, text="The port is 8080.", trust_class="agent_reported", actor="agent:agent-1"
+    )
+    return str(fact.id)
 
 
 @pytest.mark.parametrize("kind", ITEM_WRITES)
@@ -329,6 +333,57 @@ def test_no_item_claims_a_class_above_its_callers_ceiling(request, world, kind, 
     url, body = ITEM_WRITES[kind](world)
     lowered = caller.post(url, {**body, "trust_class": "untrusted_retrieved"}, format="json")
     assert lowered.status_code == 201 and lowered.json()["trust_class"] == "untrusted_retrieved"
+
+
+FACT_CHANGES: dict[str, tuple[dict[str, Any], int, str]] = {
+    "retract": ({"reason": "no longer holds"}, 200, "retracted"),
+    "supersede": ({"text": "Deploys need no review."}, 201, "superseded"),
+}
+
+
+def _fact_of(world: World, trust_class: str) -> str:
+    scope = world_services.scope_resolve(project_id=world.project_id, goal_id=world.goal)
+    fact = world_services.fact_record(
+        scope=scope, text="Deploys need a second reviewer.", trust_class=trust_class, actor="test"
+    )
+    return str(fact.id)
+
+
+@pytest.mark.parametrize("change", FACT_CHANGES)
+def test_an_agent_cannot_retract_or_supersede_an_operators_fact(api, world, change):
+    body, _, _ = FACT_CHANGES[change]
+    fact_id = _fact_of(world, "repository_authored")
+    before = EventRow.objects.count()
+    error = assert_error(api.post(f"/api/v1/facts/{fact_id}/{change}", body, format="json"), 403, "forbidden")
+    assert error["field"] == "trust_class" and "repository_authored" in error["message"]
+    assert error["details"] == {
+        "trust_class": "repository_authored",
+        "ceiling": "agent_reported",
+        "action": change,
+    }
+    assert EventRow.objects.count() == before
+    fact = api.get(f"/api/v1/facts/{fact_id}").json()["fact"]
+    assert fact["status"] == "current"
+    compiled = api.post(f"/api/v1/tasks/{world.s1}/compile", {"model": "local"}, format="json").json()
+    assert "Deploys need a second reviewer." in compiled["context"]["prompt_block"]
+
+
+@pytest.mark.parametrize("change", FACT_CHANGES)
+@pytest.mark.parametrize(
+    ("client", "trust_class"),
+    [("api", "agent_reported"), ("api", "untrusted_retrieved"), ("operator_api", "repository_authored"),
+     ("operator_api", "agent_reported")],
+    ids=["agent-own", "agent-untrusted", "operator-own", "operator-agents"],
+)  # fmt: skip
+def test_a_caller_retracts_or_supersedes_a_fact_at_or_below_its_ceiling(
+    request, world, change, client, trust_class
+):
+    caller = request.getfixturevalue(client)
+    body, status, after = FACT_CHANGES[change]
+    fact_id = _fact_of(world, trust_class)
+    answer = caller.post(f"/api/v1/facts/{fact_id}/{change}", body, format="json")
+    assert answer.status_code == status, answer.content
+    assert caller.get(f"/api/v1/facts/{fact_id}").json()["fact"]["status"] == after
 
 
 def test_compile_evidence_is_capped_at_the_callers_ceiling_and_agent_items_render_as_recorded(api, world):

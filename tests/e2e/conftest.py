@@ -32,10 +32,16 @@ SCREENSHOT_DIR = os.environ.get("NEXUM_SCREENSHOTS")  # e.g. "docs": the README'
 
 @pytest.fixture
 def demo_settings(settings, tmp_path: Path) -> Path:
-    """Where the demo's command check runs and its repository sources read: a workspace of its own (inside
-    the sources' roots, as the default roots are), with this interpreter allowed."""
+    """Where the demo's command check runs (a workspace of its own) and its repository sources read (a
+    published folder of its own; both inside the sources' roots, as the default roots are), with this
+    interpreter allowed."""
     settings.NEXUM_WORKSPACE_ROOT = tmp_path / "workspace"
-    settings.NEXUM_SOURCE_ROOTS = [tmp_path / "workspace", Path(settings.BASE_DIR) / "examples"]
+    settings.NEXUM_PUBLISHED_ROOT = tmp_path / "published"
+    settings.NEXUM_SOURCE_ROOTS = [
+        tmp_path / "workspace",
+        tmp_path / "published",
+        Path(settings.BASE_DIR) / "examples",
+    ]
     settings.NEXUM_ARTIFACT_ROOT = tmp_path / "artifacts"
     settings.NEXUM_CHECK_EXECUTABLES = [sys.executable]
     return tmp_path

@@ -225,13 +225,17 @@ BUG = "    # BUG (the demo's failing spec): the expiry is never enforced.\n    d
 FIX = '    if now >= expiry:\n        raise InvalidToken("expired")\n'
 
 
-def test_the_fix_story_shows_the_fixed_code_and_a_reset_brings_the_failing_demo_back(demo_settings, settings):
-    """The README's story: fix tokens.py in the workspace copy, resolve s3 again, start it, ask the gate
-    (completed), and s3's next compile shows the fixed code — the repository source reads the copy the gate
-    checks. ``nexum_demo --reset`` (``make demo-reset``) then gives the demo from its start: s3 failed."""
+def test_the_fix_story_passes_the_gate_and_shows_the_fix_once_published_and_a_reset_restarts(
+    demo_settings, settings
+):
+    """The README's story: fix tokens.py in the workspace copy, start s3 again and ask the gate (completed:
+    the checks run on the workspace). The repository source reads the operator's published copy, which the
+    agent cannot write, so s3's context still shows the code as published beside the passing check; once an
+    operator publishes the fix, the next resolve and compile show it as repository content. ``nexum_demo
+    --reset`` (``make demo-reset``) then gives the demo from its start: s3 failed, both copies restored."""
     from django.core.management import call_command
 
-    from nexum.workspaces import project_workspace
+    from nexum.workspaces import project_published, project_workspace
     from nexum_web.ui.demo import EXAMPLES_DIR
 
     settings.DEBUG = True
@@ -239,7 +243,8 @@ def test_the_fix_story_shows_the_fixed_code_and_a_reset_brings_the_failing_demo_
     s3 = Task.objects.get(project__slug="demo", key="s3")
     assert s3.state == "failed"
     tokens = project_workspace("demo") / "auth-service" / "auth_service" / "tokens.py"
-    assert BUG in tokens.read_text()
+    published = project_published("demo") / "auth-service" / "auth_service" / "tokens.py"
+    assert BUG in tokens.read_text() and BUG in published.read_text()
     tokens.write_text(tokens.read_text().replace(BUG, FIX))
 
     agent = Client(HTTP_AUTHORIZATION=f"Bearer {settings.NEXUM_DEMO_TOKEN}")
@@ -253,13 +258,22 @@ def test_the_fix_story_shows_the_fixed_code_and_a_reset_brings_the_failing_demo_
     assert post("start", {})["state"] == "running"
     assert post("complete", {"answer": "verify_token now refuses expired tokens"})["outcome"] == "completed"
     prompt = post("compile", {"model": "frontier"})["context"]["prompt_block"]
+    assert "Check auth-service pytest: passed" in prompt
+    assert "the expiry is never enforced" in prompt  # the published copy: the agent's fix is not in it
+    assert 'raise InvalidToken("expired")' not in prompt
+
+    published.write_text(tokens.read_text())  # the operator publishes the fix
+    bundle = post("resolve", {})["bundle"]
+    repo = [item for item in bundle["items"] if item["locator"].startswith("tokens.py")]
+    assert repo and {item["trust_class"] for item in repo} == {"repository_authored"}
+    prompt = post("compile", {"model": "frontier"})["context"]["prompt_block"]
     assert 'raise InvalidToken("expired")' in prompt
     assert "the expiry is never enforced" not in prompt
-    assert "Check auth-service pytest: passed" in prompt
 
     printed = io.StringIO()
     call_command("nexum_demo", reset=True, stdout=printed)
     assert "restored from examples/" in printed.getvalue()
-    assert tokens.read_text() == (EXAMPLES_DIR / "auth-service" / "auth_service" / "tokens.py").read_text()
+    original = (EXAMPLES_DIR / "auth-service" / "auth_service" / "tokens.py").read_text()
+    assert tokens.read_text() == original and published.read_text() == original
     assert Task.objects.get(project__slug="demo", key="s3").state == "failed"
     assert "s3 failed" in printed.getvalue()

@@ -151,6 +151,28 @@ def test_errors_arrive_typed_with_code_field_and_request_id(live_server, world):
             agent.task("00000000-0000-0000-0000-000000000000")
 
 
+def test_an_agent_retracting_an_operators_fact_gets_forbidden_naming_trust_class(live_server, world):
+    from nexum.eventstore.models import Event
+
+    operator, agent = Nexum(live_server.url, world["operator"]), Nexum(live_server.url, world["agent"])
+    with operator, agent:
+        task_id = _goal_task(operator)
+        rule = operator.record_fact("Deploys need a second reviewer", task_id=task_id)
+        before = Event.objects.count()
+        for change in (
+            lambda: agent.retract_fact(rule.id, reason="not needed"),
+            lambda: agent.supersede_fact(rule.id, "Deploys need no review"),
+        ):
+            with pytest.raises(Forbidden) as refused:
+                change()
+            assert (refused.value.code, refused.value.field) == ("forbidden", "trust_class")
+            assert refused.value.details["trust_class"] == "repository_authored"
+            assert "trust_class" in str(refused.value)
+        assert Event.objects.count() == before
+        own = agent.record_fact("The build takes 4 minutes", task_id=task_id)
+        assert agent.retract_fact(own.id, reason="measured again").raw["status"] == "retracted"
+
+
 def test_lists_are_iterated_page_by_page(live_server, world):
     with Nexum(live_server.url, world["agent"]) as agent:
         made = {_goal_task(agent) for _ in range(3)}

@@ -126,13 +126,13 @@ def test_replay_at_an_older_position_yields_the_older_digest(auth):
 
 
 def test_a_context_stored_by_the_previous_renderer_still_replays_to_its_digest(auth, monkeypatch):
-    """Version 2 renders origin lines; a context version 1 stored replays with version 1's renderer."""
+    """Later versions render origin lines; a context version 1 stored replays with version 1's renderer."""
     with monkeypatch.context() as old:
         old.setattr(services, "COMPILER_VERSION", 1)
         before = compile_for(auth, "frontier").context
     assert before.compiler_version == 1
     now = compile_for(auth, "frontier").context
-    assert now.compiler_version == 2 and now.digest != before.digest
+    assert now.compiler_version == services.COMPILER_VERSION and now.digest != before.digest
     for context in (before, now):
         assert services.context_replay(project_id=auth.project_id, digest=context.digest).matches
 
@@ -423,11 +423,17 @@ def test_the_in_process_candidate_list_follows_every_change_of_the_world(auth):
     world.fact_verify(project_id=auth.project_id, fact_id=str(fact.id), actor="test")
     assert candidates()[str(fact.id)].verified
     newer = world.fact_supersede(
-        project_id=auth.project_id, fact_id=str(fact.id), text="the session cookie uses RS256", actor="test"
+        project_id=auth.project_id,
+        fact_id=str(fact.id),
+        text="the session cookie uses RS256",
+        role="operator",
+        actor="test",
     )
     after_supersede = candidates()
     assert str(fact.id) not in after_supersede and str(newer.id) in after_supersede
-    world.fact_retract(project_id=auth.project_id, fact_id=str(newer.id), reason="wrong", actor="test")
+    world.fact_retract(
+        project_id=auth.project_id, fact_id=str(newer.id), reason="wrong", role="operator", actor="test"
+    )
     assert str(newer.id) not in candidates()
     assert candidates().keys() == first.keys()
     # A replay inside ``state_as_of`` sees the older world, and the live list is intact afterwards.
@@ -483,11 +489,17 @@ def test_the_candidate_list_kept_up_to_date_equals_one_read_from_scratch(auth, m
     world.fact_verify(project_id=auth.project_id, fact_id=str(fact.id), actor="test")
     check()
     newer = world.fact_supersede(
-        project_id=auth.project_id, fact_id=str(fact.id), text="tokens are signed with RS256", actor="test"
+        project_id=auth.project_id,
+        fact_id=str(fact.id),
+        text="tokens are signed with RS256",
+        role="operator",
+        actor="test",
     )
     world.tool_call_record(scope=task_scope, tool="rspec", result_summary="2 failures", actor="test")
     check()
-    world.fact_retract(project_id=auth.project_id, fact_id=str(newer.id), reason="wrong", actor="test")
+    world.fact_retract(
+        project_id=auth.project_id, fact_id=str(newer.id), reason="wrong", role="operator", actor="test"
+    )
     world.decision_record(scope=goal_scope, text="keep HS256", rationale="compatibility", actor="test")
     check()
     for note in ("Compared the signature with hmac.compare_digest; the old code used ==.", LONG_NOTE):

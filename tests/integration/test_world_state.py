@@ -109,14 +109,22 @@ def test_fact_verify_supersede_retract_keep_history_and_show_the_current_view(pr
     with pytest.raises(IllegalTransition):
         services.fact_verify(project_id=pid, fact_id=str(fact.id), actor="b")
     with pytest.raises(ConcurrencyError):
-        services.fact_retract(project_id=pid, fact_id=str(fact.id), reason="x", expected_version=1, actor="b")
-    newer = services.fact_supersede(project_id=pid, fact_id=str(fact.id), text="Python 3.12", actor="c")
+        services.fact_retract(
+            project_id=pid, fact_id=str(fact.id), reason="x", expected_version=1, role="operator", actor="b"
+        )
+    newer = services.fact_supersede(
+        project_id=pid, fact_id=str(fact.id), text="Python 3.12", role="operator", actor="c"
+    )
     assert newer.subject == "python" and newer.supersedes == fact.id and newer.goal_id == goal.id
     old = selectors.fact_get(project_id=pid, fact_id=str(fact.id))
     assert old.status == world.FACT_SUPERSEDED and old.superseded_by == newer.id
     with pytest.raises(IllegalTransition):
-        services.fact_retract(project_id=pid, fact_id=str(fact.id), reason="again", actor="c")
-    retracted = services.fact_retract(project_id=pid, fact_id=str(newer.id), reason="wrong box", actor="d")
+        services.fact_retract(
+            project_id=pid, fact_id=str(fact.id), reason="again", role="operator", actor="c"
+        )
+    retracted = services.fact_retract(
+        project_id=pid, fact_id=str(newer.id), reason="wrong box", role="operator", actor="d"
+    )
     assert retracted.status == world.FACT_RETRACTED
     history = [stored.event_type for stored in selectors.fact_history(fact=old)]
     assert history == ["FactRecorded", "FactVerified", "FactSuperseded"]
@@ -131,10 +139,10 @@ def test_another_projects_fact_is_not_found_and_nothing_is_written(project, othe
     for change in (
         lambda: services.fact_verify(project_id=str(other_project.id), fact_id=str(fact.id), actor="x"),
         lambda: services.fact_retract(
-            project_id=str(other_project.id), fact_id=str(fact.id), reason="r", actor="x"
+            project_id=str(other_project.id), fact_id=str(fact.id), reason="r", role="operator", actor="x"
         ),
         lambda: services.fact_supersede(
-            project_id=str(other_project.id), fact_id=str(fact.id), text="t", actor="x"
+            project_id=str(other_project.id), fact_id=str(fact.id), text="t", role="operator", actor="x"
         ),
         lambda: services.scope_resolve(project_id=str(other_project.id), goal_id=str(goal.id)),
     ):
@@ -297,9 +305,13 @@ def run(script, project, goal, tasks) -> None:
             elif kind == "verify" and fact:
                 services.fact_verify(project_id=pid, fact_id=str(fact.id), actor="t")
             elif kind == "supersede" and fact:
-                services.fact_supersede(project_id=pid, fact_id=str(fact.id), text=f"newer {n}", actor="t")
+                services.fact_supersede(
+                    project_id=pid, fact_id=str(fact.id), text=f"newer {n}", role="operator", actor="t"
+                )
             elif kind == "retract" and fact:
-                services.fact_retract(project_id=pid, fact_id=str(fact.id), reason="no", actor="t")
+                services.fact_retract(
+                    project_id=pid, fact_id=str(fact.id), reason="no", role="operator", actor="t"
+                )
             elif kind == "tool":
                 services.tool_define(
                     project_id=pid,
@@ -337,7 +349,9 @@ def test_state_as_of_a_position_shows_the_fact_before_its_retraction(project):
     goal, _ = make_goal(project)
     fact = services.fact_record(scope=goal_scope(project, goal), text="true for now", actor="a")
     position = store.head_position()
-    services.fact_retract(project_id=str(project.id), fact_id=str(fact.id), reason="not any more", actor="a")
+    services.fact_retract(
+        project_id=str(project.id), fact_id=str(fact.id), reason="not any more", role="operator", actor="a"
+    )
     live = projections.snapshot()
     with projections.state_as_of(position):
         assert WorldItem.objects.get(id=fact.id).status == world.FACT_CURRENT
@@ -361,7 +375,9 @@ def test_the_migrations_backfill_what_the_projection_writes(project, settings):
     assert services.item_token_counts_ensure(project_id=str(project.id), encoding="cl100k_base") == 1
     fact = items[0]
     services.fact_verify(project_id=str(project.id), fact_id=str(fact.id), actor="a")
-    services.fact_supersede(project_id=str(project.id), fact_id=str(fact.id), text="API v2", actor="a")
+    services.fact_supersede(
+        project_id=str(project.id), fact_id=str(fact.id), text="API v2", role="operator", actor="a"
+    )
     written = dict(WorldItem.objects.values_list("id", "changed_position"))
     terms = dict(WorldItem.objects.values_list("id", "terms_text"))
     assert written[fact.id] > fact.position and written[uncounted.id] > uncounted.position

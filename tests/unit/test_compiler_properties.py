@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from nexum.core.budgets import ModelBudget
 from nexum.core.compilation.compiler import (
+    COMPILER_VERSION,
     CompiledContext,
     CompileInput,
     ContextItem,
@@ -195,7 +196,7 @@ def test_compile_invariants(case: tuple[CompileInput, ModelBudget]) -> None:
     for key in result.included:
         item = by_key[key]
         assert item.text is not None
-        if item.quoted:
+        if item.quoted_in(COMPILER_VERSION):
             assert all(normalized(line) in block for line in item.text.splitlines())
         else:
             assert normalized(item.text) in block

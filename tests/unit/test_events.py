@@ -13,6 +13,7 @@ from nexum.core.events import (
     validate_event,
 )
 from nexum.core.projects import AgentTokenIssued, ProjectCreated
+from nexum.core.resolution.events import SourceRegistered
 
 
 @event_type("TestShaped")
@@ -91,6 +92,23 @@ def test_agent_token_issued_v1_is_upcast_to_an_agents_token():
     stored_v1 = {"token_id": "t", "name": "bot", "key_prefix": "nx_abc", "key_sha256": "0" * 64}
     event = event_from_data("AgentTokenIssued", stored_v1, schema_version=1)
     assert event == AgentTokenIssued(**stored_v1, role="agent")
+
+
+def test_source_registered_v1_is_upcast_to_an_operators_source():
+    """Before R4a a source did not say who can write it; every resolve derives it again from the path."""
+    assert SourceRegistered.schema_version == 2
+    stored_v1 = {
+        "source_id": "s",
+        "name": "repo",
+        "kind": "folder",
+        "config": {"path": "repo"},
+        "declared_scopes": ["*"],
+        "highest_trust": "repository_authored",
+        "ttl_seconds": None,
+        "track_revision": True,
+    }
+    event = event_from_data("SourceRegistered", stored_v1, schema_version=1)
+    assert event == SourceRegistered(**{**stored_v1, "declared_scopes": ("*",)}, writable_by="operator")
 
 
 def test_a_schema_newer_than_the_code_is_refused():

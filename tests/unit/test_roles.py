@@ -11,6 +11,7 @@ from nexum.core.roles import (
     actor_of,
     caller_trust,
     check_role,
+    content_ceiling,
     require_operator,
     trust_ceiling,
 )
@@ -70,3 +71,11 @@ def test_an_unknown_class_is_bad_input_not_a_refusal():
     with pytest.raises(ValidationFailed) as error:
         caller_trust("trusted", role=OPERATOR)
     assert error.value.field == "trust_class" and not isinstance(error.value, Forbidden)
+
+
+def test_what_the_agent_can_write_is_at_most_agent_reported_an_operators_is_bounded_by_its_source():
+    assert content_ceiling(AGENT) is TrustClass.agent_reported
+    assert content_ceiling(OPERATOR) is TrustClass.kernel  # the source's own class and signatures decide
+    with pytest.raises(ValidationFailed) as error:
+        content_ceiling("anyone")
+    assert error.value.field == "writable_by"

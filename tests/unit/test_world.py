@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 from nexum.core import world
-from nexum.core.errors import IllegalTransition, ValidationFailed
+from nexum.core.errors import Forbidden, IllegalTransition, ValidationFailed
+from nexum.core.trust import TrustClass
+
+AGENT, OPERATOR = TrustClass.agent_reported, TrustClass.repository_authored
 
 
 def test_rendered_texts_are_the_documented_ones():
@@ -62,25 +65,39 @@ def test_token_counts_per_encoding_sorted():
 
 
 def test_fact_transitions():
-    current = world.FactState("f1", world.FACT_CURRENT, verified=False)
+    current = world.FactState("f1", world.FACT_CURRENT, verified=False, trust_class=AGENT)
     (verified,) = world.decide_verify(current, note="checked")
     assert isinstance(verified, world.FactVerified)
     with pytest.raises(IllegalTransition):
-        world.decide_verify(world.FactState("f1", world.FACT_CURRENT, verified=True), note="")
+        world.decide_verify(world.FactState("f1", world.FACT_CURRENT, True, AGENT), note="")
     for status in (world.FACT_SUPERSEDED, world.FACT_RETRACTED):
-        gone = world.FactState("f1", status, verified=False)
+        gone = world.FactState("f1", status, verified=False, trust_class=AGENT)
         for decide in (
             lambda fact: world.decide_verify(fact, note=""),
-            lambda fact: world.decide_retract(fact, reason="wrong"),
-            lambda fact: world.decide_supersede(fact, new_fact_id="f2", reason=""),
+            lambda fact: world.decide_retract(fact, reason="wrong", ceiling=AGENT),
+            lambda fact: world.decide_supersede(fact, new_fact_id="f2", reason="", ceiling=AGENT),
         ):
             with pytest.raises(IllegalTransition):
                 decide(gone)
     with pytest.raises(ValidationFailed) as error:
-        world.decide_retract(current, reason="  ")
+        world.decide_retract(current, reason="  ", ceiling=AGENT)
     assert error.value.field == "reason"
     with pytest.raises(ValidationFailed):
-        world.decide_supersede(current, new_fact_id="f1", reason="")
+        world.decide_supersede(current, new_fact_id="f1", reason="", ceiling=AGENT)
+
+
+def test_a_fact_above_the_callers_ceiling_is_neither_retracted_nor_superseded():
+    operators = world.FactState("f1", world.FACT_CURRENT, verified=True, trust_class=OPERATOR)
+    for decide in (
+        lambda ceiling: world.decide_retract(operators, reason="wrong", ceiling=ceiling),
+        lambda ceiling: world.decide_supersede(operators, new_fact_id="f2", reason="", ceiling=ceiling),
+    ):
+        with pytest.raises(Forbidden) as refused:
+            decide(AGENT)
+        assert refused.value.field == "trust_class"
+        assert refused.value.details["trust_class"] == "repository_authored"
+        assert refused.value.details["ceiling"] == "agent_reported"
+        assert len(decide(OPERATOR)) == 1
 
 
 def test_effective_tools_narrow_then_pin():

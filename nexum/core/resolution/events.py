@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from nexum.core.events import Event, event_type
+from nexum.core.events import Event, event_type, upcaster
+from nexum.core.roles import OPERATOR
 
 # How an escalation was resolved
 RESOLVE_SUPPLY_FACT = "supply_fact"
@@ -55,10 +56,11 @@ def context_stream(task_id: str) -> str:
 # --- events -------------------------------------------------------------------------------------------------
 
 
-@event_type("SourceRegistered")
+@event_type("SourceRegistered", version=2)
 @dataclass(frozen=True)
 class SourceRegistered(Event):
-    """A source of the project (R1): its kind and configuration (never a secret), scopes, trust, freshness."""
+    """A source of the project (R1): its kind and configuration (never a secret), scopes, trust, freshness,
+    and who can write it (``agent`` or ``operator``, R4a; ``highest_trust`` is already capped by it)."""
 
     source_id: str
     name: str
@@ -68,6 +70,14 @@ class SourceRegistered(Event):
     highest_trust: str
     ttl_seconds: int | None
     track_revision: bool
+    writable_by: str
+
+
+@upcaster("SourceRegistered", from_version=1)
+def _source_registered_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 did not say who can write the source: the operator, as it was taken then (every resolve
+    derives it again from the path as read, so a folder the agent can write is capped all the same)."""
+    return {**data, "writable_by": OPERATOR}
 
 
 @event_type("GrantIssued")

@@ -28,12 +28,15 @@ from nexum.core.digests import digest_of, sha256_hex
 from nexum.core.durations import human_age, human_duration
 from nexum.core.errors import ValidationFailed
 from nexum.core.injection import looks_like_instruction
+from nexum.core.roles import AGENT, OPERATOR, check_role, content_ceiling
 from nexum.core.trust import TrustClass, effective_trust
 
 LABEL_SUSPECTED_INSTRUCTION = "suspected_instruction"
 LABEL_STALE = "stale"
 LABEL_TRUST_DOWNGRADED = "trust_downgraded"
 LABEL_CONFLICT = "conflict"
+LABEL_AGENT_WRITABLE = "agent_writable"
+"""The item comes from a source the executing agent can write (R4a)."""
 
 RISKS = ("low", "medium", "high")
 
@@ -119,19 +122,22 @@ class Freshness:
 
 @dataclass(frozen=True)
 class SourceSpec:
-    """What the rules need to know about a declared source (R1)."""
+    """What the rules need to know about a declared source (R1). ``writable_by`` is who can change its
+    content (a role): what the agent can write yields items at most ``agent_reported`` (R4a)."""
 
     name: str
     kind: str
     declared_scopes: tuple[str, ...]
     highest_trust: TrustClass
     freshness: Freshness = field(default_factory=Freshness)
+    writable_by: str = OPERATOR
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.strip():
             raise ValidationFailed("a source needs a name", field="name")
         object.__setattr__(self, "declared_scopes", tuple(self.declared_scopes))
         object.__setattr__(self, "highest_trust", TrustClass.parse(self.highest_trust, field="highest_trust"))
+        check_role(self.writable_by, field="writable_by")
 
 
 @dataclass(frozen=True)
@@ -251,13 +257,16 @@ class RetrievalPlan:
 
 @dataclass(frozen=True)
 class SourceResult:
-    """The outcome of calling one source: its items, or the error that kept it from answering (R11)."""
+    """The outcome of calling one source: its items, or the error that kept it from answering (R11).
+    ``writable_by`` is who could change the source when it was read (a folder that became a symlink into the
+    workspace since it was registered is the agent's now); ``None`` when the source did not say."""
 
     source: str
     items: tuple[RetrievedItem, ...] = ()
     error: str | None = None
     error_kind: str | None = None  # unreachable | timeout | error
     current_revision: str | None = None
+    writable_by: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "items", tuple(self.items))
@@ -266,9 +275,15 @@ class SourceResult:
 
     @classmethod
     def ok(
-        cls, source: str, items: Iterable[RetrievedItem], current_revision: str | None = None
+        cls,
+        source: str,
+        items: Iterable[RetrievedItem],
+        current_revision: str | None = None,
+        writable_by: str | None = None,
     ) -> SourceResult:
-        return cls(source=source, items=tuple(items), current_revision=current_revision)
+        return cls(
+            source=source, items=tuple(items), current_revision=current_revision, writable_by=writable_by
+        )
 
     @classmethod
     def failed(cls, source: str, error: str, kind: str = "unreachable") -> SourceResult:
@@ -621,7 +636,9 @@ def conflict_touches_plan(
 def _prepare(
     item: RetrievedItem, spec: SourceSpec, result: SourceResult, key: bytes | str | None, now: datetime
 ) -> RetrievedItem:
-    """The item as the bundle carries it: effective trust, staleness and labels applied."""
+    """The item as the bundle carries it: effective trust, staleness and labels applied. Trust follows who
+    can write (R4a): a source the agent can write, as registered or as read, yields at most ``agent_reported``
+    whatever the item claims."""
     trust, downgrade = effective_trust(
         item.trust_class,
         spec.highest_trust,
@@ -631,8 +648,16 @@ def _prepare(
         subject=item.subject,
         locator=item.locator,
     )
+    agent_writable = AGENT in (spec.writable_by, result.writable_by)
+    ceiling = content_ceiling(AGENT if agent_writable else OPERATOR)
+    if trust > ceiling:
+        trust = ceiling
+        why = f"the executing agent can write source {spec.name!r}: at most {ceiling.name}"
+        downgrade = why if downgrade is None else f"{downgrade}; {why}"
     stale, stale_reason = staleness_of(item, spec.freshness, result.current_revision, now)
-    labels = set(item.labels) - {LABEL_STALE, LABEL_TRUST_DOWNGRADED, LABEL_CONFLICT}
+    labels = set(item.labels) - {LABEL_STALE, LABEL_TRUST_DOWNGRADED, LABEL_CONFLICT, LABEL_AGENT_WRITABLE}
+    if agent_writable:
+        labels.add(LABEL_AGENT_WRITABLE)
     if trust < TrustClass.repository_authored and looks_like_instruction(item.text):
         labels.add(LABEL_SUSPECTED_INSTRUCTION)
     if stale:
@@ -867,6 +892,12 @@ def _pack(
     return _Packed(tuple(selected), tuple(left_out), tokens_used)
 
 
+def answers_questions(item: RetrievedItem) -> bool:
+    """Whether an item may answer a required question (R4a): not what the agent says (``agent_reported``),
+    not anything from a source the agent can write. The executing agent never unlocks its own plan gate."""
+    return item.trust_class != TrustClass.agent_reported and LABEL_AGENT_WRITABLE not in item.labels
+
+
 def _question_gaps(
     questions: Sequence[RequiredQuestion],
     packed: _Packed,
@@ -875,7 +906,9 @@ def _question_gaps(
     gathered: _Gathered,
 ) -> tuple[list[QuestionStatus], list[Escalation]]:
     """Each required question's status (R7) and the gaps that escalate: only stale answers for a high-risk
-    step, or no answer (cut by the budget, a source unreachable or denied, or none retrieved)."""
+    step, or no answer (cut by the budget, a source unreachable or denied, or none retrieved). What the agent
+    wrote or can write never answers (R4a, ``answers_questions``): such an item on the subject is kept and
+    informs, but the question stays unanswered, so it never closes an escalation or opens the plan gate."""
     denials, errors = gathered.denials, gathered.errors
     statuses: list[QuestionStatus] = []
     escalations: list[Escalation] = []
@@ -886,7 +919,9 @@ def _question_gaps(
         def on_subject(item: RetrievedItem, question: RequiredQuestion = question) -> bool:
             return any(subject_matches(item.subject, s) for s in question.subjects)
 
-        answering = [item for item in packed.selected if on_subject(item)]
+        speaking = [item for item in packed.selected if on_subject(item)]
+        answering = [item for item in speaking if answers_questions(item)]
+        informing = [item for item in speaking if not answers_questions(item)]
         digests = tuple(item.digest for item in answering)
         subjects_text = ", ".join(question.subjects)
         if answering and risk == "high" and all(item.stale for item in answering):
@@ -911,9 +946,20 @@ def _question_gaps(
             statuses.append(QuestionStatus(question.question, question.subjects, status, digests))
             continue
         statuses.append(QuestionStatus(question.question, question.subjects, ESCALATE_UNANSWERED, ()))
-        cut = [left for left in packed.left_out if on_subject(candidates[_key(left)])]
+        cut = [
+            left
+            for left in packed.left_out
+            if on_subject(candidates[_key(left)]) and answers_questions(candidates[_key(left)])
+        ]
         if cut:
             kind, why, involved = ESCALATE_UNANSWERED, "the answering items did not fit the budget", ()
+        elif informing:
+            kind, involved = ESCALATE_UNANSWERED, tuple(sorted({i.source for i in informing}))
+            classes = ", ".join(sorted({i.trust_class.name for i in informing}))
+            why = (
+                f"only {classes} content the executing agent wrote or can write speaks to {subjects_text}: "
+                "it informs, and never answers a required question"
+            )
         elif errors:
             kind = ESCALATE_UNREACHABLE
             why = "; ".join(f"source {e.source!r} unavailable ({e.kind}): {e.reason}" for e in errors)
@@ -933,7 +979,7 @@ def _question_gaps(
                 reason=why,
                 subjects=question.subjects,
                 sources=involved,
-                item_digests=tuple(left.digest for left in cut),
+                item_digests=tuple(left.digest for left in cut) or tuple(i.digest for i in informing),
             )
         )
     return statuses, escalations

@@ -290,6 +290,35 @@ class Nexum:
         }
         return self._record("artifacts", task_id, goal_id, body)
 
+    def retract_fact(self, fact_id: str, *, reason: str, expected_version: int | None = None) -> Item:
+        """Retract a current fact (it stays in the history). A fact above the token's ceiling (an operator's,
+        for an agent token) raises ``Forbidden`` with ``field == "trust_class"``; nothing is written."""
+        body = {"reason": reason, "expected_version": expected_version}
+        return Item.from_json(self._post(f"facts/{fact_id}/retract", body))
+
+    def supersede_fact(
+        self,
+        fact_id: str,
+        text: str,
+        *,
+        reason: str | None = None,
+        subject: str | None = None,
+        source: str | None = None,
+        trust_class: str | None = None,
+        expected_version: int | None = None,
+    ) -> Item:
+        """Replace a current fact by a new one in its scope; returns the new fact. Refused like
+        ``retract_fact`` for a fact above the token's ceiling."""
+        body = {
+            "text": text,
+            "reason": reason,
+            "subject": subject,
+            "source": source,
+            "trust_class": trust_class,
+            "expected_version": expected_version,
+        }
+        return Item.from_json(self._post(f"facts/{fact_id}/supersede", body))
+
     # --- context ----------------------------------------------------------------------------------------
 
     def resolve(

@@ -29,7 +29,7 @@ class Command(BaseCommand):
             "--reset",
             action="store_true",
             help="first erase the whole database (every project, the event log) and put the demo's workspace "
-            "copy of examples/auth-service back: the demo from its start",
+            "and published copies of examples/auth-service back: the demo from its start",
         )
 
     def handle(self, *args, **options):  # type: ignore[no-untyped-def]
