@@ -14,6 +14,16 @@ held by a worker that died, is sent again within about the lease's lifetime plus
 broker or a worker is back. Extra sends are harmless: a delivery finds the request answered, or its lease
 live, and does nothing. Two dispatchers only send more often.
 
+Each kind is dispatched on its own (at most ``limit`` sends per kind and pass) and its sends go round robin
+across projects, so a backlog of one kind or of one project never crowds another out of a pass. A kind with
+a cap per project (``WorkKind.in_flight_per_project``: webhook deliveries) is sent only from here: its
+requests are due as soon as their ``requested_at`` passes, and the pass sends each project's oldest due ones
+while fewer than the cap are in flight (leased, or sent and not yet due to be sent again); a worker that
+finishes one sends the next of its project at once (``send_next``). So a project's throughput is its cap of
+parallel requests, and another project's request waits behind at most the cap of each project's, never
+behind a whole backlog.
+Where a kind's messages are queued is Celery's routing (``CELERY_TASK_ROUTES``: a queue per kind).
+
 Run in process (no broker, Celery eager), sending a request runs it here, now: ``send_on_commit`` does not
 wait for a commit, so the service that recorded the request answers with its outcome.
 """
@@ -32,7 +42,6 @@ from django.utils import timezone
 from nexum.core.errors import Unavailable
 from nexum.work import selectors
 from nexum.work.kinds import WorkKind, work_kinds
-from nexum.work.leases import lease_live
 from nexum.work.models import Work
 
 logger = logging.getLogger(__name__)
@@ -86,41 +95,65 @@ class DispatchPass:
 
 
 def dispatch_due(*, now: datetime | None = None, limit: int = 500) -> DispatchPass:
-    """One pass of the dispatcher (see the module docstring)."""
+    """One pass of the dispatcher (see the module docstring): at most ``limit`` sends per kind."""
     now = now or timezone.now()
     outcome = DispatchPass()
-    for kind in work_kinds():
+    kinds = work_kinds()
+    for kind in kinds:
         if kind.prepare is not None:
             kind.prepare(now=now)
-    after = timedelta(seconds=settings.NEXUM_DISPATCH_AFTER_S)
-    for request in selectors.pending_requests(requested_before=now - after, limit=limit):
-        work = request.work
-        if lease_live(work, now) or (work is not None and work.next_send_at and work.next_send_at > now):
-            continue
-        if not requeue(request.kind, str(request.request_id), now=now):
-            outcome.failed.append(request.key)
+    for kind in kinds:
+        if not _send_due(kind, selectors.due_requests(kind=kind, now=now, limit=limit), now, outcome):
             break  # the broker is down for the others too: the next pass tries again
-        outcome.sent.append(request.key)
     outcome.cleaned = forget_answered(now=now)
     return outcome
 
 
-def requeue(kind: WorkKind, request_id: str, *, now: datetime | None = None) -> bool:
-    """Send a pending request again and pace its next send; False when the broker is down."""
+def send_next(kind: WorkKind, project_id: object, *, now: datetime | None = None) -> DispatchPass:
+    """Send the next due requests of one project of a capped kind, up to its cap: what a worker does when it
+    has finished one (its slot is free), so a backlog drains at the workers' pace, not the dispatcher's."""
     now = now or timezone.now()
-    if not send(kind, request_id):
-        return False
+    outcome = DispatchPass()
+    due = selectors.due_requests(kind=kind, now=now, limit=kind.in_flight_per_project, project_id=project_id)
+    _send_due(kind, due, now, outcome)
+    return outcome
+
+
+def _send_due(kind: WorkKind, request_ids: list[str], now: datetime, outcome: DispatchPass) -> bool:
+    """Send each request in turn; False when the broker is down (the rest wait for the next pass)."""
+    for request_id in request_ids:
+        if not requeue(kind, request_id, now=now):
+            outcome.failed.append(kind.key(request_id))
+            return False
+        outcome.sent.append(kind.key(request_id))
+    return True
+
+
+def requeue(kind: WorkKind, request_id: str, *, now: datetime | None = None) -> bool:
+    """Send a pending request again and pace its next send; False when the broker is down (and the send is
+    not counted).
+
+    The pacing is recorded before the message is published: a worker fast enough to answer the request before
+    a pacing written afterwards would otherwise leave a row behind that counts as in flight."""
+    now = now or timezone.now()
     if kind.task.app.conf.task_always_eager:
-        return True  # it ran here and then: nothing to pace
+        return send(kind, request_id)  # it runs here and now: nothing to pace
     key = kind.key(request_id)
-    sends = (Work.objects.filter(key=key).values_list("sends", flat=True).first() or 0) + 1
+    before = Work.objects.filter(key=key).values("sends", "sent_at", "next_send_at").first()
+    sends = (before["sends"] if before else 0) + 1
     wait = min(settings.NEXUM_DISPATCH_AFTER_S * 2 ** (sends - 1), settings.NEXUM_DISPATCH_BACKOFF_MAX_S)
     paced = {"sends": sends, "sent_at": now, "next_send_at": now + timedelta(seconds=wait)}
     if not Work.objects.filter(key=key).update(**paced):
         Work.objects.bulk_create(
             [Work(key=key, kind=kind.name, request_id=request_id, **paced)], ignore_conflicts=True
         )
-    return True
+    if send(kind, request_id):
+        return True
+    if before is None:
+        Work.objects.filter(key=key, owner="").delete()
+    else:
+        Work.objects.filter(key=key).update(**before)
+    return False
 
 
 def forget_answered(*, now: datetime) -> int:

@@ -8,11 +8,13 @@ is older than a lease's lifetime is stuck: the dispatcher would send it, the das
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db.models import Count, Min, Q, QuerySet
 from django.utils import timezone
 
 from nexum.ids import uuid_or_none
@@ -74,3 +76,58 @@ def stuck_requests(*, now: datetime | None = None, limit: int = 500) -> list[Pen
     now = now or timezone.now()
     older = now - timedelta(seconds=settings.NEXUM_LEASE_TTL_S)
     return [r for r in pending_requests(requested_before=older, limit=limit) if not r.leased(now)]
+
+
+def in_flight(kind: WorkKind, now: datetime) -> QuerySet[Work]:
+    """The kind's requests that a live lease holds, or that were sent and are not yet due to be sent again."""
+    return Work.objects.filter(kind=kind.name).filter(
+        Q(owner__gt="", expires_at__gt=now) | Q(next_send_at__gt=now)
+    )
+
+
+def due_requests(*, kind: WorkKind, now: datetime, limit: int, project_id: object = None) -> list[str]:
+    """Ids of the kind's pending requests to send now, round robin across projects, at most ``limit``.
+
+    Due: not in flight, and requested ``NEXUM_DISPATCH_AFTER_S`` ago (a request sent when it was made); for a
+    kind with a cap per project, once its ``requested_at`` has passed, and only as many of each project's
+    (oldest first) as its cap leaves room for, the projects waiting longest first."""
+    cap = kind.in_flight_per_project
+    pending = kind.model.objects.filter(kind.pending)
+    if project_id is not None:
+        pending = pending.filter(project_id=project_id)
+    busy = {f"{kind.id_field}__in": in_flight(kind, now).values("request_id")}
+    after = timedelta(0) if cap else timedelta(seconds=settings.NEXUM_DISPATCH_AFTER_S)
+    due = pending.filter(requested_at__lte=now - after).exclude(**busy)
+    oldest_first = (*kind.oldest_first, kind.id_field)
+    if not cap:
+        oldest = due.order_by(*oldest_first).values_list(kind.id_field, "project_id")[:limit]
+        return _round_robin(list(oldest))
+    sent = dict(
+        pending.filter(**busy)
+        .order_by()
+        .values("project_id")
+        .annotate(n=Count("pk"))
+        .values_list("project_id", "n")
+    )
+    waiting = due.order_by().values("project_id").annotate(oldest=Min("requested_at")).order_by("oldest")
+    rows: list[tuple[object, object]] = []
+    for project in waiting.values_list("project_id", flat=True):
+        room = min(cap - sent.get(project, 0), limit - len(rows))
+        if room > 0:
+            rows += list(
+                due.filter(project_id=project)
+                .order_by(*oldest_first)
+                .values_list(kind.id_field, "project_id")[:room]
+            )
+        if len(rows) >= limit:
+            break
+    return _round_robin(rows)
+
+
+def _round_robin(rows: list[tuple[object, object]]) -> list[str]:
+    """``(request id, project id)`` rows, each project's in their order, as ids taking turns by project."""
+    by_project: dict[object, list[object]] = {}
+    for request_id, project in rows:
+        by_project.setdefault(project, []).append(request_id)
+    turns = itertools.zip_longest(*by_project.values())
+    return [str(request_id) for turn in turns for request_id in turn if request_id is not None]

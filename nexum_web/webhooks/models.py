@@ -96,7 +96,9 @@ class WebhookAttempt(models.Model):
     attempted_at = models.DateTimeField()
     status_code = models.IntegerField(null=True, blank=True, help_text="none: no answer")
     error = models.CharField(max_length=500, blank=True)
-    duration_ms = models.PositiveIntegerField()
+    duration_ms = models.PositiveIntegerField(
+        null=True, blank=True, help_text="none: no outcome recorded (in progress, or its worker stopped)"
+    )
     response_excerpt = models.CharField(max_length=500, blank=True)
 
     class Meta:

@@ -213,3 +213,147 @@ def test_staff_register_a_webhook_in_the_admin_and_see_its_secret_once(admin_cli
     assert webhook.secret in added.content.decode() and webhook.created_by == "admin:admin"
     page = admin_client.get(f"/admin/webhooks/webhook/{webhook.id}/change/")
     assert page.status_code == 200 and webhook.secret not in page.content.decode()
+
+
+def test_the_server_and_the_client_name_the_headers_alike():
+    import nexum_client.webhooks as client
+
+    from nexum_web.webhooks import signing
+
+    for name in (
+        "SIGNATURE_HEADER",
+        "DELIVERY_ID_HEADER",
+        "EVENT_ID_HEADER",
+        "WEBHOOK_ID_HEADER",
+        "ATTEMPT_HEADER",
+    ):
+        assert getattr(signing, name) == getattr(client, name)
+
+
+# --- fair across projects: a project's backlog holds a bounded share of the webhooks queue ------------------
+
+
+def pings(project_id: str, count: int) -> None:
+    """``count`` events in the project's log, appended in bulk (the cheapest events there are)."""
+    from nexum.core.projects import HealthPinged
+
+    for start in range(0, count, 1000):
+        store.append(
+            stream_id=f"backlog-{project_id}",
+            events=[HealthPinged(ping_id=f"{start + i}") for i in range(min(1000, count - start))],
+            expected_version=None,
+            project_id=project_id,
+        )
+
+
+@pytest.fixture
+def sent_deliveries(monkeypatch) -> list[str]:
+    """Celery not eager, the delivery task's messages kept here (in order) instead of published."""
+    from nexum.celery import app
+    from nexum_web.webhooks.tasks import webhook_deliver
+
+    sent: list[str] = []
+    app.conf.task_always_eager = False  # the conftest fixture restores it
+    monkeypatch.setattr(webhook_deliver, "apply_async", lambda args=(), **options: sent.append(args[0]))
+    return sent
+
+
+def test_the_dispatcher_sends_at_most_the_cap_of_a_projects_deliveries_and_the_others_projects_at_once(
+    project, other_project, receiver, settings, sent_deliveries
+):
+    from nexum.work.dispatch import send_next
+    from nexum.work.models import Work
+    from nexum_web.webhooks.models import WebhookDelivery
+    from nexum_web.webhooks.services import webhook_register
+    from nexum_web.webhooks.tasks import DELIVERY
+
+    settings.NEXUM_WEBHOOK_IN_FLIGHT_PER_PROJECT = 3
+    settings.NEXUM_DISPATCH_AFTER_S = 15
+    flooded = webhook_register(project_id=str(project.id), url=receiver.url, actor="test").webhook
+    quiet = webhook_register(project_id=str(other_project.id), url=receiver.url, actor="test").webhook
+    pings(str(project.id), 50)
+    pings(str(other_project.id), 2)
+
+    first = dispatch_due()
+    flooded_deliveries = WebhookDelivery.objects.filter(webhook=flooded).order_by("position")
+    quiet_deliveries = WebhookDelivery.objects.filter(webhook=quiet).order_by("position")
+    assert flooded_deliveries.count() == 50 and quiet_deliveries.count() == 2  # all recorded
+    oldest = [str(d.id) for d in flooded_deliveries[:4]]
+    quiet_ids = [str(d.id) for d in quiet_deliveries]
+    # The flooded project's three oldest and the quiet one's two, taking turns; nothing more of either.
+    assert sorted(sent_deliveries) == sorted(oldest[:3] + quiet_ids)
+    turns = ["quiet" if d in quiet_ids else "flooded" for d in sent_deliveries]
+    assert turns[:4] in (["quiet", "flooded"] * 2, ["flooded", "quiet"] * 2) and turns[4] == "flooded"
+    assert first.sent == [f"webhook:{d}" for d in sent_deliveries]
+    assert dispatch_due().sent == []  # all in flight: a second pass sends nothing more
+
+    # A worker finished the oldest (lease row deleted, delivery answered): it sends its project's next.
+    WebhookDelivery.objects.filter(id=oldest[0]).update(state="delivered")
+    Work.objects.filter(key=f"webhook:{oldest[0]}").delete()
+    assert send_next(DELIVERY, project.id).sent == [f"webhook:{oldest[3]}"]
+    assert send_next(DELIVERY, project.id).sent == []  # its three slots are taken again
+
+
+# --- honest retries: an attempt is counted before it is sent ------------------------------------------------
+
+
+class WorkerDied(BaseException):
+    """Stands for the worker process dying mid-request: nothing after it runs."""
+
+
+def test_an_attempt_is_on_the_record_before_its_request_is_sent_and_a_redelivery_is_the_next_attempt(
+    project, receiver, monkeypatch
+):
+    from nexum_web.webhooks import services
+    from nexum_web.webhooks.models import DELIVERED, WebhookAttempt, WebhookDelivery
+
+    receiver.fail_first = 0
+    webhook = services.webhook_register(project_id=str(project.id), url=receiver.url, actor="test")
+    receiver.secret = webhook.secret
+    pings(str(project.id), 1)
+    services.deliveries_record()
+    delivery = WebhookDelivery.objects.get()
+    sent_headers: list[dict[str, str]] = []
+
+    def dies_mid_request(url, body, headers, *, timeout_s):  # type: ignore[no-untyped-def]
+        sent_headers.append(headers)
+        raise WorkerDied
+
+    monkeypatch.setattr(services, "post", dies_mid_request)
+    with pytest.raises(WorkerDied):
+        services.delivery_attempt(delivery_id=str(delivery.id))
+    delivery.refresh_from_db()
+    assert delivery.attempts == 1 and delivery.state == "pending"
+    attempt = WebhookAttempt.objects.get(delivery=delivery)
+    assert (attempt.number, attempt.duration_ms, attempt.status_code) == (1, None, None)  # no outcome yet
+
+    monkeypatch.undo()
+    assert services.delivery_attempt(delivery_id=str(delivery.id)) == DELIVERED
+    again = receiver.requests[-1]["headers"]
+    assert sent_headers[0]["Nexum-Delivery-Attempt"] == "1" and again["Nexum-Delivery-Attempt"] == "2"
+    assert sent_headers[0]["Nexum-Delivery-Id"] == again["Nexum-Delivery-Id"] == str(delivery.id)
+    assert json.loads(receiver.requests[-1]["body"])["delivery_id"] == str(delivery.id)  # signed, in the body
+    log = list(WebhookAttempt.objects.filter(delivery=delivery).values_list("number", "status_code", "error"))
+    assert log == [(1, None, services.INTERRUPTED), (2, 200, "")]
+
+
+def test_a_delivery_whose_last_attempt_was_interrupted_is_given_up_without_another_request(
+    project, receiver, settings, monkeypatch
+):
+    from nexum_web.webhooks import services
+    from nexum_web.webhooks.models import FAILED, WebhookDelivery
+
+    settings.NEXUM_WEBHOOK_MAX_ATTEMPTS = 1
+    services.webhook_register(project_id=str(project.id), url=receiver.url, actor="test")
+    pings(str(project.id), 1)
+    services.deliveries_record()
+    delivery = WebhookDelivery.objects.get()
+    monkeypatch.setattr(services, "post", lambda *args, **kwargs: (_ for _ in ()).throw(WorkerDied()))
+    with pytest.raises(WorkerDied):
+        services.delivery_attempt(delivery_id=str(delivery.id))
+    monkeypatch.undo()
+
+    assert services.delivery_attempt(delivery_id=str(delivery.id)) == FAILED
+    delivery.refresh_from_db()
+    assert delivery.attempts == 1 and delivery.last_error == services.INTERRUPTED
+    assert receiver.requests == []
