@@ -110,11 +110,12 @@ def dispatch_due(*, now: datetime | None = None, limit: int = 500) -> DispatchPa
 
 
 def send_next(kind: WorkKind, project_id: object, *, now: datetime | None = None) -> DispatchPass:
-    """Send the next due requests of one project of a capped kind, up to its cap: what a worker does when it
-    has finished one (its slot is free), so a backlog drains at the workers' pace, not the dispatcher's."""
+    """Send the next due request of one project of a capped kind, if its cap leaves room: what a worker does
+    when it has finished one (the slot it held is free), so a backlog drains at the workers' pace, not the
+    dispatcher's. One at most: a slot left free otherwise (a failed send) is the next pass's to fill."""
     now = now or timezone.now()
     outcome = DispatchPass()
-    due = selectors.due_requests(kind=kind, now=now, limit=kind.in_flight_per_project, project_id=project_id)
+    due = selectors.due_requests(kind=kind, now=now, limit=1, project_id=project_id)
     _send_due(kind, due, now, outcome)
     return outcome
 

@@ -84,7 +84,12 @@ class WebhookDelivery(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["webhook", "position"], name="webhooks_delivery_once"),
         ]
-        indexes = [models.Index(fields=["state", "requested_at"], name="webhooks_delivery_due")]
+        indexes = [
+            models.Index(fields=["state", "requested_at"], name="webhooks_delivery_due"),
+            models.Index(
+                fields=["project_id", "state", "requested_at"], name="webhooks_delivery_project_due"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"#{self.position} {self.event_type} → {self.webhook.url} ({self.state})"

@@ -5,16 +5,22 @@ on 127.0.0.1 that verifies every signature sees each event once despite an injec
 from __future__ import annotations
 
 import json
+import signal
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 from nexum_client.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, InvalidSignature, verify
 
 from nexum.eventstore import store
 from nexum.work.dispatch import dispatch_due
+from tests.integration import test_faults
+from tests.integration.test_faults import environment, manage, worker_argv
+from tests.integration.test_worker import database_url_for_worker, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -278,7 +284,7 @@ def test_the_dispatcher_sends_at_most_the_cap_of_a_projects_deliveries_and_the_o
     flooded_deliveries = WebhookDelivery.objects.filter(webhook=flooded).order_by("position")
     quiet_deliveries = WebhookDelivery.objects.filter(webhook=quiet).order_by("position")
     assert flooded_deliveries.count() == 50 and quiet_deliveries.count() == 2  # all recorded
-    oldest = [str(d.id) for d in flooded_deliveries[:4]]
+    oldest = [str(d.id) for d in flooded_deliveries[:6]]
     quiet_ids = [str(d.id) for d in quiet_deliveries]
     # The flooded project's three oldest and the quiet one's two, taking turns; nothing more of either.
     assert sorted(sent_deliveries) == sorted(oldest[:3] + quiet_ids)
@@ -292,6 +298,12 @@ def test_the_dispatcher_sends_at_most_the_cap_of_a_projects_deliveries_and_the_o
     Work.objects.filter(key=f"webhook:{oldest[0]}").delete()
     assert send_next(DELIVERY, project.id).sent == [f"webhook:{oldest[3]}"]
     assert send_next(DELIVERY, project.id).sent == []  # its three slots are taken again
+
+    # Two finished: a hand-off sends one, never more; the slot left free is the next pass's to fill.
+    WebhookDelivery.objects.filter(id__in=oldest[1:3]).update(state="delivered")
+    Work.objects.filter(key__in=[f"webhook:{d}" for d in oldest[1:3]]).delete()
+    assert send_next(DELIVERY, project.id).sent == [f"webhook:{oldest[4]}"]
+    assert dispatch_due().sent == [f"webhook:{oldest[5]}"]
 
 
 # --- honest retries: an attempt is counted before it is sent ------------------------------------------------
@@ -357,3 +369,209 @@ def test_a_delivery_whose_last_attempt_was_interrupted_is_given_up_without_anoth
     delivery.refresh_from_db()
     assert delivery.attempts == 1 and delivery.last_error == services.INTERRUPTED
     assert receiver.requests == []
+
+
+# --- with real workers on Redis ----------------------------------------------------------------------------
+
+
+class ScriptedReceiver:
+    """An HTTP receiver on 127.0.0.1 that answers request number ``i`` (from 0) with ``answer(i)``, keeping
+    each request's headers and body; an answer its sender no longer waits for is dropped."""
+
+    def __init__(self, answer: Callable[[int], int]) -> None:
+        self.requests: list[dict[str, Any]] = []
+        lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                with lock:
+                    receiver.requests.append({"headers": dict(self.headers), "body": body})
+                    index = len(receiver.requests) - 1
+                status = answer(index)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                except OSError:
+                    pass  # the sender is gone (timed out, or killed)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.host = f"127.0.0.1:{self.server.server_address[1]}"
+        self.url = f"http://{self.host}/hooks"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def event_ids(self) -> list[int]:
+        return [int(r["headers"][EVENT_ID_HEADER]) for r in self.requests]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+@pytest.fixture
+def receivers() -> Iterator[Callable[[Callable[[int], int]], ScriptedReceiver]]:
+    started: list[ScriptedReceiver] = []
+
+    def start(answer: Callable[[int], int]) -> ScriptedReceiver:
+        started.append(ScriptedReceiver(answer))
+        return started[-1]
+
+    yield start
+    for receiver in started:
+        receiver.close()
+
+
+@pytest.fixture
+def empty_queues() -> Iterator[None]:
+    """The broker's queues emptied before and after (this test's database is the only one they name)."""
+    from nexum.celery import app
+
+    app.control.purge()
+    yield
+    app.control.purge()
+
+
+processes = test_faults.processes  # the fixture: processes in sessions of their own, all stopped at the end
+
+
+def started(processes, name: str, argv: list[str], env: dict[str, str]) -> None:
+    """Start a worker and wait until it consumes its queues."""
+    processes.start(name, argv, env)
+    assert wait_for(lambda: " ready." in processes.log(name), timeout=60), processes.log(name)
+
+
+def queued(queue: str) -> int:
+    from nexum.celery import app
+
+    with app.connection_for_write() as connection:
+        return int(connection.default_channel.client.llen(queue))
+
+
+BACKLOG = 10_000
+
+
+@pytest.mark.usefixtures("empty_queues")
+@pytest.mark.worker
+@pytest.mark.skipif(not django_settings.CELERY_BROKER_URL, reason="CELERY_BROKER_URL is not set")
+def test_a_projects_backlog_of_deliveries_delays_neither_another_projects_completion_nor_its_deliveries(
+    project,
+    other_project,
+    workspace,
+    settings,
+    processes,
+    receivers,
+):
+    from nexum.eventstore.models import Event as EventRow
+    from nexum_web.webhooks.models import DELIVERED, PENDING, WebhookDelivery
+    from nexum_web.webhooks.services import deliveries_record, webhook_register
+    from tests.integration.test_work import started_task
+    from verification_app import services as verification
+    from verification_app.models import CompletionRequest
+
+    slow = receivers(lambda index: time.sleep(2) or 200)  # answers after the attempt's 1 s timeout
+    quick = receivers(lambda index: 200)
+    settings.NEXUM_SOURCE_HTTP_ALLOW = [slow.host, quick.host]
+    webhook_register(project_id=str(project.id), url=slow.url, actor="test")
+    quiet = webhook_register(project_id=str(other_project.id), url=quick.url, actor="test").webhook
+    pings(str(project.id), BACKLOG)
+    assert deliveries_record(batch=BACKLOG) == BACKLOG  # the flooded project's deliveries, all pending
+    (workspace / other_project.slug).mkdir()
+    (workspace / other_project.slug / "report.txt").write_text("done\n")
+    task = started_task(
+        other_project, {"checks": [{"kind": "file_exists", "name": "report", "path": "report.txt"}]}
+    )
+
+    env = {
+        **environment(
+            database_url_for_worker(), settings.CELERY_BROKER_URL, {"NEXUM_WORKSPACE_ROOT": str(workspace)}
+        ),
+        "NEXUM_SOURCE_HTTP_ALLOW": f"{slow.host},{quick.host}",
+        "NEXUM_WEBHOOK_TIMEOUT_S": "1",
+        "NEXUM_WEBHOOK_BACKOFF_S": "600",
+        "NEXUM_DISPATCH_AFTER_S": "15",
+        "NEXUM_DISPATCH_BACKOFF_MAX_S": "45",
+    }
+    # As make serve runs them: a pool for the gate's queues, another for the webhooks queue.
+    started(processes, "gate worker", worker_argv(queues=("completions", "compiles", "celery")), env)
+    started(processes, "webhook worker", worker_argv(queues=("webhooks",)), env)
+    processes.start("dispatcher", manage("nexum_dispatcher"), env)
+    assert wait_for(lambda: len(slow.requests) >= 2, timeout=30), processes.log(
+        "dispatcher"
+    )  # the backlog flows
+
+    asked = time.monotonic()
+    request = verification.completion_request(
+        project_id=str(other_project.id), task_id=str(task.id), answer="done", actor="agent"
+    ).request
+    assert request is not None
+    decided = CompletionRequest.objects.filter(id=request.id, decided=True)
+    assert wait_for(decided.exists, timeout=30), processes.log("gate worker")
+    took = time.monotonic() - asked
+    assert took <= 5, f"the quiet project's completion took {took:.1f} s behind {BACKLOG} deliveries"
+
+    # The quiet project's deliveries, its gate decision's included, pass the flooded project's backlog.
+    decision = EventRow.objects.get(event_type="GateDecided", data__request_id=str(request.id)).position
+    delivered = WebhookDelivery.objects.filter(webhook=quiet, state=DELIVERED)
+    assert wait_for(lambda: decision in quick.event_ids(), timeout=30), processes.log("webhook worker")
+    reached = time.monotonic() - asked
+    assert delivered.count() == len(set(quick.event_ids()))
+    flooded = WebhookDelivery.objects.filter(project_id=project.id)
+    assert flooded.filter(state=PENDING, attempts=0).count() > BACKLOG - 100  # still queued behind the cap
+    assert queued("webhooks") <= 2 * settings.NEXUM_WEBHOOK_IN_FLIGHT_PER_PROJECT
+    print(f"completion decided in {took:.2f} s; its GateDecided delivered {reached:.1f} s after the request")
+
+
+@pytest.mark.worker
+@pytest.mark.skipif(not django_settings.CELERY_BROKER_URL, reason="CELERY_BROKER_URL is not set")
+@pytest.mark.usefixtures("empty_queues")
+def test_a_worker_killed_mid_delivery_sends_it_again_as_the_next_attempt_with_the_same_delivery_id(
+    project, settings, processes, receivers
+):
+    from nexum_web.webhooks.models import DELIVERED, WebhookAttempt, WebhookDelivery
+    from nexum_web.webhooks.services import INTERRUPTED, webhook_register
+
+    release = threading.Event()
+
+    def holds_the_first(index: int) -> int:
+        if index == 0:
+            release.wait(timeout=60)  # until its sender is killed
+        return 200
+
+    receiver = receivers(holds_the_first)
+    settings.NEXUM_SOURCE_HTTP_ALLOW = [receiver.host]
+    webhook = webhook_register(project_id=str(project.id), url=receiver.url, actor="test")
+    pings(str(project.id), 1)
+    env = {
+        **environment(database_url_for_worker(), settings.CELERY_BROKER_URL, {}),
+        "NEXUM_SOURCE_HTTP_ALLOW": receiver.host,
+        "NEXUM_WEBHOOK_TIMEOUT_S": "60",
+    }
+    processes.start("dispatcher", manage("nexum_dispatcher"), env)
+    started(processes, "worker", worker_argv(queues=("webhooks",)), env)
+    assert wait_for(lambda: len(receiver.requests) == 1, timeout=30), processes.log("worker")
+
+    processes.stop("worker", signal.SIGKILL)  # mid-request: the receiver holds it
+    release.set()
+    started(processes, "worker", worker_argv(queues=("webhooks",)), env)
+    delivery = WebhookDelivery.objects.filter(webhook_id=webhook.webhook.id)
+    assert wait_for(lambda: delivery.get().state == DELIVERED, timeout=60), processes.log("worker")
+
+    first, again = (r["headers"] for r in receiver.requests)  # exactly two requests reached the receiver
+    assert (first["Nexum-Delivery-Attempt"], again["Nexum-Delivery-Attempt"]) == ("1", "2")
+    assert first["Nexum-Delivery-Id"] == again["Nexum-Delivery-Id"] == str(delivery.get().id)
+    assert first[EVENT_ID_HEADER] == again[EVENT_ID_HEADER]
+    log = list(
+        WebhookAttempt.objects.filter(delivery__in=delivery).values_list("number", "status_code", "error")
+    )
+    assert log == [
+        (1, None, INTERRUPTED),
+        (2, 200, ""),
+    ]  # one attempt succeeded, the killed one has no outcome
+    assert delivery.get().attempts == 2
