@@ -41,14 +41,21 @@ class PendingRequest:
 
 
 def pending_requests(
-    *, requested_before: datetime | None = None, request_id: object = None, limit: int = 500
+    *,
+    requested_before: datetime | None = None,
+    request_id: object = None,
+    limit: int = 500,
+    waiting_turn_at: datetime | None = None,
 ) -> list[PendingRequest]:
-    """Pending requests of every kind, oldest first (optionally requested before a time, or one by id)."""
+    """Pending requests of every kind, oldest first (optionally requested before a time, or one by id;
+    without those of a capped kind's projects that have their cap in flight at ``waiting_turn_at``)."""
     found: list[PendingRequest] = []
     for kind in work_kinds():
         rows = kind.model.objects.filter(kind.pending)
         if requested_before is not None:
             rows = rows.filter(requested_at__lte=requested_before)
+        if waiting_turn_at is not None and kind.in_flight_per_project:
+            rows = rows.exclude(project_id__in=projects_at_cap(kind, waiting_turn_at))
         if request_id is not None:
             rows = rows.filter(**{kind.id_field: uuid_or_none(request_id)})
         values = rows.order_by("requested_at").values_list(
@@ -72,10 +79,12 @@ def pending_request(request_id: object) -> PendingRequest | None:
 
 
 def stuck_requests(*, now: datetime | None = None, limit: int = 500) -> list[PendingRequest]:
-    """Pending requests older than a lease's lifetime that no live lease covers."""
+    """Pending requests older than a lease's lifetime that no live lease covers; a capped kind's request
+    waiting its turn behind its project's cap is not stuck (the dispatcher sends it when a slot frees)."""
     now = now or timezone.now()
     older = now - timedelta(seconds=settings.NEXUM_LEASE_TTL_S)
-    return [r for r in pending_requests(requested_before=older, limit=limit) if not r.leased(now)]
+    found = pending_requests(requested_before=older, limit=limit, waiting_turn_at=now)
+    return [r for r in found if not r.leased(now)]
 
 
 def in_flight(kind: WorkKind, now: datetime) -> QuerySet[Work]:
@@ -83,6 +92,19 @@ def in_flight(kind: WorkKind, now: datetime) -> QuerySet[Work]:
     return Work.objects.filter(kind=kind.name).filter(
         Q(owner__gt="", expires_at__gt=now) | Q(next_send_at__gt=now)
     )
+
+
+def _in_flight_by_project(kind: WorkKind, now: datetime) -> dict[object, int]:
+    busy = in_flight(kind, now).values("request_id")
+    rows = kind.model.objects.filter(kind.pending, **{f"{kind.id_field}__in": busy})
+    counted = rows.order_by().values("project_id").annotate(n=Count("pk")).values_list("project_id", "n")
+    return dict(counted)
+
+
+def projects_at_cap(kind: WorkKind, now: datetime) -> list[object]:
+    """The projects with as many of the kind's requests in flight as its cap allows."""
+    cap = kind.in_flight_per_project
+    return [project for project, n in _in_flight_by_project(kind, now).items() if n >= cap]
 
 
 def due_requests(*, kind: WorkKind, now: datetime, limit: int, project_id: object = None) -> list[str]:
@@ -102,13 +124,7 @@ def due_requests(*, kind: WorkKind, now: datetime, limit: int, project_id: objec
     if not cap:
         oldest = due.order_by(*oldest_first).values_list(kind.id_field, "project_id")[:limit]
         return _round_robin(list(oldest))
-    sent = dict(
-        pending.filter(**busy)
-        .order_by()
-        .values("project_id")
-        .annotate(n=Count("pk"))
-        .values_list("project_id", "n")
-    )
+    sent = _in_flight_by_project(kind, now)
     waiting = due.order_by().values("project_id").annotate(oldest=Min("requested_at")).order_by("oldest")
     rows: list[tuple[object, object]] = []
     for project in waiting.values_list("project_id", flat=True):

@@ -306,6 +306,32 @@ def test_the_dispatcher_sends_at_most_the_cap_of_a_projects_deliveries_and_the_o
     assert dispatch_due().sent == [f"webhook:{oldest[5]}"]
 
 
+def test_deliveries_waiting_their_turn_behind_their_projects_cap_are_not_stuck(
+    project, other_project, receiver, settings, sent_deliveries
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from nexum.work.selectors import stuck_requests
+    from nexum_web.webhooks.models import WebhookDelivery
+    from nexum_web.webhooks.services import deliveries_record, webhook_register
+
+    settings.NEXUM_WEBHOOK_IN_FLIGHT_PER_PROJECT = 2
+    settings.NEXUM_DISPATCH_AFTER_S = 60  # the sent ones stay in flight past a lease's lifetime
+    webhook_register(project_id=str(project.id), url=receiver.url, actor="test")
+    pings(str(project.id), 5)
+    dispatch_due()
+    assert len(sent_deliveries) == 2
+    webhook_register(project_id=str(other_project.id), url=receiver.url, actor="test")
+    pings(str(other_project.id), 1)
+    deliveries_record()  # recorded, and not sent yet: its project has room, so it is stuck once old enough
+
+    later = timezone.now() + timedelta(seconds=settings.NEXUM_LEASE_TTL_S + 1)
+    stuck = {str(r.request_id) for r in stuck_requests(now=later)}
+    assert stuck == {str(WebhookDelivery.objects.get(project_id=other_project.id).id)}
+
+
 # --- honest retries: an attempt is counted before it is sent ------------------------------------------------
 
 
