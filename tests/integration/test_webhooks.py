@@ -1,6 +1,11 @@
 """Signed webhooks (issue 18): an operator registers a URL on the allowlist and gets its secret once; each
 event of the project's log is then POSTed to it, signed, retried with backoff after a failure, and a receiver
-on 127.0.0.1 that verifies every signature sees each event once despite an injected 500."""
+on 127.0.0.1 that verifies every signature sees each event once despite an injected 500.
+
+Issue 23: deliveries are sent at most ``NEXUM_WEBHOOK_IN_FLIGHT_PER_PROJECT`` of a project's at a time, on a
+queue of their own, so with real workers 10,000 deliveries queued for one project to a slow receiver delay
+neither another project's completion (decided within 5 s) nor its deliveries; an attempt is counted before
+it is sent, so a worker SIGKILLed mid-request is followed by attempt 2 with the same ``Nexum-Delivery-Id``."""
 
 from __future__ import annotations
 
