@@ -331,6 +331,12 @@ if not 0 < NEXUM_LEASE_HEARTBEAT_S < NEXUM_LEASE_TTL_S:
 NEXUM_DISPATCH_INTERVAL_S = float(os.environ.get("NEXUM_DISPATCH_INTERVAL_S", "5"))
 NEXUM_DISPATCH_AFTER_S = float(os.environ.get("NEXUM_DISPATCH_AFTER_S", "15"))
 NEXUM_DISPATCH_BACKOFF_MAX_S = float(os.environ.get("NEXUM_DISPATCH_BACKOFF_MAX_S", "45"))
+# At most this many of one project's completion requests, queued compiles (and webhook deliveries, below) are
+# in flight at a time (sent to the workers and not yet answered); the others wait their turn and are sent as
+# these finish, so one project's backlog never queues ahead of another project's requests. A cap at least a
+# pool's processes lets one project alone use the whole pool.
+NEXUM_COMPLETION_IN_FLIGHT_PER_PROJECT = _env_int("NEXUM_COMPLETION_IN_FLIGHT_PER_PROJECT", 8)
+NEXUM_COMPILE_IN_FLIGHT_PER_PROJECT = _env_int("NEXUM_COMPILE_IN_FLIGHT_PER_PROJECT", 4)
 # Kinds of requests that are dispatched and leased: the Celery task that runs one and where its requests live.
 NEXUM_WORK_KINDS = [
     "verification_app.tasks.COMPLETION",
@@ -347,8 +353,9 @@ NEXUM_WEBHOOK_TIMEOUT_S = float(os.environ.get("NEXUM_WEBHOOK_TIMEOUT_S", "10"))
 # At most this many deliveries of one project are sent to the workers at a time (queued or being attempted);
 # the dispatcher sends the others as these finish, so one project's backlog never queues ahead of another's.
 NEXUM_WEBHOOK_IN_FLIGHT_PER_PROJECT = _env_int("NEXUM_WEBHOOK_IN_FLIGHT_PER_PROJECT", 4)
-if NEXUM_WEBHOOK_IN_FLIGHT_PER_PROJECT < 1:
-    raise RuntimeError("NEXUM_WEBHOOK_IN_FLIGHT_PER_PROJECT must be at least 1")
+for _cap in ("COMPLETION", "COMPILE", "WEBHOOK"):
+    if globals()[f"NEXUM_{_cap}_IN_FLIGHT_PER_PROJECT"] < 1:
+        raise RuntimeError(f"NEXUM_{_cap}_IN_FLIGHT_PER_PROJECT must be at least 1")
 # A task that meets a database error retries up to this many times, waiting 1, 2, 4 … s, at most the max:
 # with the defaults the retries span about two minutes of outage, then the dispatcher takes over.
 NEXUM_TASK_MAX_RETRIES = _env_int("NEXUM_TASK_MAX_RETRIES", 8)

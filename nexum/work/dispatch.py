@@ -5,24 +5,26 @@ message published, carrying the request id alone. Publishing is never what makes
 broker that is down when a request is accepted costs nothing but time: the failed publish is logged (never a
 500), the request stays pending in its read model, and the dispatcher sends it.
 
-The dispatcher (``manage.py nexum_dispatcher``) passes every ``NEXUM_DISPATCH_INTERVAL_S`` over the pending
-requests of every kind (``NEXUM_WORK_KINDS``): a request pending for ``NEXUM_DISPATCH_AFTER_S`` that no live
-lease covers is sent again; each further send of the same request waits twice as long as the one before, up
-to ``NEXUM_DISPATCH_BACKOFF_MAX_S``. A send that fails (broker down) does not count and ends the pass (the
-broker is down for the others too); the next pass tries again. So a request lost with a broker's queue, or
-held by a worker that died, is sent again within about the lease's lifetime plus the backoff cap after the
-broker or a worker is back. Extra sends are harmless: a delivery finds the request answered, or its lease
-live, and does nothing. Two dispatchers only send more often.
+Fair across projects: at most ``WorkKind.in_flight_per_project`` of one project's requests of a kind are in
+flight at a time (sent and not yet answered: leased, or sent and not yet due to be sent again). A request is
+sent when it is recorded only while its project has room (``send_on_commit``); the others wait their turn in
+the log. A worker that finishes one sends the next of its project at once (``send_next``), and the dispatcher
+sends any project's due requests that its cap leaves room for. So another project's request waits behind at
+most the cap of each project's, never behind a whole backlog. Where a kind's messages are queued is Celery's
+routing (``CELERY_TASK_ROUTES``: a queue per kind, each with a worker pool of its own).
 
-Each kind is dispatched on its own (at most ``limit`` sends per kind and pass) and its sends go round robin
-across projects, so a backlog of one kind or of one project never crowds another out of a pass. A kind with
-a cap per project (``WorkKind.in_flight_per_project``: webhook deliveries) is sent only from here: its
-requests are due as soon as their ``requested_at`` passes, and the pass sends each project's oldest due ones
-while fewer than the cap are in flight (leased, or sent and not yet due to be sent again); a worker that
-finishes one sends the next of its project at once (``send_next``). So a project's throughput is its cap of
-parallel requests, and another project's request waits behind at most the cap of each project's, never
-behind a whole backlog.
-Where a kind's messages are queued is Celery's routing (``CELERY_TASK_ROUTES``: a queue per kind).
+The dispatcher (``manage.py nexum_dispatcher``) passes every ``NEXUM_DISPATCH_INTERVAL_S`` over the pending
+requests of every kind (``NEXUM_WORK_KINDS``), each kind on its own (at most ``limit`` sends per kind and
+pass, the projects taking turns, the projects waiting longest first): a pending request that is due (its
+``requested_at`` has passed) and not in flight is sent, so one whose send failed is sent at the next pass,
+and one sent but not picked up (lost with the broker's queue, or held by a worker that died) once its pacing
+and lease have lapsed: a send waits ``NEXUM_DISPATCH_AFTER_S`` before the request may be sent again, each
+further send of the same request twice as long as the one before, up to ``NEXUM_DISPATCH_BACKOFF_MAX_S``. A
+send that fails (broker down) does not count and ends the pass (the broker is down for the others too); the
+next pass tries again. So a request lost with a broker's queue, or held by a worker that died, is sent again
+within about the lease's lifetime plus the backoff cap after the broker or a worker is back. Extra sends are
+harmless: a delivery finds the request answered, or its lease live, and does nothing. Two dispatchers only
+send more often.
 
 Run in process (no broker, Celery eager), sending a request runs it here, now: ``send_on_commit`` does not
 wait for a commit, so the service that recorded the request answers with its outcome.
@@ -71,8 +73,9 @@ def send(kind: WorkKind, request_id: str) -> bool:
 
 
 def send_on_commit(kind: WorkKind, request_id: str) -> None:
-    """Send the request once the transaction that recorded it commits (at once outside a transaction): the one
-    way a service hands work to a worker.
+    """Send the request once the transaction that recorded it commits (at once outside a transaction), if its
+    project has room under the kind's cap (otherwise it waits its turn): the one way a service hands work to a
+    worker.
 
     In process (Celery eager) there is no worker to wait for: the request runs now, in this transaction, which
     sees the row it just recorded (a caller's outer transaction included), so the caller can answer with the
@@ -82,7 +85,20 @@ def send_on_commit(kind: WorkKind, request_id: str) -> None:
     if kind.task.app.conf.task_always_eager:
         send(kind, request_id)
     else:
-        transaction.on_commit(lambda: send(kind, request_id))
+        transaction.on_commit(lambda: send_if_room(kind, request_id))
+
+
+def send_if_room(kind: WorkKind, request_id: str, *, now: datetime | None = None) -> bool:
+    """Send a pending request if fewer than the kind's cap of its project's are in flight; False when it
+    waits its turn or the broker is down (then ``send_next`` or the dispatcher sends it)."""
+    now = now or timezone.now()
+    rows = kind.model.objects.filter(kind.pending, **{kind.id_field: request_id})
+    project_id = rows.values_list("project_id", flat=True).first()
+    if project_id is None:
+        return False  # answered already
+    if selectors.in_flight_count(kind, project_id, now) >= kind.in_flight_per_project:
+        return False
+    return requeue(kind, request_id, now=now)
 
 
 @dataclass

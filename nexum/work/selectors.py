@@ -48,13 +48,13 @@ def pending_requests(
     waiting_turn_at: datetime | None = None,
 ) -> list[PendingRequest]:
     """Pending requests of every kind, oldest first (optionally requested before a time, or one by id;
-    without those of a capped kind's projects that have their cap in flight at ``waiting_turn_at``)."""
+    without those of the projects that have their kind's cap in flight at ``waiting_turn_at``)."""
     found: list[PendingRequest] = []
     for kind in work_kinds():
         rows = kind.model.objects.filter(kind.pending)
         if requested_before is not None:
             rows = rows.filter(requested_at__lte=requested_before)
-        if waiting_turn_at is not None and kind.in_flight_per_project:
+        if waiting_turn_at is not None:
             rows = rows.exclude(project_id__in=projects_at_cap(kind, waiting_turn_at))
         if request_id is not None:
             rows = rows.filter(**{kind.id_field: uuid_or_none(request_id)})
@@ -79,8 +79,8 @@ def pending_request(request_id: object) -> PendingRequest | None:
 
 
 def stuck_requests(*, now: datetime | None = None, limit: int = 500) -> list[PendingRequest]:
-    """Pending requests older than a lease's lifetime that no live lease covers; a capped kind's request
-    waiting its turn behind its project's cap is not stuck (the dispatcher sends it when a slot frees)."""
+    """Pending requests older than a lease's lifetime that no live lease covers; a request waiting its turn
+    behind its project's cap is not stuck (it is sent when a slot frees)."""
     now = now or timezone.now()
     older = now - timedelta(seconds=settings.NEXUM_LEASE_TTL_S)
     found = pending_requests(requested_before=older, limit=limit, waiting_turn_at=now)
@@ -94,11 +94,18 @@ def in_flight(kind: WorkKind, now: datetime) -> QuerySet[Work]:
     )
 
 
-def _in_flight_by_project(kind: WorkKind, now: datetime) -> dict[object, int]:
+def _in_flight_by_project(kind: WorkKind, now: datetime, project_id: object = None) -> dict[object, int]:
     busy = in_flight(kind, now).values("request_id")
     rows = kind.model.objects.filter(kind.pending, **{f"{kind.id_field}__in": busy})
+    if project_id is not None:
+        rows = rows.filter(project_id=project_id)
     counted = rows.order_by().values("project_id").annotate(n=Count("pk")).values_list("project_id", "n")
     return dict(counted)
+
+
+def in_flight_count(kind: WorkKind, project_id: object, now: datetime) -> int:
+    """How many of the project's requests of the kind are in flight."""
+    return _in_flight_by_project(kind, now, project_id).get(project_id, 0)
 
 
 def projects_at_cap(kind: WorkKind, now: datetime) -> list[object]:
@@ -108,27 +115,20 @@ def projects_at_cap(kind: WorkKind, now: datetime) -> list[object]:
 
 
 def due_requests(*, kind: WorkKind, now: datetime, limit: int, project_id: object = None) -> list[str]:
-    """Ids of the kind's pending requests to send now, round robin across projects, at most ``limit``.
-
-    Due: not in flight, and requested ``NEXUM_DISPATCH_AFTER_S`` ago (a request sent when it was made); for a
-    kind with a cap per project, once its ``requested_at`` has passed, and only as many of each project's
-    (oldest first) as its cap leaves room for, the projects waiting longest first."""
-    cap = kind.in_flight_per_project
+    """Ids of the kind's pending requests to send now, round robin across projects, at most ``limit``: those
+    whose ``requested_at`` has passed and that are not in flight, as many of each project's (oldest first) as
+    its cap leaves room for, the projects waiting longest first."""
     pending = kind.model.objects.filter(kind.pending)
     if project_id is not None:
         pending = pending.filter(project_id=project_id)
-    busy = {f"{kind.id_field}__in": in_flight(kind, now).values("request_id")}
-    after = timedelta(0) if cap else timedelta(seconds=settings.NEXUM_DISPATCH_AFTER_S)
-    due = pending.filter(requested_at__lte=now - after).exclude(**busy)
+    busy = in_flight(kind, now).values("request_id")
+    due = pending.filter(requested_at__lte=now).exclude(**{f"{kind.id_field}__in": busy})
     oldest_first = (*kind.oldest_first, kind.id_field)
-    if not cap:
-        oldest = due.order_by(*oldest_first).values_list(kind.id_field, "project_id")[:limit]
-        return _round_robin(list(oldest))
-    sent = _in_flight_by_project(kind, now)
+    sent = _in_flight_by_project(kind, now, project_id)
     waiting = due.order_by().values("project_id").annotate(oldest=Min("requested_at")).order_by("oldest")
     rows: list[tuple[object, object]] = []
     for project in waiting.values_list("project_id", flat=True):
-        room = min(cap - sent.get(project, 0), limit - len(rows))
+        room = min(kind.in_flight_per_project - sent.get(project, 0), limit - len(rows))
         if room > 0:
             rows += list(
                 due.filter(project_id=project)

@@ -19,8 +19,8 @@ key) and must not be lost:
   plain schedule spans a known stretch of outage (about two minutes with the defaults), after which the
   dispatcher keeps sending the request. A retry in the same process takes its own stale lease over at once.
 
-A run of a kind with a cap per project (webhook deliveries) sends its project's next due request when it
-ends (``nexum.work.dispatch.send_next``): the slot it held is free.
+A run that ends sends its project's next due request of its kind (``nexum.work.dispatch.send_next``): the
+slot it held under the kind's cap per project is free.
 
 A delivery that finds the lease held by a live process retries when that lease would expire (counted with
 the other retries; after the last one the dispatcher still sends the request while it is pending). Run in
@@ -79,8 +79,7 @@ def run_leased(
     except leases.DATABASE_ERRORS:
         connection.close()  # a broken connection is not reused by the retry
         raise
-    if kind.in_flight_per_project:
-        _send_next_of_project(kind, request_id)
+    _send_next_of_project(kind, request_id)
     return result
 
 

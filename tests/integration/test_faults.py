@@ -3,6 +3,8 @@
 - The broker stops while completions and async compiles are requested, then starts again (empty: the queued
   messages are gone): every request answered 2xx is decided within 60 s, once; nothing answered 500.
 - PostgreSQL stops for 5 s while a worker runs a check: the completion still ends with one decision.
+- One project requests eight completions at once, capped at two in flight, then another project one: that one
+  is decided while at most four of the eight are, and the eight are all decided in turn.
 - The worker's whole process tree, or its process group (the check survives in its own session), or only its
   prefork pool process is SIGKILLed mid-check: one decision within 60 s of the restart, and no second copy of
   the check ever runs while any process of the first lives (the check takes an exclusive ``flock`` that its
@@ -513,3 +515,57 @@ def test_a_database_outage_while_a_check_runs_still_ends_with_one_decision(
     assert events == {"CompletionRequested": 1, "CheckRunRecorded": 1, "GateDecided": 1}
     assert "retry: Retry in 1s: OperationalError" in processes.log("worker")  # met the outage, and retried
     assert not (Path(folders["NEXUM_WORKSPACE_ROOT"]) / "faults" / "overlaps.log").exists()
+
+
+# --- (d) one project's flood of completions ----------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_projects_flood_of_completions_holds_its_cap_of_the_queue_and_another_projects_passes_it(
+    project, other_project, folders, settings, processes, workspace
+):
+    """Eight one-second completions of one project, capped at two in flight, then one of another project's:
+    that one is decided behind at most the two queued before it, not behind the eight."""
+    settings.NEXUM_COMPLETION_IN_FLIGHT_PER_PROJECT = 2
+    env = {
+        **environment(database_url_for_worker(), django_settings.CELERY_BROKER_URL, folders),
+        "NEXUM_COMPLETION_IN_FLIGHT_PER_PROJECT": "2",
+    }
+    flood = started_tasks(project, [f"f{i}" for i in range(8)], "sleep 1")
+    (workspace / other_project.slug).mkdir()
+    (workspace / other_project.slug / "report.txt").write_text("done\n")
+    goal = task_services.goal_create(
+        project_id=str(other_project.id),
+        objective="Pass the flood",
+        tasks=[{"key": "q", "objective": "Report"}],
+        contracts={"q": {"checks": [{"kind": "file_exists", "name": "report", "path": "report.txt"}]}},
+        actor="planner",
+    )
+    quiet = task_services.task_start(
+        project_id=str(other_project.id),
+        task_id=str(Task.objects.get(goal=goal, key="q").id),
+        actor="agent",
+    )
+    processes.start("worker", worker_argv(queues=("completions", "celery")), env)
+    processes.start("dispatcher", manage("nexum_dispatcher"), env)
+    assert wait_for(lambda: " ready." in processes.log("worker"), timeout=60), processes.log("worker")
+
+    flooded = [
+        services.completion_request(
+            project_id=str(project.id), task_id=str(t.id), answer="done", actor="agent"
+        )
+        for t in flood
+    ]
+    assert all(result.outcome == "pending" for result in flooded)
+    other = services.completion_request(
+        project_id=str(other_project.id), task_id=str(quiet.id), answer="done", actor="agent"
+    ).request
+    assert other is not None
+    assert wait_for(CompletionRequest.objects.filter(id=other.id, decided=True).exists, timeout=60), (
+        processes.log("worker")
+    )
+    flood_decided = CompletionRequest.objects.filter(project_id=project.id, decided=True).count()
+    assert flood_decided <= 4, f"the other project's completion waited for {flood_decided} of the flood's"
+    everything = CompletionRequest.objects.filter(project_id=project.id, decided=True)
+    assert wait_for(lambda: everything.count() == 8, timeout=90), processes.log("dispatcher")  # all in turn
+    assert all(decisions(result.request.id) == 1 for result in flooded if result.request is not None)
