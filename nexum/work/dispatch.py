@@ -126,8 +126,8 @@ def dispatch_due(*, now: datetime | None = None, limit: int = 500) -> DispatchPa
 
 
 def send_next(kind: WorkKind, project_id: object, *, now: datetime | None = None) -> DispatchPass:
-    """Send the next due request of one project of a capped kind, if its cap leaves room: what a worker does
-    when it has finished one (the slot it held is free), so a backlog drains at the workers' pace, not the
+    """Send the next due request of one project of ``kind``, if its cap leaves room: what a worker does when
+    it has finished one (the slot it held is free), so a backlog drains at the workers' pace, not the
     dispatcher's. One at most: a slot left free otherwise (a failed send) is the next pass's to fill."""
     now = now or timezone.now()
     outcome = DispatchPass()
