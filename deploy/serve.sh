@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Nexum in production: migrate, collect static files, then run gunicorn, a Celery worker, the dispatcher (which
-# sends again the requests no worker runs) and, when the Celery app has a beat schedule, Celery beat; when one
-# of them stops, or on SIGINT/SIGTERM, stop them all within NEXUM_STOP_GRACE_S (deploy/supervise.bash).
+# Nexum in production: migrate, collect static files, then run gunicorn, a Celery worker pool per queue, the
+# dispatcher (which sends webhook deliveries, and again the requests no worker runs) and, when the Celery app has
+# a beat schedule, Celery beat; when one of them stops, or on SIGINT/SIGTERM, stop them all within
+# NEXUM_STOP_GRACE_S (deploy/supervise.bash).
 # Usage: deploy/serve.sh [--check]    --check: only check that the required environment is set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,12 @@ if ! [[ "${NEXUM_STOP_GRACE_S:-30}" =~ ^[0-9]+([.][0-9]+)?$ ]]; then
     echo "serve: NEXUM_STOP_GRACE_S must be a number of seconds, not \"${NEXUM_STOP_GRACE_S}\"" >&2
     exit 2
 fi
+for name in NEXUM_WORKER_CONCURRENCY NEXUM_COMPILE_WORKER_CONCURRENCY NEXUM_WEBHOOK_WORKER_CONCURRENCY; do
+    if [ -n "${!name:-}" ] && ! [[ "${!name}" =~ ^[1-9][0-9]*$ ]]; then
+        echo "serve: $name must be a whole number of processes (1 or more), not \"${!name}\"" >&2
+        exit 2
+    fi
+done
 if [ "${1:-}" = "--check" ]; then
     exit 0
 fi
@@ -27,7 +34,16 @@ python manage.py migrate --noinput
 python manage.py collectstatic --noinput --verbosity 0
 
 source deploy/supervise.bash
-start worker python -m celery -A nexum worker --loglevel INFO ${NEXUM_WORKER_CONCURRENCY:+--concurrency "$NEXUM_WORKER_CONCURRENCY"}
+# A worker pool per queue (CELERY_TASK_ROUTES in nexum/settings.py), so a backlog of one kind never delays another:
+# completions (and the default queue: async resolves, health pings), compiles, webhook deliveries.
+pool() {
+    local name=$1 queues=$2 concurrency=$3
+    start "$name worker" python -m celery -A nexum worker --loglevel INFO -Q "$queues" -n "$name@%h" \
+        --concurrency "$concurrency"
+}
+pool completions completions,celery "${NEXUM_WORKER_CONCURRENCY:-$(nproc)}"
+pool compiles compiles "${NEXUM_COMPILE_WORKER_CONCURRENCY:-2}"
+pool webhooks webhooks "${NEXUM_WEBHOOK_WORKER_CONCURRENCY:-4}"
 start dispatcher python manage.py nexum_dispatcher
 if python -c 'from nexum.celery import app; raise SystemExit(0 if app.conf.beat_schedule else 1)'; then
     start beat python -m celery -A nexum beat --loglevel INFO --schedule "${NEXUM_DATA_DIR:-data}/celerybeat-schedule"

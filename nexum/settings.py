@@ -191,6 +191,19 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_BACKEND = None
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Queues by kind of work, each consumed by a worker pool of its own under `make serve` (deploy/serve.sh), so
+# a backlog of one kind never delays another: completions (the gate's checks), compiles (queued compiles),
+# webhooks (deliveries, which wait on receivers) and the default queue (async resolves, health pings). A
+# worker started without -Q consumes every queue listed here.
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+CELERY_TASK_ROUTES = {
+    "nexum.verification.run_completion": {"queue": "completions"},
+    "nexum.compile_context": {"queue": "compiles"},
+    "nexum.webhooks.deliver": {"queue": "webhooks"},
+}
+CELERY_TASK_QUEUES = {
+    name: {} for name in [CELERY_TASK_DEFAULT_QUEUE, *(r["queue"] for r in CELERY_TASK_ROUTES.values())]
+}
 
 # --- Nexum --------------------------------------------------------------------------------------------------
 NEXUM_ARTIFACT_ROOT = Path(os.environ.get("NEXUM_ARTIFACT_ROOT", DATA_DIR / "artifacts"))
@@ -346,6 +359,12 @@ if not 0 < NEXUM_LEASE_HEARTBEAT_S < NEXUM_LEASE_TTL_S:
 NEXUM_DISPATCH_INTERVAL_S = float(os.environ.get("NEXUM_DISPATCH_INTERVAL_S", "5"))
 NEXUM_DISPATCH_AFTER_S = float(os.environ.get("NEXUM_DISPATCH_AFTER_S", "15"))
 NEXUM_DISPATCH_BACKOFF_MAX_S = float(os.environ.get("NEXUM_DISPATCH_BACKOFF_MAX_S", "45"))
+# At most this many of one project's completion requests, queued compiles (and webhook deliveries, below) are
+# in flight at a time (sent to the workers and not yet answered); the others wait their turn and are sent as
+# these finish, so one project's backlog never queues ahead of another project's requests. A cap at least a
+# pool's processes lets one project alone use the whole pool.
+NEXUM_COMPLETION_IN_FLIGHT_PER_PROJECT = _env_int("NEXUM_COMPLETION_IN_FLIGHT_PER_PROJECT", 8)
+NEXUM_COMPILE_IN_FLIGHT_PER_PROJECT = _env_int("NEXUM_COMPILE_IN_FLIGHT_PER_PROJECT", 4)
 # Kinds of requests that are dispatched and leased: the Celery task that runs one and where its requests live.
 NEXUM_WORK_KINDS = [
     "verification_app.tasks.COMPLETION",
@@ -359,6 +378,12 @@ NEXUM_WEBHOOK_MAX_ATTEMPTS = _env_int("NEXUM_WEBHOOK_MAX_ATTEMPTS", 10)
 NEXUM_WEBHOOK_BACKOFF_S = float(os.environ.get("NEXUM_WEBHOOK_BACKOFF_S", "10"))
 NEXUM_WEBHOOK_BACKOFF_MAX_S = float(os.environ.get("NEXUM_WEBHOOK_BACKOFF_MAX_S", "3600"))
 NEXUM_WEBHOOK_TIMEOUT_S = float(os.environ.get("NEXUM_WEBHOOK_TIMEOUT_S", "10"))
+# At most this many deliveries of one project are sent to the workers at a time (queued or being attempted);
+# the dispatcher sends the others as these finish, so one project's backlog never queues ahead of another's.
+NEXUM_WEBHOOK_IN_FLIGHT_PER_PROJECT = _env_int("NEXUM_WEBHOOK_IN_FLIGHT_PER_PROJECT", 4)
+for _cap in ("COMPLETION", "COMPILE", "WEBHOOK"):
+    if globals()[f"NEXUM_{_cap}_IN_FLIGHT_PER_PROJECT"] < 1:
+        raise RuntimeError(f"NEXUM_{_cap}_IN_FLIGHT_PER_PROJECT must be at least 1")
 # A task that meets a database error retries up to this many times, waiting 1, 2, 4 … s, at most the max:
 # with the defaults the retries span about two minutes of outage, then the dispatcher takes over.
 NEXUM_TASK_MAX_RETRIES = _env_int("NEXUM_TASK_MAX_RETRIES", 8)

@@ -29,5 +29,10 @@ def run_completion(self: WorkTask, request_id: str) -> str | None:
 
 
 COMPLETION = WorkKind(
-    name="completion", task=run_completion, model=CompletionRequest, id_field="id", pending=Q(decided=False)
+    name="completion",
+    task=run_completion,
+    model=CompletionRequest,
+    id_field="id",
+    pending=Q(decided=False),
+    in_flight_setting="NEXUM_COMPLETION_IN_FLIGHT_PER_PROJECT",
 )

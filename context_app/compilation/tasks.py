@@ -32,4 +32,5 @@ COMPILE = WorkKind(
     model=ContextCompilation,
     id_field="request_id",
     pending=Q(status=REQUEST_QUEUED),
+    in_flight_setting="NEXUM_COMPILE_IN_FLIGHT_PER_PROJECT",
 )

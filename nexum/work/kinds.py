@@ -6,6 +6,13 @@ condition that says a row is still pending. Each app declares its kinds beside i
 (``NEXUM_WORK_KINDS``), so the dispatcher, ``nexum_requeue`` and the dashboard know every kind without
 importing the apps. A kind whose requests derive from the log rather than from an API call (webhook
 deliveries) names ``prepare``: the dispatcher calls it at the start of each pass to record the requests due.
+
+Every kind names ``in_flight_setting``, the setting that caps how many of one project's requests are in
+flight at a time (sent and not yet answered), so one project's backlog holds a bounded share of its kind's
+queue: a request is sent when it is recorded only while its project has room (``send_on_commit``);
+otherwise, and for a kind whose requests derive from the log, the dispatcher's pass sends each project's
+oldest due ones up to the cap, and a worker that finishes one sends the next of its project
+(``nexum.work.dispatch``). Where each kind's task is queued is Celery's routing (``CELERY_TASK_ROUTES``).
 """
 
 from __future__ import annotations
@@ -25,7 +32,14 @@ class WorkKind:
     model: type[Model]
     id_field: str
     pending: Q
-    prepare: Any = None  # ``prepare(now=...)``: record this kind's requests due from the log (and send them)
+    in_flight_setting: str  # the setting capping one project's requests in flight
+    prepare: Any = None  # ``prepare(now=...)``: record this kind's requests due from the log
+    oldest_first: tuple[str, ...] = ("requested_at",)  # the order in which pending requests are sent
+
+    @property
+    def in_flight_per_project(self) -> int:
+        """How many of one project's requests may be in flight at once."""
+        return int(getattr(settings, self.in_flight_setting))
 
     def key(self, request_id: object) -> str:
         return f"{self.name}:{request_id}"

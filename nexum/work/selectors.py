@@ -8,11 +8,13 @@ is older than a lease's lifetime is stuck: the dispatcher would send it, the das
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db.models import Count, Min, Q, QuerySet
 from django.utils import timezone
 
 from nexum.ids import uuid_or_none
@@ -39,14 +41,21 @@ class PendingRequest:
 
 
 def pending_requests(
-    *, requested_before: datetime | None = None, request_id: object = None, limit: int = 500
+    *,
+    requested_before: datetime | None = None,
+    request_id: object = None,
+    limit: int = 500,
+    waiting_turn_at: datetime | None = None,
 ) -> list[PendingRequest]:
-    """Pending requests of every kind, oldest first (optionally requested before a time, or one by id)."""
+    """Pending requests of every kind, oldest first (optionally requested before a time, or one by id;
+    without those of the projects that have their kind's cap in flight at ``waiting_turn_at``)."""
     found: list[PendingRequest] = []
     for kind in work_kinds():
         rows = kind.model.objects.filter(kind.pending)
         if requested_before is not None:
             rows = rows.filter(requested_at__lte=requested_before)
+        if waiting_turn_at is not None:
+            rows = rows.exclude(project_id__in=projects_at_cap(kind, waiting_turn_at))
         if request_id is not None:
             rows = rows.filter(**{kind.id_field: uuid_or_none(request_id)})
         values = rows.order_by("requested_at").values_list(
@@ -70,7 +79,71 @@ def pending_request(request_id: object) -> PendingRequest | None:
 
 
 def stuck_requests(*, now: datetime | None = None, limit: int = 500) -> list[PendingRequest]:
-    """Pending requests older than a lease's lifetime that no live lease covers."""
+    """Pending requests older than a lease's lifetime that no live lease covers; a request waiting its turn
+    behind its project's cap is not stuck (it is sent when a slot frees)."""
     now = now or timezone.now()
     older = now - timedelta(seconds=settings.NEXUM_LEASE_TTL_S)
-    return [r for r in pending_requests(requested_before=older, limit=limit) if not r.leased(now)]
+    found = pending_requests(requested_before=older, limit=limit, waiting_turn_at=now)
+    return [r for r in found if not r.leased(now)]
+
+
+def in_flight(kind: WorkKind, now: datetime) -> QuerySet[Work]:
+    """The kind's requests that a live lease holds, or that were sent and are not yet due to be sent again."""
+    return Work.objects.filter(kind=kind.name).filter(
+        Q(owner__gt="", expires_at__gt=now) | Q(next_send_at__gt=now)
+    )
+
+
+def _in_flight_by_project(kind: WorkKind, now: datetime, project_id: object = None) -> dict[object, int]:
+    busy = in_flight(kind, now).values("request_id")
+    rows = kind.model.objects.filter(kind.pending, **{f"{kind.id_field}__in": busy})
+    if project_id is not None:
+        rows = rows.filter(project_id=project_id)
+    counted = rows.order_by().values("project_id").annotate(n=Count("pk")).values_list("project_id", "n")
+    return dict(counted)
+
+
+def in_flight_count(kind: WorkKind, project_id: object, now: datetime) -> int:
+    """How many of the project's requests of the kind are in flight."""
+    return _in_flight_by_project(kind, now, project_id).get(project_id, 0)
+
+
+def projects_at_cap(kind: WorkKind, now: datetime) -> list[object]:
+    """The projects with as many of the kind's requests in flight as its cap allows."""
+    cap = kind.in_flight_per_project
+    return [project for project, n in _in_flight_by_project(kind, now).items() if n >= cap]
+
+
+def due_requests(*, kind: WorkKind, now: datetime, limit: int, project_id: object = None) -> list[str]:
+    """Ids of the kind's pending requests to send now, round robin across projects, at most ``limit``: those
+    whose ``requested_at`` has passed and that are not in flight, as many of each project's (oldest first) as
+    its cap leaves room for, the projects waiting longest first."""
+    pending = kind.model.objects.filter(kind.pending)
+    if project_id is not None:
+        pending = pending.filter(project_id=project_id)
+    busy = in_flight(kind, now).values("request_id")
+    due = pending.filter(requested_at__lte=now).exclude(**{f"{kind.id_field}__in": busy})
+    oldest_first = (*kind.oldest_first, kind.id_field)
+    sent = _in_flight_by_project(kind, now, project_id)
+    waiting = due.order_by().values("project_id").annotate(oldest=Min("requested_at")).order_by("oldest")
+    rows: list[tuple[object, object]] = []
+    for project in waiting.values_list("project_id", flat=True):
+        room = min(kind.in_flight_per_project - sent.get(project, 0), limit - len(rows))
+        if room > 0:
+            rows += list(
+                due.filter(project_id=project)
+                .order_by(*oldest_first)
+                .values_list(kind.id_field, "project_id")[:room]
+            )
+        if len(rows) >= limit:
+            break
+    return _round_robin(rows)
+
+
+def _round_robin(rows: list[tuple[object, object]]) -> list[str]:
+    """``(request id, project id)`` rows, each project's in their order, as ids taking turns by project."""
+    by_project: dict[object, list[object]] = {}
+    for request_id, project in rows:
+        by_project.setdefault(project, []).append(request_id)
+    turns = itertools.zip_longest(*by_project.values())
+    return [str(request_id) for turn in turns for request_id in turn if request_id is not None]

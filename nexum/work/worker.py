@@ -19,6 +19,9 @@ key) and must not be lost:
   plain schedule spans a known stretch of outage (about two minutes with the defaults), after which the
   dispatcher keeps sending the request. A retry in the same process takes its own stale lease over at once.
 
+A run that ends sends its project's next due request of its kind (``nexum.work.dispatch.send_next``): the
+slot it held under the kind's cap per project is free.
+
 A delivery that finds the lease held by a live process retries when that lease would expire (counted with
 the other retries; after the last one the dispatcher still sends the request while it is pending). Run in
 process (Celery eager: the embedded default, tests), a request runs once inside the call that recorded it,
@@ -36,6 +39,7 @@ from django.conf import settings
 from django.db import connection
 
 from nexum.work import leases
+from nexum.work.dispatch import send_next
 from nexum.work.kinds import WorkKind
 
 logger = logging.getLogger(__name__)
@@ -65,7 +69,7 @@ def run_leased(
         return run(None)
     try:
         with leases.held(kind, request_id) as lease:
-            return run(lease)
+            result = run(lease)
     except leases.Busy as busy:
         logger.info("%s; retrying in %.0f s", busy, busy.retry_in_s)
         raise task.retry(countdown=busy.retry_in_s) from None
@@ -75,3 +79,20 @@ def run_leased(
     except leases.DATABASE_ERRORS:
         connection.close()  # a broken connection is not reused by the retry
         raise
+    _send_next_of_project(kind, request_id)
+    return result
+
+
+def _send_next_of_project(kind: WorkKind, request_id: str) -> None:
+    """This run's slot of its project is free (its lease is gone): send the project's next due request now.
+    A failure here only leaves that to the dispatcher's next pass."""
+    rows = kind.model.objects.filter(**{kind.id_field: request_id})
+    project_id = rows.values_list("project_id", flat=True).first()
+    if project_id is None:
+        return
+    try:
+        send_next(kind, project_id)
+    except leases.DATABASE_ERRORS as error:
+        logger.warning(
+            "%s: could not send the next request of project %s: %s", kind.key(request_id), project_id, error
+        )

@@ -84,7 +84,12 @@ class WebhookDelivery(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["webhook", "position"], name="webhooks_delivery_once"),
         ]
-        indexes = [models.Index(fields=["state", "requested_at"], name="webhooks_delivery_due")]
+        indexes = [
+            models.Index(fields=["state", "requested_at"], name="webhooks_delivery_due"),
+            models.Index(
+                fields=["project_id", "state", "requested_at"], name="webhooks_delivery_project_due"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"#{self.position} {self.event_type} → {self.webhook.url} ({self.state})"
@@ -96,7 +101,9 @@ class WebhookAttempt(models.Model):
     attempted_at = models.DateTimeField()
     status_code = models.IntegerField(null=True, blank=True, help_text="none: no answer")
     error = models.CharField(max_length=500, blank=True)
-    duration_ms = models.PositiveIntegerField()
+    duration_ms = models.PositiveIntegerField(
+        null=True, blank=True, help_text="none: no outcome recorded (in progress, or its worker stopped)"
+    )
     response_excerpt = models.CharField(max_length=500, blank=True)
 
     class Meta:

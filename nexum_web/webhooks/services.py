@@ -4,18 +4,24 @@ The log is the outbox. A webhook's ``cursor`` is the log position up to which it
 Each pass of the dispatcher (``nexum_dispatcher``; the work kind's ``prepare``) calls
 ``deliveries_record``, which, per active webhook and under a lock on its row, reads the project's events
 after the cursor, records one ``WebhookDelivery`` per event (unique per webhook and position, so two
-dispatchers never record one twice), moves the cursor and, once committed, sends each delivery to a worker.
-The feed's reader never skips an event committed later with a lower position (appends take the log's lock),
-so neither does the cursor.
+dispatchers never record one twice) and moves the cursor. The feed's reader never skips an event committed
+later with a lower position (appends take the log's lock), so neither does the cursor. The same pass then
+sends the deliveries due, at most ``NEXUM_WEBHOOK_IN_FLIGHT_PER_PROJECT`` of one project's at a time, on the
+``webhooks`` queue; each finished attempt sends its project's next (``nexum.work.dispatch``). So a project
+with thousands of deliveries queued (a receiver slow or down) holds a bounded share of the queue, and
+another project's deliveries and every completion and compile (queues of their own) do not wait for it.
 
-An attempt (``delivery_attempt``, under the delivery's lease) POSTs the event, signed, to the URL through
-the same allowlist as ``http_json`` sources (``NEXUM_SOURCE_HTTP_ALLOW``: the host is vetted and the
-connection made to the vetted address, no redirect followed), records the attempt, and either marks the
-delivery delivered (a 2xx), or schedules the next attempt after ``NEXUM_WEBHOOK_BACKOFF_S`` × 2^(n-1) (at
-most ``NEXUM_WEBHOOK_BACKOFF_MAX_S``), or gives up after ``NEXUM_WEBHOOK_MAX_ATTEMPTS``. The dispatcher
-sends a retry once it is due (``requested_at``) and unleased, as it sends any request a broker lost: one
-send path. So each event reaches a receiver that answers at least once, with the same ``Nexum-Event-Id`` (its
-log position) every time.
+An attempt (``delivery_attempt``, under the delivery's lease) is counted before anything is sent: its
+number and an attempt row with no outcome are committed first, then the event is POSTed, signed, to the URL
+through the same allowlist as ``http_json`` sources (``NEXUM_SOURCE_HTTP_ALLOW``: the host is vetted and the
+connection made to the vetted address, no redirect followed), and the outcome is recorded: the delivery is
+delivered (a 2xx), or its next attempt is due after ``NEXUM_WEBHOOK_BACKOFF_S`` × 2^(n-1) (at most
+``NEXUM_WEBHOOK_BACKOFF_MAX_S``), or it is given up after ``NEXUM_WEBHOOK_MAX_ATTEMPTS``. A worker killed
+mid-request leaves its attempt on the record without an outcome, and the redelivery (the lease taken over,
+the message sent again) is the next attempt, with the next number. The dispatcher sends a retry once it is
+due (``requested_at``) and unleased, as it sends any request a broker lost: one send path. So each event
+reaches a receiver that answers at least once, with the same ``Nexum-Delivery-Id`` (and ``Nexum-Event-Id``,
+its log position) every time, and ``Nexum-Delivery-Attempt`` counting every attempt that may have reached it.
 """
 
 from __future__ import annotations
@@ -118,10 +124,7 @@ def webhook_remove(*, project_id: str, webhook_id: str, actor: str) -> Webhook:
 
 def deliveries_record(*, now: datetime | None = None, batch: int = 500) -> int:
     """Record the deliveries of the events appended since each active webhook's cursor (at most ``batch``
-    per webhook and pass) and send them once committed. The number recorded."""
-    from nexum.work.dispatch import send_on_commit
-    from nexum_web.webhooks.tasks import DELIVERY
-
+    per webhook and pass), due ``now``: the dispatcher's pass sends them. The number recorded."""
     now = now or timezone.now()
     recorded = 0
     for webhook_id in Webhook.objects.filter(active=True).values_list("id", flat=True):
@@ -146,12 +149,6 @@ def deliveries_record(*, now: datetime | None = None, batch: int = 500) -> int:
                 ignore_conflicts=True,
             )
             Webhook.objects.filter(id=webhook.id).update(cursor=events[-1].position)
-            positions = [event.position for event in events]
-            due = webhook.deliveries.filter(position__in=positions, state=PENDING).values_list(
-                "id", flat=True
-            )
-            for delivery_id in due:
-                send_on_commit(DELIVERY, str(delivery_id))
             recorded += len(events)
     return recorded
 
@@ -174,44 +171,56 @@ class Answer:
 
 
 def delivery_body(delivery: WebhookDelivery) -> bytes:
-    """What is POSTed: the event as the feed shows it, with its id and the webhook's."""
+    """What is POSTed: the event as the feed shows it, with its id, the delivery's and the webhook's."""
     found = store.read_all(after=delivery.position - 1, limit=1, project_id=str(delivery.project_id))
     if not found or found[0].position != delivery.position:
         raise NotFound(f"event {delivery.position} is not in the project's log")
     document = {
         "event_id": str(delivery.position),
+        "delivery_id": str(delivery.id),
         "webhook_id": str(delivery.webhook_id),
         "event": StoredEventSerializer(found[0]).data,
     }
     return json.dumps(document, cls=DjangoJSONEncoder, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+INTERRUPTED = "no outcome recorded: the worker stopped during the attempt"
+
+
 def delivery_attempt(*, delivery_id: str, lease: Lease | None = None) -> str:
     """One attempt at a pending delivery that is due; its state afterwards (a delivery that is not pending
-    or not yet due is left alone: a duplicate message is harmless)."""
+    or not yet due is left alone: a duplicate message is harmless). The attempt is counted before the
+    request is sent (see the module docstring)."""
     delivery = WebhookDelivery.objects.select_related("webhook").filter(id=delivery_id).first()
     if delivery is None or delivery.state != PENDING:
         return delivery.state if delivery is not None else "missing"
     if delivery.requested_at > timezone.now() + DUE_TOLERANCE:
         return "not_due"
     number = delivery.attempts + 1
+    if number > settings.NEXUM_WEBHOOK_MAX_ATTEMPTS:  # the last attempt's worker stopped mid-request
+        return _give_up_interrupted(delivery, lease)
     body = delivery_body(delivery)
+    started = timezone.now()
+    with transaction.atomic():
+        if lease is not None:
+            lease.fence()
+        counted = WebhookDelivery.objects.filter(id=delivery.id, state=PENDING, attempts=delivery.attempts)
+        if not counted.update(attempts=number):
+            return "raced"  # another run counted this attempt: it sends it
+        delivery.attempt_log.filter(duration_ms=None).update(error=INTERRUPTED)
+        attempt = WebhookAttempt.objects.create(delivery=delivery, number=number, attempted_at=started)
     timestamp = int(time.time())
     headers = {
         "Content-Type": "application/json",
         "User-Agent": "Nexum-Webhooks/1",
         signing.SIGNATURE_HEADER: signing.signature(delivery.webhook.secret, body, timestamp),
+        signing.DELIVERY_ID_HEADER: str(delivery.id),
         signing.EVENT_ID_HEADER: str(delivery.position),
         signing.WEBHOOK_ID_HEADER: str(delivery.webhook_id),
         signing.ATTEMPT_HEADER: str(number),
     }
-    started = timezone.now()
     answer = post(delivery.webhook.url, body, headers, timeout_s=settings.NEXUM_WEBHOOK_TIMEOUT_S)
-    changes: dict[str, Any] = {
-        "attempts": number,
-        "last_status": answer.status,
-        "last_error": answer.error,
-    }
+    changes: dict[str, Any] = {"last_status": answer.status, "last_error": answer.error}
     if answer.ok:
         changes.update(state=DELIVERED, delivered_at=timezone.now())
     elif number >= settings.NEXUM_WEBHOOK_MAX_ATTEMPTS:
@@ -221,10 +230,7 @@ def delivery_attempt(*, delivery_id: str, lease: Lease | None = None) -> str:
     with transaction.atomic():
         if lease is not None:
             lease.fence()
-        WebhookAttempt.objects.create(
-            delivery=delivery,
-            number=number,
-            attempted_at=started,
+        WebhookAttempt.objects.filter(id=attempt.id).update(
             status_code=answer.status,
             error=answer.error,
             duration_ms=answer.duration_ms,
@@ -244,6 +250,19 @@ def delivery_attempt(*, delivery_id: str, lease: Lease | None = None) -> str:
     elif state == FAILED:
         logger.warning("webhook delivery %s gave up after %d attempts", delivery.id, number)
     return state
+
+
+def _give_up_interrupted(delivery: WebhookDelivery, lease: Lease | None) -> str:
+    """Every attempt was used, the last without an outcome: the delivery is given up."""
+    with transaction.atomic():
+        if lease is not None:
+            lease.fence()
+        delivery.attempt_log.filter(duration_ms=None).update(error=INTERRUPTED)
+        WebhookDelivery.objects.filter(id=delivery.id, state=PENDING).update(
+            state=FAILED, last_error=INTERRUPTED
+        )
+    logger.warning("webhook delivery %s gave up after %d attempts", delivery.id, delivery.attempts)
+    return FAILED
 
 
 def post(url: str, body: bytes, headers: dict[str, str], *, timeout_s: float) -> Answer:

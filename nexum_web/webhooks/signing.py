@@ -12,6 +12,7 @@ SIGNATURE_HEADER = "Nexum-Signature"
 EVENT_ID_HEADER = "Nexum-Event-Id"
 WEBHOOK_ID_HEADER = "Nexum-Webhook-Id"
 ATTEMPT_HEADER = "Nexum-Delivery-Attempt"
+DELIVERY_ID_HEADER = "Nexum-Delivery-Id"
 SECRET_PREFIX = "whsec_"
 
 

@@ -1,5 +1,7 @@
-"""The delivery task and its work kind: a delivery is leased while an attempt runs, and the dispatcher's
-pass records the deliveries due from the log (``prepare``) and sends again those a broker lost."""
+"""The delivery task and its work kind: a delivery is leased while an attempt runs; the dispatcher's pass
+records the deliveries due from the log (``prepare``) and sends them, at most
+``NEXUM_WEBHOOK_IN_FLIGHT_PER_PROJECT`` of a project's at a time (a finished attempt sends its project's
+next), on the ``webhooks`` queue (``CELERY_TASK_ROUTES``)."""
 
 from __future__ import annotations
 
@@ -30,4 +32,6 @@ DELIVERY = WorkKind(
     id_field="id",
     pending=Q(state=PENDING),
     prepare=services.deliveries_record,
+    in_flight_setting="NEXUM_WEBHOOK_IN_FLIGHT_PER_PROJECT",
+    oldest_first=("requested_at", "position"),  # a project's events in log order
 )

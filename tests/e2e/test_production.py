@@ -1,8 +1,8 @@
 """Nexum as it runs in production: ``check --deploy`` reports nothing with debug off, a real gunicorn (the
 repository's config, DEBUG off, HTTPS behind a proxy) serves the static files through WhiteNoise and the API
 docs with no other host, the HTTP edge answers in the error shape, and ``deploy/serve.sh`` (``make serve``)
-refuses to start without its environment and otherwise runs the web server, a Celery worker and the
-dispatcher."""
+refuses to start without its environment and otherwise runs the web server, a Celery worker pool per queue
+and the dispatcher."""
 
 from __future__ import annotations
 
@@ -325,10 +325,25 @@ def test_make_serve_fails_fast_naming_what_is_missing(tmp_path, given):
     assert f"serve: set {' '.join(missing)} first" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("NEXUM_WORKER_CONCURRENCY", "0"), ("NEXUM_WEBHOOK_WORKER_CONCURRENCY", "four")],
+)
+def test_make_serve_refuses_a_worker_pool_size_that_is_not_a_number_of_processes(tmp_path, name, value):
+    env = production_env(tmp_path, **dict.fromkeys(REQUIRED, "set"), **{name: value})
+    result = subprocess.run(
+        ["deploy/serve.sh", "--check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert f'serve: {name} must be a whole number of processes (1 or more), not "{value}"' in result.stderr
+
+
 @pytest.mark.worker
 @pytest.mark.skipif(not settings.CELERY_BROKER_URL, reason="CELERY_BROKER_URL is not set")
 @pytest.mark.django_db(transaction=True)
-def test_serve_runs_the_web_server_a_worker_and_the_dispatcher_and_stops_them_together(static_root, tmp_path):
+def test_serve_runs_the_web_server_a_pool_per_queue_and_the_dispatcher_and_stops_them_together(
+    static_root, tmp_path
+):
     from nexum.eventstore.tasks import record_health_ping
 
     port = free_port()
@@ -340,6 +355,8 @@ def test_serve_runs_the_web_server_a_worker_and_the_dispatcher_and_stops_them_to
         NEXUM_WEB_BIND=f"127.0.0.1:{port}",
         NEXUM_WEB_WORKERS="1",
         NEXUM_WORKER_CONCURRENCY="1",
+        NEXUM_COMPILE_WORKER_CONCURRENCY="1",
+        NEXUM_WEBHOOK_WORKER_CONCURRENCY="1",
     )
     base_url = f"http://127.0.0.1:{port}"
     log = tmp_path / "serve.log"
@@ -370,7 +387,12 @@ def test_serve_runs_the_web_server_a_worker_and_the_dispatcher_and_stops_them_to
     assert exit_code == 0, log.read_text()
     output = log.read_text()
     assert "Shutting down: Master" in output  # gunicorn stopped
-    assert "Warm shutdown" in output  # and so did the worker
+    assert output.count("Warm shutdown") == 3  # and so did each worker pool
+    # A pool per queue, and every queue the tasks are routed to is consumed by one of them.
+    for pool in ("completions", "compiles", "webhooks"):
+        assert f"{pool}@" in output, output
+    for queue in settings.CELERY_TASK_QUEUES:
+        assert re.search(rf"\.> {queue} +exchange=", output), f"no worker pool consumes {queue!r}:\n{output}"
     assert "dispatcher started" in output and "dispatcher stopped" in output
     assert "did not stop within" not in output  # nothing had to be killed
 

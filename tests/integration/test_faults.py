@@ -3,6 +3,8 @@
 - The broker stops while completions and async compiles are requested, then starts again (empty: the queued
   messages are gone): every request answered 2xx is decided within 60 s, once; nothing answered 500.
 - PostgreSQL stops for 5 s while a worker runs a check: the completion still ends with one decision.
+- One project requests eight completions at once, capped at two in flight, then another project one: that one
+  is decided while at most four of the eight are, and the eight are all decided in turn.
 - The worker's whole process tree, or its process group (the check survives in its own session), or only its
   prefork pool process is SIGKILLed mid-check: one decision within 60 s of the restart, and no second copy of
   the check ever runs while any process of the first lives (the check takes an exclusive ``flock`` that its
@@ -194,10 +196,14 @@ def environment(database_url: str, broker_url: str, folders: dict[str, str]) -> 
     }
 
 
-def worker_argv(pool: str = "solo") -> list[str]:
+EVERY_QUEUE = tuple(django_settings.CELERY_TASK_QUEUES)
+
+
+def worker_argv(pool: str = "solo", queues: tuple[str, ...] = EVERY_QUEUE) -> list[str]:
+    """A worker consuming ``queues`` (every queue the tasks are routed to, unless told)."""
     return [sys.executable, "-m", "celery", "-A", "nexum", "worker", f"--pool={pool}", "--concurrency=1",
-            "--loglevel=INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
-            "-n", f"fault-{uuid.uuid4().hex[:8]}@%h"]  # fmt: skip
+            "-Q", ",".join(queues), "--loglevel=INFO", "--without-gossip", "--without-mingle",
+            "--without-heartbeat", "-n", f"fault-{uuid.uuid4().hex[:8]}@%h"]  # fmt: skip
 
 
 def manage(*args: str) -> list[str]:
@@ -616,3 +622,57 @@ def test_a_database_outage_is_503_and_the_client_writes_once_when_it_is_back(pos
     recorded = postgres.query("SELECT data->>'item_id' FROM nexum_event WHERE event_type = 'FactRecorded'")
     assert recorded == [(fact.id,)] and fact.text == "the database came back"  # written once
     assert "Traceback" not in processes.log("gunicorn")  # an outage is a warning naming its cause, not a bug
+
+
+# --- (d) one project's flood of completions ----------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_projects_flood_of_completions_holds_its_cap_of_the_queue_and_another_projects_passes_it(
+    project, other_project, folders, settings, processes, workspace
+):
+    """Eight one-second completions of one project, capped at two in flight, then one of another project's:
+    that one is decided behind at most the two queued before it, not behind the eight."""
+    settings.NEXUM_COMPLETION_IN_FLIGHT_PER_PROJECT = 2
+    env = {
+        **environment(database_url_for_worker(), django_settings.CELERY_BROKER_URL, folders),
+        "NEXUM_COMPLETION_IN_FLIGHT_PER_PROJECT": "2",
+    }
+    flood = started_tasks(project, [f"f{i}" for i in range(8)], "sleep 1")
+    (workspace / other_project.slug).mkdir()
+    (workspace / other_project.slug / "report.txt").write_text("done\n")
+    goal = task_services.goal_create(
+        project_id=str(other_project.id),
+        objective="Pass the flood",
+        tasks=[{"key": "q", "objective": "Report"}],
+        contracts={"q": {"checks": [{"kind": "file_exists", "name": "report", "path": "report.txt"}]}},
+        actor="planner",
+    )
+    quiet = task_services.task_start(
+        project_id=str(other_project.id),
+        task_id=str(Task.objects.get(goal=goal, key="q").id),
+        actor="agent",
+    )
+    processes.start("worker", worker_argv(queues=("completions", "celery")), env)
+    processes.start("dispatcher", manage("nexum_dispatcher"), env)
+    assert wait_for(lambda: " ready." in processes.log("worker"), timeout=60), processes.log("worker")
+
+    flooded = [
+        services.completion_request(
+            project_id=str(project.id), task_id=str(t.id), answer="done", actor="agent"
+        )
+        for t in flood
+    ]
+    assert all(result.outcome == "pending" for result in flooded)
+    other = services.completion_request(
+        project_id=str(other_project.id), task_id=str(quiet.id), answer="done", actor="agent"
+    ).request
+    assert other is not None
+    assert wait_for(CompletionRequest.objects.filter(id=other.id, decided=True).exists, timeout=60), (
+        processes.log("worker")
+    )
+    flood_decided = CompletionRequest.objects.filter(project_id=project.id, decided=True).count()
+    assert flood_decided <= 4, f"the other project's completion waited for {flood_decided} of the flood's"
+    everything = CompletionRequest.objects.filter(project_id=project.id, decided=True)
+    assert wait_for(lambda: everything.count() == 8, timeout=90), processes.log("dispatcher")  # all in turn
+    assert all(decisions(result.request.id) == 1 for result in flooded if result.request is not None)

@@ -112,7 +112,7 @@ def test_a_completion_accepted_while_the_broker_is_down_is_202_and_the_dispatche
     assert not CompletionRequest.objects.get(id=request_id).decided and broker.sent == []
 
     key = f"completion:{request_id}"
-    assert dispatch_due().sent == []  # not pending for NEXUM_DISPATCH_AFTER_S yet
+    assert dispatch_due().failed == [key]  # not in flight: the next pass tries; still down, not counted
     due = later(settings.NEXUM_DISPATCH_AFTER_S + 1)
     assert dispatch_due(now=due).failed == [key]  # still down: not counted, tried again next pass
     assert not Work.objects.filter(key=key).exists()
@@ -174,6 +174,35 @@ def test_the_dispatcher_leaves_leased_requests_alone_and_forgets_answered_ones(p
     app.conf.task_always_eager = True
     services.completion_run(request_id=str(request.id))
     assert dispatch_due().cleaned == 1 and not Work.objects.filter(key=key).exists()
+
+
+def test_a_projects_completions_beyond_its_cap_wait_their_turn_and_another_projects_are_sent_at_once(
+    project, other_project, workspace, broker, settings, django_capture_on_commit_callbacks
+):
+    from nexum.work.dispatch import send_next
+
+    settings.NEXUM_COMPLETION_IN_FLIGHT_PER_PROJECT = 2
+    broker.up = True
+    busy = [started_task(project, ECHO) for _ in range(3)]
+    quiet = started_task(other_project, ECHO)
+
+    def request(task: Task) -> str:
+        with django_capture_on_commit_callbacks(execute=True):
+            result = services.completion_request(
+                project_id=str(task.project_id), task_id=str(task.id), answer="done", actor="agent"
+            )
+        assert result.request is not None
+        return str(result.request.id)
+
+    first, second, third = (request(task) for task in busy)
+    other = request(quiet)
+    assert [args[0] for _, args, _ in broker.sent] == [first, second, other]  # the third waits its turn
+    assert dispatch_due().sent == []  # still no room for it
+
+    # The first is answered (its lease row deleted with it): the worker that ran it sends the project's next.
+    CompletionRequest.objects.filter(id=first).update(decided=True)
+    Work.objects.filter(key=COMPLETION.key(first)).delete()
+    assert send_next(COMPLETION, project.id).sent == [COMPLETION.key(third)]
 
 
 # --- leases ----------------------------------------------------------------------------------------------

@@ -4,9 +4,14 @@ Each delivery is one event, POSTed as JSON with these headers:
 
 - ``Nexum-Signature: t=<unix seconds>,v1=<hex>``: HMAC-SHA256 with the webhook's secret (its UTF-8 bytes)
   over ``b"<t>." + body``, the body's exact bytes as received;
-- ``Nexum-Event-Id``: the event's log position, the same on every attempt: receivers dedupe on it (a
-  delivery can arrive more than once: at least once is what is promised);
-- ``Nexum-Webhook-Id`` and ``Nexum-Delivery-Attempt`` (1, 2 …).
+- ``Nexum-Delivery-Id``: this event's delivery to this webhook, the same on every attempt (also the body's
+  ``delivery_id``, which the signature covers): receivers deduplicate on it, since a delivery can arrive
+  more than once (at least once is what is promised; a worker that dies before it records the answer sends
+  it again);
+- ``Nexum-Event-Id``: the event's log position (the same event sent to two webhooks has one event id and two
+  delivery ids);
+- ``Nexum-Webhook-Id`` and ``Nexum-Delivery-Attempt`` (1, 2 …: every attempt that may have reached the
+  receiver is counted, so a redelivery carries the next number).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ SIGNATURE_HEADER = "Nexum-Signature"
 EVENT_ID_HEADER = "Nexum-Event-Id"
 WEBHOOK_ID_HEADER = "Nexum-Webhook-Id"
 ATTEMPT_HEADER = "Nexum-Delivery-Attempt"
+DELIVERY_ID_HEADER = "Nexum-Delivery-Id"
 DEFAULT_TOLERANCE_S = 300
 
 
