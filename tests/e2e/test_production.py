@@ -146,18 +146,13 @@ def static_root(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def production_server(django_db_setup, static_root, tmp_path_factory) -> Iterator[str]:
-    """gunicorn with deploy/gunicorn.conf.py on the test database, as ``make serve`` starts it."""
+@contextlib.contextmanager
+def running_gunicorn(data_dir: Path, **settings: str) -> Iterator[str]:
+    """gunicorn with deploy/gunicorn.conf.py on the test database, debug off, as ``make serve`` starts it;
+    yields its base URL and stops its whole process group after."""
     port = free_port()
-    data_dir = tmp_path_factory.mktemp("server")
     env = production_env(
-        data_dir,
-        NEXUM_STATIC_ROOT=str(static_root),
-        DATABASE_URL=database_url_for_worker(),
-        NEXUM_WEB_BIND=f"127.0.0.1:{port}",
-        NEXUM_WEB_WORKERS="1",
-        NEXUM_WEB_THREADS="4",
+        data_dir, DATABASE_URL=database_url_for_worker(), NEXUM_WEB_BIND=f"127.0.0.1:{port}", **settings
     )
     log = data_dir / "gunicorn.log"
     with log.open("wb") as output:
@@ -176,6 +171,16 @@ def production_server(django_db_setup, static_root, tmp_path_factory) -> Iterato
         yield base_url
     finally:
         stop_group(process)
+
+
+@pytest.fixture(scope="module")
+def production_server(django_db_setup, static_root, tmp_path_factory) -> Iterator[str]:
+    """The production server of ``make serve``: one worker of four threads."""
+    data_dir = tmp_path_factory.mktemp("server")
+    with running_gunicorn(
+        data_dir, NEXUM_STATIC_ROOT=str(static_root), NEXUM_WEB_WORKERS="1", NEXUM_WEB_THREADS="4"
+    ) as base_url:
+        yield base_url
 
 
 def stylesheets(html: bytes) -> list[str]:

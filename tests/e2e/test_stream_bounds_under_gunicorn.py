@@ -11,15 +11,13 @@ import contextlib
 import http.client
 import json
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.test_production import ROOT, answers, free_port, manage, production_env, stop_group
-from tests.integration.test_worker import database_url_for_worker, wait_for
+from tests.e2e.test_production import manage, production_env, running_gunicorn
+from tests.integration.test_worker import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,30 +27,15 @@ SERVER_SHARE = WORKERS * (THREADS - 1)
 
 @contextlib.contextmanager
 def gunicorn(tmp_path, **settings: str) -> Iterator[str]:
-    """gunicorn with deploy/gunicorn.conf.py on the test database, debug off, as ``make serve`` starts it."""
-    port = free_port()
-    env = production_env(
+    """The production server, its streams long and their keep-alives frequent."""
+    with running_gunicorn(
         tmp_path,
-        DATABASE_URL=database_url_for_worker(),
         NEXUM_STATIC_ROOT=str(tmp_path / "static"),
-        NEXUM_WEB_BIND=f"127.0.0.1:{port}",
         NEXUM_EVENT_STREAM_MAX_S="120",
         NEXUM_EVENT_STREAM_HEARTBEAT_S="1",  # a client gone is noticed at the next keep-alive
         **settings,
-    )
-    log = tmp_path / "gunicorn.log"
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-c", "deploy/gunicorn.conf.py"],
-            cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        assert wait_for(lambda: answers(base_url) or process.poll() is not None), log.read_text()
-        assert process.poll() is None, log.read_text()
+    ) as base_url:
         yield base_url
-    finally:
-        stop_group(process)
 
 
 @pytest.fixture
