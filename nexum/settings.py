@@ -263,6 +263,9 @@ NEXUM_EVENT_STREAMS_MAX = _env_int(
 )
 if NEXUM_EVENT_STREAMS_PER_TOKEN < 1 or NEXUM_EVENT_STREAMS_MAX < 1:
     raise RuntimeError("NEXUM_EVENT_STREAMS_PER_TOKEN and NEXUM_EVENT_STREAMS_MAX must be at least 1")
+# A fact is left out ("below_relevance") when it scores under this share of the best fact's score for the
+# step (compiler version 4; 0 turns the floor off). Recorded with every compile, so a change replays exactly.
+NEXUM_RELEVANCE_FLOOR = float(os.environ.get("NEXUM_RELEVANCE_FLOOR", "0.05"))
 NEXUM_DEMO_TOKEN = os.environ.get("NEXUM_DEMO_TOKEN", "nx_demo_local_development_only")
 NEXUM_DEMO_OPERATOR_TOKEN = os.environ.get(
     "NEXUM_DEMO_OPERATOR_TOKEN", "nx_demo_operator_local_development_only"

@@ -106,6 +106,7 @@ class ContextCompilation(models.Model):
     overrides = models.JSONField(default=dict)
     compaction = models.BooleanField(null=True, blank=True)
     evidence_digest = models.CharField(max_length=64, blank=True)
+    focus = models.TextField(blank=True, default="", help_text="what the agent said it is working on now")
     digest = models.CharField(max_length=64, blank=True)
     position = models.BigIntegerField(null=True, blank=True, help_text="the log position compiled at")
     compiled_position = models.BigIntegerField(

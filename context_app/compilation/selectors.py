@@ -36,6 +36,8 @@ from context_app.world.selectors import tool_specs, tools_for_scope
 from nexum.core import world
 from nexum.core.budgets import ModelBudget
 from nexum.core.compilation.compiler import (
+    COMPILER_VERSION,
+    DEFAULT_RELEVANCE_FLOOR,
     CompiledContext,
     CompileInput,
     ContextItem,
@@ -84,8 +86,12 @@ def compile_input_for(
     counter: TokenCounter,
     extra_evidence: Sequence[Mapping[str, Any]] = (),
     compaction_threshold: int | None = None,
+    version: int = COMPILER_VERSION,
+    focus: str = "",
+    relevance_floor: float = DEFAULT_RELEVANCE_FLOOR,
 ) -> TaskContextInput:
-    """Goal, step, constraints and criteria from the task graph; state items of the goal and task; the
+    """Goal, step, its parent step's objective, constraints and criteria from the task graph, the request's
+    ``focus`` and ``relevance_floor``; state items of the goal and task; the
     task's folds with the items they folded and their summaries (the compiler shows one or the other: the
     folds ``compaction_threshold`` needs as summaries, the others as their entries when they fit); tools
     as the task sees them; evidence from tool calls, the latest check runs, the resolver's bundle and
@@ -105,6 +111,11 @@ def compile_input_for(
         *request_evidence_items(extra_evidence, counter),
     )
     constraints = list(dict.fromkeys([*goal.constraints, *(() if task.is_goal else task.constraints)]))
+    parent_objective = (
+        Task.objects.filter(id=task.parent_id).values_list("objective", flat=True).first() or ""
+        if task.parent_id and task.parent_id != task.goal_id
+        else ""
+    )
     compile_input = CompileInput(
         goal=goal.objective,
         step=Step(id=task.key or str(task.id), objective=task.objective, inputs=tuple(task.inputs)),
@@ -118,6 +129,9 @@ def compile_input_for(
         evidence=sections["diagnostic"] + extra,
         folds=folds,
         folds_required=required,
+        parent_objective=parent_objective,
+        focus=focus,
+        relevance_floor=relevance_floor,
         tools=tuple(
             tool_specs(
                 tools_for_scope(
@@ -129,7 +143,7 @@ def compile_input_for(
         ),
     )
     ranked = _ranked_sections(
-        task, encoding, counter, compile_input, sections, bundle_facts, folded_progress, extra
+        task, encoding, counter, compile_input, sections, bundle_facts, folded_progress, extra, version
     )
     return TaskContextInput(compile_input, ranked, bundle_digest)
 
@@ -180,11 +194,14 @@ def _ranked_sections(
     bundle_facts: tuple[ContextItem, ...],
     folded_progress: tuple[ContextItem, ...],
     extra: tuple[ContextItem, ...],
+    version: int,
 ) -> RankedSections:
-    """The input's sections ranked for the compiler (``rank_sections``), each kept by the candidate cache
-    while its candidates, the items joined to it and the query stay the same."""
-    query, label = query_of(compile_input), verified_label_tokens(counter)
+    """The input's sections ranked for the compiler (``rank_sections``) by renderer ``version``, each kept by
+    the candidate cache while its candidates, the items joined to it, the query and the floor stay equal."""
+    query, label = query_of(compile_input, version), verified_label_tokens(counter)
+    floor = compile_input.relevance_floor
     extra_by_kind = evidence_by_kind(extra)
+    rank = partial(rank_section, query=query, verified_label=label, version=version, floor=floor)
 
     def ranked(kind: str, joined: tuple[ContextItem, ...] = ()) -> RankedSection:
         return CANDIDATES.ranked(
@@ -193,13 +210,13 @@ def _ranked_sections(
             kind=kind,
             base=sections[kind],
             extra=joined,
-            context=(query, label),
-            rank=partial(rank_section, kind, query=query, verified_label=label),
+            context=(query, label, version, floor),
+            rank=partial(rank, kind),
         )
 
     return RankedSections(
         diagnostic=ranked("diagnostic", extra_by_kind["diagnostic"]),
-        code=rank_section("code", extra_by_kind["code"], query=query, verified_label=label),
+        code=rank("code", extra_by_kind["code"]),
         failure=ranked("failure"),
         decision=ranked("decision"),
         fact=ranked("fact", bundle_facts),

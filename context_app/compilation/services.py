@@ -50,7 +50,12 @@ from nexum.core import world
 from nexum.core.budgets import ModelBudget
 from nexum.core.compilation import events as compilation_events
 from nexum.core.compilation import rules as compilation_rules
-from nexum.core.compilation.compiler import COMPILER_VERSION, CompiledContext, ContextItem
+from nexum.core.compilation.compiler import (
+    COMPILER_VERSION,
+    DEFAULT_RELEVANCE_FLOOR,
+    CompiledContext,
+    ContextItem,
+)
 from nexum.core.compilation.compiler import compile_context as run_compiler
 from nexum.core.digests import digest_of
 from nexum.core.errors import ConcurrencyError, DomainError, NotFound, ValidationFailed
@@ -99,19 +104,22 @@ def context_compile(
     extra_evidence: Sequence[Mapping[str, Any]] = (),
     compaction: bool | None = None,
     request_id: str | None = None,
+    focus: str = "",
     actor: str,
 ) -> CompileOutcome:
     """Compile the context of ``task_id`` for a call under ``model_word`` now (synchronously).
 
     ``overrides`` (``context_tokens``, ``tool_count``) outrank the card (B3); ``extra_evidence`` is a list
     of ``{"kind": "diagnostic"|"code", "id", "text", "origin"?, "trust_class"?}``; ``compaction`` is the
-    request's own choice (O6). The same ``request_id`` again returns the first answer and writes nothing.
-    Another project's task is ``NotFound``; bad input is ``ValidationFailed`` naming the field; in both
-    cases nothing is written.
+    request's own choice (O6); ``focus`` says what the agent is working on now (part of the query, shown in
+    the current step, recorded for replay). The same ``request_id`` again returns the first answer and
+    writes nothing. Another project's task is ``NotFound``; bad input is ``ValidationFailed`` naming the
+    field; in both cases nothing is written.
     """
     task = task_selectors.task_get(project_id=project_id, task_id=task_id)
     word = _model_word(model_word)
     evidence = check_evidence(extra_evidence)
+    focus = check_focus(focus)
     request_id = _request_id(request_id)
     done = _finished(project_id, request_id)
     if done is not None:
@@ -124,6 +132,7 @@ def context_compile(
         compaction=compaction,
         request_id=request_id,
         expected_version=0,
+        focus=focus,
         actor=actor,
     )
 
@@ -137,6 +146,7 @@ def context_compile_request(
     extra_evidence: Sequence[Mapping[str, Any]] = (),
     compaction: bool | None = None,
     request_id: str | None = None,
+    focus: str = "",
     actor: str,
 ) -> ContextCompilation:
     """Queue a compile for a worker (C10): checks the request now (the model word, overrides, evidence),
@@ -146,6 +156,7 @@ def context_compile_request(
     task = task_selectors.task_get(project_id=project_id, task_id=task_id)
     word = _model_word(model_word)
     evidence = check_evidence(extra_evidence)
+    focus = check_focus(focus)
     request_id = _request_id(request_id)
     if compaction is not None and not isinstance(compaction, bool):
         raise ValidationFailed("compaction must be true, false or absent", field="compaction")
@@ -176,6 +187,7 @@ def context_compile_request(
                     },
                     compaction=compaction,
                     evidence_digest=evidence_digest,
+                    focus=focus,
                 )
             ],
             expected_version=0,
@@ -211,6 +223,7 @@ def context_compile_run(*, request_id: str, actor: str = "worker") -> ContextCom
             compaction=queued.compaction,
             request_id=str(queued.request_id),
             expected_version=queued.version,
+            focus=queued.focus,
             actor=actor,
         )
     except ConcurrencyError:
@@ -244,6 +257,7 @@ def _compile_and_record(
     compaction: bool | None,
     request_id: str,
     expected_version: int,
+    focus: str,
     actor: str,
 ) -> CompileOutcome:
     project_id = str(task.project_id)
@@ -256,6 +270,7 @@ def _compile_and_record(
         )
         encoding = choice.card.encoding
         threshold = choice.auto_compact_tokens if choice.compaction_enabled else None
+        floor = relevance_floor()
         folds = bool(threshold) and _fold_for(task=task, threshold=threshold, encoding=encoding) is not None
         if not folds:
             result, bundle_digest = compile_task(
@@ -264,6 +279,8 @@ def _compile_and_record(
                 encoding=encoding,
                 evidence=evidence,
                 compaction_threshold=threshold or None,
+                focus=focus,
+                relevance_floor=floor,
             )
     record = partial(
         _record,
@@ -273,6 +290,8 @@ def _compile_and_record(
         request_id=request_id,
         expected_version=expected_version,
         compaction_threshold=threshold or None,
+        focus=focus,
+        relevance_floor=floor,
     )
     if not folds:
         try:
@@ -298,6 +317,8 @@ def _compile_and_record(
             encoding=encoding,
             evidence=evidence,
             compaction_threshold=threshold,
+            focus=focus,
+            relevance_floor=floor,
         )
         return record(result=result, bundle_digest=bundle_digest, position=position, actor=actor)
 
@@ -325,6 +346,8 @@ def _record(
     position: int,
     actor: str,
     compaction_threshold: int | None,
+    focus: str,
+    relevance_floor: float,
 ) -> CompileOutcome:
     """Store the compiled context by digest and append ``ContextCompiled`` (the caller's transaction)."""
     project_id = str(task.project_id)
@@ -357,6 +380,8 @@ def _record(
                 included_count=len(result.included),
                 excluded_count=context.excluded_count,
                 compaction_threshold=compaction_threshold,
+                focus=focus,
+                relevance_floor=relevance_floor,
             )
         ],
         expected_version=expected_version,
@@ -376,25 +401,31 @@ def compile_task(
     evidence: Sequence[Mapping[str, Any]] = (),
     version: int | None = None,
     compaction_threshold: int | None = None,
+    focus: str = "",
+    relevance_floor: float = DEFAULT_RELEVANCE_FLOOR,
 ) -> tuple[CompiledContext, str | None]:
     """Compile ``task`` with ``budget`` against the read models as they are (no writes), rendered by the
     compiler's ``version`` (an older one to replay a context stored by it; by default the current one).
     The task's folds that ``compaction_threshold`` needs show their summaries; the others show their
     entries when those fit (C11: a fold is per model budget)."""
     counter = counter_for(encoding)
+    version = COMPILER_VERSION if version is None else version
     task_input = selectors.compile_input_for(
         task=task,
         encoding=encoding,
         counter=counter,
         extra_evidence=evidence,
         compaction_threshold=compaction_threshold,
+        version=version,
+        focus=focus,
+        relevance_floor=relevance_floor,
     )
     result = run_compiler(
         task_input.compile_input,
         budget=budget,
         counter=counter,
         load_texts=selectors.item_text_loader,
-        version=COMPILER_VERSION if version is None else version,
+        version=version,
         sections=task_input.sections,
     )
     return result, task_input.bundle_digest
@@ -468,7 +499,8 @@ def context_replay(*, project_id: str, digest: str) -> ReplayOutcome:
         else []
     )
     budget = ModelBudget(**context.budget)
-    threshold = _recorded_threshold(context)
+    compiled = _recorded_compile(context)
+    threshold = None if compiled is None else compiled.compaction_threshold
     with projections.state_as_of(context.position):
         task = Task.objects.get(id=context.task_id)
         result, _ = compile_task(
@@ -478,6 +510,10 @@ def context_replay(*, project_id: str, digest: str) -> ReplayOutcome:
             evidence=evidence,
             version=context.compiler_version,
             compaction_threshold=threshold,
+            focus="" if compiled is None else compiled.focus,
+            relevance_floor=DEFAULT_RELEVANCE_FLOOR
+            if compiled is None or compiled.relevance_floor is None
+            else compiled.relevance_floor,
         )
     return ReplayOutcome(
         digest=context.digest,
@@ -487,12 +523,21 @@ def context_replay(*, project_id: str, digest: str) -> ReplayOutcome:
     )
 
 
-def _recorded_threshold(context: StoredContext) -> int | None:
-    """The compaction threshold the compile that stored ``context`` honoured (its ``ContextCompiled``)."""
+def _recorded_compile(context: StoredContext) -> compilation_events.ContextCompiled | None:
+    """The ``ContextCompiled`` of the compile that stored ``context``: the compaction threshold it honoured,
+    its focus and its relevance floor."""
     for stored in store.read_stream(compilation_events.compile_stream(str(context.request_id))):
         if isinstance(stored.event, compilation_events.ContextCompiled):
-            return stored.event.compaction_threshold
+            return stored.event
     return None
+
+
+def relevance_floor() -> float:
+    """The relevance floor compiles apply (``NEXUM_RELEVANCE_FLOOR``), checked: a number from 0 to 1."""
+    floor = getattr(settings, "NEXUM_RELEVANCE_FLOOR", DEFAULT_RELEVANCE_FLOOR)
+    if isinstance(floor, bool) or not isinstance(floor, int | float) or not 0.0 <= floor <= 1.0:
+        raise ValidationFailed("NEXUM_RELEVANCE_FLOOR must be a number from 0 to 1", field="relevance_floor")
+    return float(floor)
 
 
 # --- compaction (C11) -------------------------------------------------------------------------------------
@@ -719,6 +764,16 @@ def check_evidence(evidence: Any) -> list[dict[str, Any]]:
             {"id": item_id, "kind": kind, "origin": origin, "text": text, "trust_class": trust_class}
         )
     return checked
+
+
+FOCUS_MAX_CHARS = 2000
+
+
+def check_focus(focus: Any) -> str:
+    """The request's ``focus``: text of at most ``FOCUS_MAX_CHARS`` characters (absent or ``None``: none)."""
+    if focus is None:
+        return ""
+    return _clean_text(focus, "focus", FOCUS_MAX_CHARS, required=False).strip()
 
 
 def _clean_text(value: Any, field: str, limit: int, *, required: bool) -> str:

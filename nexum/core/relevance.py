@@ -1,20 +1,44 @@
 """Deterministic BM25 relevance for the context compiler (SPEC C2, C4, C5).
 
-Texts are turned into terms once, when an item is stored (``terms_of``), and the compiler scores those stored
-terms against the query (goal + step objective + inputs). Scoring is cheap on large corpora: a document that
-shares no term with the query is skipped with one C-level set test, and only matching documents are counted.
-Scores depend only on a document's terms and the corpus statistics, never on the order documents arrive in.
+Texts are turned into terms once, when an item is stored (``terms_of``: lowercase words, as they are), and the
+compiler scores those stored terms against the query. From compiler version 4 both sides are normalized first
+(``stems_of``): English stopwords dropped and every other word reduced to its Snowball English stem, so
+"the"/"in" rank nothing and "retries"/"retried" meet. Normalizing at compile time (memoized per distinct
+word) leaves the stored terms as they were, so a context compiled by an older version replays from the same
+rows. Scoring is cheap on large corpora: a document that shares no term with the query is skipped with one
+C-level set test, and only matching documents are counted. Scores depend only on a document's terms and the
+corpus statistics, never on the order documents arrive in.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import threading
 from collections.abc import Iterable, Sequence
 from operator import attrgetter
 from typing import NamedTuple, Protocol
 
+import Stemmer
+
 _TERM = re.compile(r"[^\W_]+")
+
+_STOPWORD_TEXT = """
+    a about above after again against all am an and any are as at be because been before being below
+    between both but by can could did do does doing down during each few for from further had has have having
+    he her here hers herself him himself his how i if in into is it its itself just me more most my myself no
+    nor not now of off on once only or other our ours ourselves out over own same she should so some such than
+    that the their theirs them themselves then there these they this those through to too under until up very
+    was we were what when where which while who whom why will with would you your yours yourself yourselves
+    s t d ll m o re ve y also may might must shall via per"""
+STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+"""English function words (Snowball's list, trimmed): they occur everywhere, so they only add noise."""
+
+_STEMS: dict[str, str] = {}
+"""Each word seen, mapped to its stem ("" for a stopword); bounded by ``_MAX_STEMS`` distinct words."""
+_MAX_STEMS = 500_000
+_STEMMER_LOCK = threading.Lock()
+_STEMMER = Stemmer.Stemmer("english")
 
 DEFAULT_K1 = 1.2
 DEFAULT_B = 0.75
@@ -23,6 +47,36 @@ DEFAULT_B = 0.75
 def terms_of(text: str) -> tuple[str, ...]:
     """The lowercase alphanumeric terms of ``text``, in order, duplicates kept (BM25 needs frequencies)."""
     return tuple(_TERM.findall(text.lower()))
+
+
+def stems_of(terms: Iterable[str]) -> tuple[str, ...]:
+    """``terms`` (as ``terms_of`` gives them) normalized for scoring: stopwords dropped, the others stemmed
+    (Snowball English), in order, duplicates kept. Deterministic: a pure function of the words."""
+    terms = tuple(terms)
+    try:
+        return tuple(filter(None, map(_STEMS.__getitem__, terms)))
+    except KeyError:
+        return tuple(filter(None, map(_learn(terms).__getitem__, terms)))
+
+
+def query_stems(text: str) -> frozenset[str]:
+    """The normalized terms of a query text, as a set (BM25 uses the query as a set)."""
+    return frozenset(stems_of(terms_of(text)))
+
+
+def _learn(terms: Sequence[str]) -> dict[str, str]:
+    """The stem of every word of ``terms``, kept in ``_STEMS`` too (the stemmer is not thread-safe, hence the
+    lock; the memo is emptied when it would outgrow ``_MAX_STEMS``)."""
+    words = sorted(set(terms))
+    with _STEMMER_LOCK:
+        stems = {
+            word: "" if word in STOPWORDS else stem
+            for word, stem in zip(words, _STEMMER.stemWords(words), strict=True)
+        }
+        if len(_STEMS) + len(stems) > _MAX_STEMS:
+            _STEMS.clear()
+        _STEMS.update(stems)
+    return stems
 
 
 class Document(NamedTuple):

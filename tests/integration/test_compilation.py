@@ -61,7 +61,8 @@ def compiled_events(auth) -> int:
     return EventRow.objects.filter(event_type="ContextCompiled", project_id=auth.project_id).count()
 
 
-def test_the_worked_example_for_a_small_a_standard_and_a_frontier_model(auth):
+def test_the_worked_example_for_a_small_a_standard_and_a_frontier_model(auth, settings):
+    settings.NEXUM_RELEVANCE_FLOOR = 0  # the reference's example keeps its Redis fact (no word of the step)
     evidence = [
         {"kind": "code", "id": "auth.rb", "text": "def valid?\n  token.signed?\nend", "origin": "app/auth.rb"}
     ]
@@ -135,6 +136,64 @@ def test_a_context_stored_by_the_previous_renderer_still_replays_to_its_digest(a
     assert now.compiler_version == services.COMPILER_VERSION and now.digest != before.digest
     for context in (before, now):
         assert services.context_replay(project_id=auth.project_id, digest=context.digest).matches
+
+
+def test_an_unrelated_verified_fact_is_below_relevance_while_a_relevant_unverified_one_is_included(auth):
+    scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    seeded = world.fact_record(
+        scope=scope, text="The authentication specs need a seeded user with a signed token", actor="test"
+    )
+    context = compile_for(auth, "frontier").context
+    included = {tuple(pair) for pair in context.included}
+    assert ("fact", str(seeded.id)) in included
+    assert ("fact", auth.redis_fact_id) not in included and "Redis" not in context.prompt_block
+    result = selectors.compiled_result(context)
+    below = [record for record in result.excluded if record.reason == "below the relevance floor"]
+    assert ("fact", auth.redis_fact_id) in {(record.kind, record.id) for record in below}
+    assert result.exclusion_summary()["by_reason"]["below_relevance"] == len(below)
+    assert context.total_tokens < context.budget["context_tokens"] // 2  # room left, not filled with noise
+
+
+def test_focus_changes_the_ranking_is_shown_and_replays(auth):
+    plain = compile_for(auth, "frontier").context
+    focused = compile_for(auth, "frontier", focus="  checking whether Redis is required  ").context
+    assert ("fact", auth.redis_fact_id) not in {tuple(pair) for pair in plain.included}
+    assert ("fact", auth.redis_fact_id) in {tuple(pair) for pair in focused.included}
+    assert "focus: checking whether Redis is required\n" in focused.prompt_block
+    assert focused.digest != plain.digest
+    for context in (plain, focused):
+        assert services.context_replay(project_id=auth.project_id, digest=context.digest).matches
+
+
+def test_focus_must_be_text_of_bounded_length(auth):
+    for focus, message in ((7, "focus must be a string"), ("x" * 2001, "focus is over 2000 characters")):
+        with pytest.raises(ValidationFailed, match=message) as caught:
+            compile_for(auth, "quick", focus=focus)
+        assert caught.value.field == "focus"
+    assert compiled_events(auth) == 0
+
+
+def test_a_context_stored_by_version_3_replays_with_its_ranking_and_the_floor_setting_is_recorded(
+    auth, monkeypatch, settings
+):
+    """Version 3 ranked verified facts first and filled the budget; the recorded floor replays too."""
+    with monkeypatch.context() as old:
+        old.setattr(services, "COMPILER_VERSION", 3)
+        before = compile_for(auth, "frontier").context
+    assert before.compiler_version == 3
+    assert ("fact", auth.redis_fact_id) in {tuple(pair) for pair in before.included}
+    now = compile_for(auth, "frontier").context
+    settings.NEXUM_RELEVANCE_FLOOR = 0
+    unfloored = compile_for(auth, "frontier").context
+    assert len({before.digest, now.digest, unfloored.digest}) == 3
+    for context in (before, now, unfloored):
+        assert services.context_replay(project_id=auth.project_id, digest=context.digest).matches
+
+
+def test_a_relevance_floor_setting_out_of_range_is_refused(auth, settings):
+    settings.NEXUM_RELEVANCE_FLOOR = 1.5
+    with pytest.raises(ValidationFailed, match="NEXUM_RELEVANCE_FLOOR must be a number from 0 to 1"):
+        compile_for(auth, "quick")
 
 
 def test_replay_uses_the_recorded_budget_after_the_overlay_changed(auth):

@@ -102,6 +102,8 @@ def worked_example(*, bulk: int = 0, **overrides: object) -> CompileInput:
             ),
         ),
         tools=TOOLS,
+        # The floor off: the reference's example keeps its Redis fact, which shares no word with the step.
+        relevance_floor=0.0,
     )
     fields.update(overrides)
     return CompileInput(**fields)  # type: ignore[arg-type]
@@ -306,11 +308,28 @@ def test_failures_newest_first_and_verified_facts_first_then_by_relevance() -> N
             item("fact", "x-verified", "Redis is required", verified=True),
         ),
     )
-    block = compiled(world, STANDARD).prompt_block
+    block = compiled(world, STANDARD, version=3).prompt_block
     positions = [block.index(text) for text in ("third attempt", "second attempt", "first attempt")]
     assert positions == sorted(positions)
     facts = [block.index(text) for text in ("Redis is required", "seeded user", "office closes")]
     assert facts == sorted(facts)
+
+
+def test_from_version_4_relevance_orders_facts_and_verification_only_breaks_near_ties() -> None:
+    world = worked_example(
+        facts=(
+            item("fact", "z-unrelated", "The office closes at six"),
+            item("fact", "y-relevant", "The authentication spec needs a seeded user"),
+            item("fact", "x-verified", "Redis is required", verified=True),
+            item("fact", "w-verified", "The authentication spec needs a seeded user first", verified=True),
+        ),
+    )
+    block = compiled(world, STANDARD).prompt_block
+    facts = [
+        block.index(text)
+        for text in ("[verified] The authentication spec", "- The authentication spec", "Redis", "office")
+    ]
+    assert facts == sorted(facts)  # the floor is off in the worked example: unrelated facts come last
 
 
 def test_items_are_atomic_and_first_fit_lets_smaller_items_through() -> None:
@@ -703,6 +722,7 @@ def test_input_order_does_not_matter() -> None:
         progress=world.progress[::-1],
         evidence=world.evidence[::-1],
         tools=world.tools[::-1],
+        relevance_floor=world.relevance_floor,
     )
     assert compiled(world, budget(2_500)).digest == compiled(reordered, budget(2_500)).digest
 

@@ -14,6 +14,13 @@ Allocation order (each step spends what the previous ones left):
    artifacts (newest first) → progress (newest first); atomic, first fit, every item left out is recorded with
    the tokens it needed and the tokens that were left.
 
+From version 4 the query is the whole step (goal, the parent step's objective, objective, inputs,
+constraints, success criteria and the request's ``focus``), words are normalized (``relevance.stems_of``), and
+the budget is a ceiling, not a target: a fact scoring below ``relevance_floor`` times the best fact's score is
+left out with reason ``below_relevance`` however much room is left. Among the relevant facts relevance
+orders and verification only breaks near-ties (``VERIFIED_BOOST``): a verified fact never displaces a clearly
+more relevant one. The pinned sections, failures, decisions, artifacts, progress and evidence have no floor.
+
 Selection works on item metadata only (stored token count, line count, sort keys, terms). Item text is
 fetched once, for the included items only, and the only texts tokenized at compile time are the pinned
 texts, the tool schemas, a few fixed labels and the final prompt block. The final block is always counted:
@@ -51,16 +58,25 @@ from nexum.core.digests import (
     sha256_hex,
 )
 from nexum.core.errors import ValidationFailed
-from nexum.core.relevance import bm25_scores, terms_of
+from nexum.core.relevance import Document, bm25_scores, query_stems, stems_of, terms_of
 from nexum.core.tokens import TokenCounter
 from nexum.core.trust import TrustClass
 
-COMPILER_VERSION = 3
+COMPILER_VERSION = 4
 """The renderer's version, part of every digest. Version 2 gives every retrieved and evidence item its origin
 line and lets a compile show the entries of a fold instead of its summary (``Fold``); version 3 quotes
-retrieved ``agent_reported`` content as data too. ``compile_context`` renders the older versions still, so a
-context stored by one replays to its own digest."""
-COMPILER_VERSIONS = (1, 2, 3)
+retrieved ``agent_reported`` content as data too; version 4 ranks against the whole step and the focus with
+normalized words and leaves facts below the relevance floor out. ``compile_context`` renders the older
+versions still, so a context stored by one replays to its own digest."""
+COMPILER_VERSIONS = (1, 2, 3, 4)
+RELEVANT_FROM = 4
+"""The first version with the whole-step query, normalized words and the relevance floor."""
+
+DEFAULT_RELEVANCE_FLOOR = 0.05
+"""A fact is relevant when its score is at least this share of the best fact's score (and above 0)."""
+VERIFIED_BOOST = 0.1
+"""A verified fact ranks as if its score were this much higher (a tie-breaker among near-equals)."""
+BELOW_RELEVANCE = "below the relevance floor"
 
 
 _TRUST_RANK = {trust.name: int(trust) for trust in TrustClass}
@@ -245,6 +261,12 @@ class CompileInput:
     charge_tool_schemas: bool = True
     folds: tuple[Fold, ...] = ()
     folds_required: int = 0
+    parent_objective: str = ""
+    """The objective of the step this one refines (its parent, unless that is the goal): part of the query."""
+    focus: str = ""
+    """What the agent is working on right now (the compile request's ``focus``): part of the query, and
+    rendered in the current step, so the digest covers it."""
+    relevance_floor: float = DEFAULT_RELEVANCE_FLOOR
 
     def __post_init__(self) -> None:
         for name in (
@@ -265,6 +287,9 @@ class CompileInput:
         share = self.evidence_share
         if isinstance(share, bool) or not isinstance(share, int | float) or not 0.0 <= share <= 1.0:
             raise ValidationFailed("evidence_share must be a number from 0 to 1", field="evidence_share")
+        floor = self.relevance_floor
+        if isinstance(floor, bool) or not isinstance(floor, int | float) or not 0.0 <= floor <= 1.0:
+            raise ValidationFailed("relevance_floor must be a number from 0 to 1", field="relevance_floor")
 
 
 class ExcludedItem(NamedTuple):
@@ -547,12 +572,12 @@ def _compile(
 ) -> CompiledContext:
     """One compile of a view without folds; ``hidden`` are the items the folds took out, recorded last."""
     if sections is None:
-        sections = rank_sections(compile_input, counter)
+        sections = rank_sections(compile_input, counter, version)
     context_budget = budget.context_tokens
-    query = query_of(compile_input)
+    query = query_of(compile_input, version)
     exclusions = _Exclusions()
 
-    tool_names, tool_tokens = _pack_tools(compile_input, budget, counter, query, exclusions)
+    tool_names, tool_tokens = _pack_tools(compile_input, budget, counter, query, exclusions, version)
 
     pinned_allowance = context_budget - tool_tokens
     pinned = _render_pinned(compile_input, pinned_allowance, counter)
@@ -645,6 +670,8 @@ class RankedSection(NamedTuple):
     items: tuple[ContextItem, ...]
     ids: tuple[str, ...]
     costs: Sequence[int]
+    relevant: int | None = None
+    """How many of ``items`` (the first ones) pass the relevance floor; ``None``: all of them."""
 
 
 class RankedSections(NamedTuple):
@@ -668,10 +695,25 @@ SECTION_FIELDS = {
 }
 
 
-def query_of(compile_input: CompileInput) -> frozenset[str]:
-    """The relevance terms of the goal and the step (what facts and evidence are ranked against)."""
+def query_of(compile_input: CompileInput, version: int = COMPILER_VERSION) -> frozenset[str]:
+    """The relevance terms facts and evidence are ranked against: before version 4 the raw words of the goal,
+    the step's objective and inputs; from it the normalized words of the whole step and the focus."""
     step = compile_input.step
-    return frozenset(terms_of(" ".join((compile_input.goal, step.objective, *step.inputs))))
+    if version < RELEVANT_FROM:
+        return frozenset(terms_of(" ".join((compile_input.goal, step.objective, *step.inputs))))
+    return query_stems(
+        " ".join(
+            (
+                compile_input.goal,
+                compile_input.parent_objective,
+                step.objective,
+                *step.inputs,
+                *compile_input.constraints,
+                *compile_input.success_criteria,
+                compile_input.focus,
+            )
+        )
+    )
 
 
 def verified_label_tokens(counter: TokenCounter) -> int:
@@ -680,20 +722,33 @@ def verified_label_tokens(counter: TokenCounter) -> int:
 
 
 def rank_section(
-    kind: str, items: tuple[ContextItem, ...], *, query: frozenset[str], verified_label: int
+    kind: str,
+    items: tuple[ContextItem, ...],
+    *,
+    query: frozenset[str],
+    verified_label: int,
+    version: int = COMPILER_VERSION,
+    floor: float = DEFAULT_RELEVANCE_FLOOR,
 ) -> RankedSection:
     """``items`` (all of ``kind``, ids unique) validated and ranked: evidence by relevance to ``query``,
-    facts verified first then by relevance, the other state kinds newest first; ties by id."""
+    facts by relevance (before version 4 verified first; from it only those above ``floor`` are relevant),
+    the other state kinds newest first; ties by id."""
     name = SECTION_FIELDS.get(kind, "evidence")
     _check_kind(items, name=name, kind=kind)
+    relevant = None
     if kind in EVIDENCE_KINDS:
-        ordered = _by_relevance(items, query)
+        ordered = _by_relevance(items, query, version)
+    elif kind == "fact" and version >= RELEVANT_FROM:
+        ordered, relevant = _relevant_facts_first(items, query, floor)
     elif kind == "fact":
         ordered = _facts_in_order(items, query)
     else:
         ordered = _newest_first(items)
     return RankedSection(
-        ordered, tuple(map(_by_id, ordered)), _lower_costs(ordered, verified_label if kind == "fact" else 0)
+        ordered,
+        tuple(map(_by_id, ordered)),
+        _lower_costs(ordered, verified_label if kind == "fact" else 0),
+        relevant,
     )
 
 
@@ -707,15 +762,18 @@ def evidence_by_kind(evidence: Sequence[ContextItem]) -> dict[str, tuple[Context
     return split
 
 
-def rank_sections(compile_input: CompileInput, counter: TokenCounter) -> RankedSections:
-    """Every evidence and state section of ``compile_input`` ranked (``rank_section``)."""
-    query = query_of(compile_input)
+def rank_sections(
+    compile_input: CompileInput, counter: TokenCounter, version: int = COMPILER_VERSION
+) -> RankedSections:
+    """Every evidence and state section of ``compile_input`` ranked (``rank_section``) for ``version``."""
+    query = query_of(compile_input, version)
     label = verified_label_tokens(counter)
     evidence = evidence_by_kind(compile_input.evidence)
     state = {kind: getattr(compile_input, field) for kind, field in SECTION_FIELDS.items()}
+    floor = compile_input.relevance_floor
     return RankedSections(
         **{
-            kind: rank_section(kind, items, query=query, verified_label=label)
+            kind: rank_section(kind, items, query=query, verified_label=label, version=version, floor=floor)
             for kind, items in (*evidence.items(), *state.items())
         }
     )
@@ -730,6 +788,7 @@ def _pack_tools(
     counter: TokenCounter,
     query: frozenset[str],
     exclusions: _Exclusions,
+    version: int,
 ) -> tuple[tuple[str, ...], int]:
     ranked: list[tuple[tuple[Any, ...], ToolSpec, str]] = []
     for tool in compile_input.tools:
@@ -743,7 +802,8 @@ def _pack_tools(
             ) from None
         if tool.score is not None and not math.isfinite(tool.score):
             raise ValidationFailed(f"tool {tool.name!r}: score must be finite", field="tools")
-        overlap = len(query.intersection(terms_of(f"{tool.name} {tool.description}")))
+        words = terms_of(f"{tool.name} {tool.description}")
+        overlap = len(query.intersection(words if version < RELEVANT_FROM else stems_of(words)))
         has_score = tool.score is not None
         key = (not tool.pinned, not has_score, -(tool.score or 0.0), -overlap, tool.name, definition)
         ranked.append((key, tool, definition))
@@ -789,6 +849,8 @@ def _pinned_pieces(compile_input: CompileInput) -> list[tuple[str, str]]:
     pieces += [("step", text) for text in step.inputs]
     pieces += [("constraints", text) for text in compile_input.constraints]
     pieces += [("success_criteria", text) for text in compile_input.success_criteria]
+    if compile_input.focus:
+        pieces.append(("focus", compile_input.focus))
     return pieces
 
 
@@ -799,6 +861,7 @@ def _pinned_text(pieces: Sequence[tuple[str, str]]) -> str:
     inputs = [text for section, text in pieces[3:] if section == "step"]
     constraints = [text for section, text in pieces if section == "constraints"]
     criteria = [text for section, text in pieces if section == "success_criteria"]
+    focus = [text for section, text in pieces if section == "focus"]
     sections = [
         f"## {SECTION_TITLES['goal']}\n{_indent(goal)}",
         "\n".join(
@@ -807,6 +870,7 @@ def _pinned_text(pieces: Sequence[tuple[str, str]]) -> str:
                 f"id: {_indent(step_id)}",
                 f"objective: {_indent(objective)}",
                 *(["inputs:", *(_bullet(text) for text in inputs)] if inputs else []),
+                *(f"focus: {_indent(text)}" for text in focus),
             ]
         ),
     ]
@@ -961,6 +1025,13 @@ class _Exclusions:
         if ids:
             self._extend(kind, left, list(ids), list(needed))
 
+    def add_reasoned_run(
+        self, kind: str, ids: Sequence[str], needed: Sequence[int], left: int, reason: str
+    ) -> None:
+        """Items of one kind (by id) left out for one ``reason``, tried while ``left`` tokens were left."""
+        if ids:
+            self.runs.append((kind, left, reason, list(ids), list(needed)))
+
     def _extend(self, kind: str, left: int, ids: list[str], needed: list[int]) -> None:
         if self.runs and self.runs[-1][:3] == (kind, left, None):
             self.runs[-1][3].extend(ids)
@@ -1014,19 +1085,28 @@ def _counted_block_reason(needed: int, overflow: int) -> str:
 
 
 DUPLICATE_TOOL = "duplicate"
-REASON_CODES = ("token_budget", "counted_block", "tool_count", "tool_tokens", "duplicate_tool")
+REASON_CODES = (
+    "token_budget",
+    "counted_block",
+    "tool_count",
+    "tool_tokens",
+    "duplicate_tool",
+    "below_relevance",
+)
 
 
 def reason_code(run: ExclusionRun) -> str:
     """Why a run's items were left out, as one of ``REASON_CODES``: over the token budget by their metadata
     cost (``token_budget``) or once the block was counted (``counted_block``), past the model's tool count
-    (``tool_count``) or the tools' token share (``tool_tokens``), or a tool given twice
-    (``duplicate_tool``)."""
+    (``tool_count``) or the tools' token share (``tool_tokens``), a tool given twice (``duplicate_tool``), or
+    a fact below the relevance floor (``below_relevance``)."""
     reason = run.reason
     if reason is None:
         return "token_budget"
     if reason == DUPLICATE_TOOL:
         return "duplicate_tool"
+    if reason == BELOW_RELEVANCE:
+        return "below_relevance"
     if reason.endswith(" tools is full"):
         return "tool_count"
     if reason.endswith(" left for tools"):
@@ -1073,7 +1153,8 @@ def _first_fit(
             continue
         kind = items[0].kind
         header = 0 if section in started else costs.headers[section]
-        lows = list(ranked.costs)
+        relevant = len(items) if ranked.relevant is None else ranked.relevant
+        lows = list(ranked.costs[:relevant])
         room = left - header
         # Indexes of items whose lower cost fits the room, found by C-level iterators that share one cursor:
         # after an inclusion the filter restarts, with the smaller room, where the last one stopped.
@@ -1097,7 +1178,10 @@ def _first_fit(
             started.add(section)
             run_start = index + 1
             fitting = compress(positions, map(ge, repeat(room), rest))
-        exclusions.add_run(kind, ids[run_start:], lows[run_start:], max(room, 0))
+        exclusions.add_run(kind, ids[run_start:relevant], lows[run_start:], max(room, 0))
+        exclusions.add_reasoned_run(
+            kind, ids[relevant:], ranked.costs[relevant:], max(left, 0), BELOW_RELEVANCE
+        )
     return included, max(0, allowance) - left
 
 
@@ -1106,9 +1190,11 @@ def _newest_first(items: Iterable[ContextItem]) -> tuple[ContextItem, ...]:
     return tuple(sorted(sorted(items, key=_by_id), key=_by_position, reverse=True))
 
 
-def _by_relevance(items: Sequence[ContextItem], query: frozenset[str]) -> tuple[ContextItem, ...]:
+def _by_relevance(
+    items: Sequence[ContextItem], query: frozenset[str], version: int
+) -> tuple[ContextItem, ...]:
     """Most relevant first (BM25 over the items given), ties (and no relevance at all) by id."""
-    scores = bm25_scores(query, items)
+    scores = bm25_scores(query, items if version < RELEVANT_FROM else _normalized(items))
     ordered = sorted(items, key=_by_id)
     ordered.sort(key=lambda item: scores.get(item.id, 0.0), reverse=True)
     return tuple(ordered)
@@ -1121,6 +1207,31 @@ def _facts_in_order(facts: Sequence[ContextItem], query: frozenset[str]) -> tupl
     ordered.sort(key=lambda fact: scores.get(fact.id, 0.0), reverse=True)
     ordered.sort(key=lambda fact: not fact.verified)
     return tuple(ordered)
+
+
+def _relevant_facts_first(
+    facts: Sequence[ContextItem], query: frozenset[str], floor: float
+) -> tuple[tuple[ContextItem, ...], int]:
+    """The facts scoring at least ``floor`` times the best score (BM25 over all facts, normalized words),
+    most relevant first with verified facts boosted by ``VERIFIED_BOOST``, then the others by id; and how
+    many are relevant. A floor of 0 turns the floor off: every fact is relevant, those sharing no word with
+    the query last (verified first among them). Ties by id."""
+    scores = bm25_scores(query, _normalized(facts))
+    threshold = floor * max(scores.values(), default=0.0)
+    relevant = [fact for fact in facts if not floor or (fact.id in scores and scores[fact.id] >= threshold)]
+    relevant.sort(key=_by_id)
+    boost, tie = 1.0 + VERIFIED_BOOST, math.ulp(0.0)
+    relevant.sort(
+        key=lambda fact: (scores.get(fact.id, 0.0) or tie) * (boost if fact.verified else 1.0), reverse=True
+    )
+    chosen = {fact.id for fact in relevant}
+    rest = sorted((fact for fact in facts if fact.id not in chosen), key=_by_id)
+    return (*relevant, *rest), len(relevant)
+
+
+def _normalized(items: Sequence[ContextItem]) -> list[Document]:
+    """The items as documents of their normalized terms (``relevance.stems_of``), for scoring."""
+    return [Document(item.id, stems_of(item.terms)) for item in items]
 
 
 def _load_texts(items: Sequence[ContextItem], load_texts: TextLoader | None) -> dict[tuple[str, str], str]:

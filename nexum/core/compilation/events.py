@@ -47,6 +47,7 @@ class ContextCompileRequested(Event):
     overrides: dict[str, int] = field(default_factory=dict)
     compaction: bool | None = None
     evidence_digest: str | None = None
+    focus: str = ""
 
 
 @event_type("ContextCompiled")
@@ -72,6 +73,10 @@ class ContextCompiled(Event):
     compaction_threshold: int | None = None
     """The ``auto_compact_tokens`` the compile honoured (``None``: compaction off or no threshold): which
     folds it showed as summaries follows from it, so a replay needs it."""
+    focus: str = ""
+    """The request's ``focus`` (what the agent is working on now): part of the query, so a replay needs it."""
+    relevance_floor: float | None = None
+    """The relevance floor the compile applied (version 4; ``None`` for a compile recorded before it)."""
 
 
 @event_type("ContextCompileFailed")
