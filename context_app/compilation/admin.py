@@ -49,13 +49,15 @@ class CompiledContextAdmin(ReadOnlyAdmin):
         context = get_object_or_404(StoredContext, pk=object_id)
         previous = selectors.previous_context(context)
         excluded = list(selectors.iter_excluded(context))
+        result = selectors.compiled_result(context)
         extra = {
             "compiled": context,
             "sections": selectors.section_rows(context),
             "excluded": excluded[:EXCLUDED_SHOWN],
             "excluded_total": len(excluded),
             "excluded_shown": min(len(excluded), EXCLUDED_SHOWN),
-            "truncated": selectors.compiled_result(context).truncated,
+            "excluded_by_reason": result.exclusion_summary()["by_reason"],
+            "truncated": result.truncated,
             "compiles": selectors.task_compilations(project_id=context.project_id, task_id=context.task_id),
             "replay_url": reverse("admin:compilation_storedcontext_replay", args=[context.pk]),
             "diff_url": (

@@ -70,7 +70,8 @@ class StoredContext(models.Model):
 
 
 class CompileEvidence(models.Model):
-    """The extra evidence one or more compile requests supplied, content-addressed by ``digest``."""
+    """The extra evidence one or more compile requests supplied, or a request's focus (``[{"focus": text}]``),
+    content-addressed by ``digest``: events name it by digest and carry no text."""
 
     id = models.UUIDField(primary_key=True)
     project = models.ForeignKey(
@@ -106,7 +107,9 @@ class ContextCompilation(models.Model):
     overrides = models.JSONField(default=dict)
     compaction = models.BooleanField(null=True, blank=True)
     evidence_digest = models.CharField(max_length=64, blank=True)
-    focus = models.TextField(blank=True, default="", help_text="what the agent said it is working on now")
+    focus_digest = models.CharField(
+        max_length=64, blank=True, default="", help_text="the request's focus, kept with the request evidence"
+    )
     digest = models.CharField(max_length=64, blank=True)
     position = models.BigIntegerField(null=True, blank=True, help_text="the log position compiled at")
     compiled_position = models.BigIntegerField(

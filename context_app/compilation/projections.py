@@ -26,7 +26,7 @@ class CompilationProjection(Projection):
             overrides=dict(sorted(event.overrides.items())),
             compaction=event.compaction,
             evidence_digest=event.evidence_digest or "",
-            focus=event.focus,
+            focus_digest=event.focus_digest or "",
         )
 
     @handles("ContextCompiled")

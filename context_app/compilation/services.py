@@ -174,6 +174,7 @@ def context_compile_request(
 
     with transaction.atomic():
         evidence_digest = _store_evidence(project_id, evidence)
+        focus_digest = _store_focus(project_id, focus)
         store.append(
             stream_id=compilation_events.compile_stream(request_id),
             events=[
@@ -187,7 +188,7 @@ def context_compile_request(
                     },
                     compaction=compaction,
                     evidence_digest=evidence_digest,
-                    focus=focus,
+                    focus_digest=focus_digest,
                 )
             ],
             expected_version=0,
@@ -223,7 +224,7 @@ def context_compile_run(*, request_id: str, actor: str = "worker") -> ContextCom
             compaction=queued.compaction,
             request_id=str(queued.request_id),
             expected_version=queued.version,
-            focus=queued.focus,
+            focus=_focus_text(project_id, queued.focus_digest),
             actor=actor,
         )
     except ConcurrencyError:
@@ -352,6 +353,7 @@ def _record(
     """Store the compiled context by digest and append ``ContextCompiled`` (the caller's transaction)."""
     project_id = str(task.project_id)
     evidence_digest = _store_evidence(project_id, evidence)
+    focus_digest = _store_focus(project_id, focus)
     context = _store_context(
         task=task,
         result=result,
@@ -380,7 +382,7 @@ def _record(
                 included_count=len(result.included),
                 excluded_count=context.excluded_count,
                 compaction_threshold=compaction_threshold,
-                focus=focus,
+                focus_digest=focus_digest,
                 relevance_floor=relevance_floor,
             )
         ],
@@ -510,7 +512,7 @@ def context_replay(*, project_id: str, digest: str) -> ReplayOutcome:
             evidence=evidence,
             version=context.compiler_version,
             compaction_threshold=threshold,
-            focus="" if compiled is None else compiled.focus,
+            focus="" if compiled is None else _focus_text(project_id, compiled.focus_digest),
             relevance_floor=DEFAULT_RELEVANCE_FLOOR
             if compiled is None or compiled.relevance_floor is None
             else compiled.relevance_floor,
@@ -821,7 +823,20 @@ def _finished(project_id: str, request_id: str) -> CompileOutcome | None:
 def _store_evidence(project_id: str, evidence: Sequence[Mapping[str, Any]]) -> str | None:
     if not evidence:
         return None
-    items = [dict(sorted(entry.items())) for entry in evidence]
+    return _store_items(project_id, [dict(sorted(entry.items())) for entry in evidence])
+
+
+def _store_focus(project_id: str, focus: str) -> str | None:
+    """Keep a request's focus as the request evidence is kept (content-addressed): events carry no text."""
+    return _store_items(project_id, [{"focus": focus}]) if focus else None
+
+
+def _focus_text(project_id: str, digest: str | None) -> str:
+    """The focus kept under ``digest`` (``_store_focus``); ``""`` for none."""
+    return selectors.evidence_get(project_id=project_id, digest=digest)[0]["focus"] if digest else ""
+
+
+def _store_items(project_id: str, items: list[dict[str, Any]]) -> str:
     digest = digest_of(items)
     CompileEvidence.objects.bulk_create(
         [

@@ -57,6 +57,14 @@ class CompileInput(StrictInput):
     compaction = serializers.BooleanField(
         required=False, allow_null=True, default=None, help_text="this request's compaction choice (O6)"
     )
+    focus = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=services.FOCUS_MAX_CHARS,
+        help_text="what the agent is working on right now: ranks the facts beside the step, is shown in the "
+        "current step and recorded for replay",
+    )
     async_ = serializers.BooleanField(
         required=False, default=False, help_text="queue the compile and answer with a request id to poll"
     )
@@ -329,6 +337,7 @@ class TaskCompileView(APIView):
             "overrides": dict(values.get("overrides") or {}) or None,
             "extra_evidence": [dict(entry) for entry in values.get("evidence", [])],
             "compaction": values.get("compaction"),
+            "focus": values.get("focus", ""),
             "request_id": services.request_id_for_key(project_id, key) if key else None,
             "actor": request.user.actor,
         }

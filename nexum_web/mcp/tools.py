@@ -182,7 +182,9 @@ TOOLS: dict[str, ToolSpec] = {
             "compile_context",
             "Compile the task's context for one model call under the model word's budget: the prompt block, "
             "the tools to expose, the budget and tokens per section; excluded items are counted per kind and "
-            "reason (the full list is the resource nexum://contexts/{digest}).",
+            "reason (the full list is the resource nexum://contexts/{digest}). Facts not relevant enough to "
+            "the step are left out (below the relevance floor); focus (what you are working on now) ranks "
+            "them.",
             "POST",
             "/api/v1/tasks/{task_id}/compile",
             shape=compile_summary,

@@ -121,6 +121,33 @@ def test_async_compile_and_poll(api, auth, django_capture_on_commit_callbacks):
     assert body["status"] == "done" and body["context"]["digest"] == body["digest"]
 
 
+def test_a_focus_sync_or_queued_ranks_the_facts_is_shown_and_replays(
+    api, auth, django_capture_on_commit_callbacks
+):
+    body = {"model": "local", "focus": "is Redis required"}
+    sync = api.post(compile_url(auth), body, format="json")
+    assert sync.status_code == 200, sync.json()
+    with django_capture_on_commit_callbacks(execute=True):
+        queued = api.post(compile_url(auth), {**body, "async": True}, format="json")
+    polled = api.get(f"/api/v1/compiles/{queued.json()['request_id']}").json()
+    context = sync.json()["context"]
+    assert polled["status"] == "done" and polled["digest"] == context["digest"]
+    assert (
+        "focus: is Redis required" in context["prompt_block"]
+        and "Redis is required" in context["prompt_block"]
+    )
+    plain = api.post(compile_url(auth), {"model": "local"}, format="json").json()["context"]
+    assert "Redis is required" not in plain["prompt_block"]
+    assert plain["exclusions"]["by_reason"]["below_relevance"] >= 1
+    replay = api.post(f"/api/v1/contexts/{context['digest']}/replay")
+    assert replay.status_code == 200 and replay.json()["matches"] is True
+
+
+def test_a_focus_over_its_length_is_400_naming_the_field(api, auth):
+    answer = api.post(compile_url(auth), {"model": "local", "focus": "x" * 2001}, format="json")
+    assert answer.status_code == 400 and "focus" in json.dumps(answer.json())
+
+
 def test_an_idempotency_key_names_the_request(api, auth):
     headers = {"HTTP_IDEMPOTENCY_KEY": "compile-1"}
     first = api.post(compile_url(auth), {"model": "local"}, format="json", **headers).json()
@@ -193,6 +220,7 @@ def test_the_admin_page_shows_the_context(admin_client, api, auth):
         "Replay at position",
     ):
         assert text in html
+    assert "<code>below_relevance</code>" in html  # the verified Redis fact, unrelated to the step
     assert "Diff with the previous compile" in html
     earlier = StoredContext.objects.get(digest=first["digest"])
     diff = admin_client.get(f"/admin/compilation/storedcontext/{earlier.pk}/diff/{stored.pk}/")

@@ -75,7 +75,7 @@ def test_an_agent_session_lists_records_compiles_and_completes(project, planned)
         shared = structured(
             await client.call_tool("record_decision", {"goal_id": goal_id, "text": "UTC", "rationale": "x"})
         )
-        compile_arguments = {"task_id": task_id, "model": "quick"}
+        compile_arguments = {"task_id": task_id, "model": "quick", "focus": "when tokens expire"}
         compiled = structured(await client.call_tool("compile_context", compile_arguments))
         context = await client.read_resource(compiled["resource"])
         completed = structured(
@@ -107,6 +107,9 @@ def test_an_agent_session_lists_records_compiles_and_completes(project, planned)
     schema = got["tools"]["record_fact"].input_schema
     assert schema["properties"]["text"]["type"] == "string" and schema["additionalProperties"] is False
     assert "model" in got["tools"]["compile_context"].input_schema["required"]
+    assert got["tools"]["compile_context"].input_schema["properties"]["focus"]["type"] == "string"
+    assert "focus: when tokens expire" in got["compiled"]["prompt_block"]
+    assert "Tokens expire after 15 minutes" in got["compiled"]["prompt_block"]
     assert got["started"]["state"] == "running"
     assert got["fact"]["trust_class"] == "agent_reported" and got["fact"]["actor"] == "agent:mcp-agent"
     assert got["shared"]["goal_id"] == goal_id

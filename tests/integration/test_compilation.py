@@ -161,6 +161,8 @@ def test_focus_changes_the_ranking_is_shown_and_replays(auth):
     assert ("fact", auth.redis_fact_id) in {tuple(pair) for pair in focused.included}
     assert "focus: checking whether Redis is required\n" in focused.prompt_block
     assert focused.digest != plain.digest
+    recorded = EventRow.objects.filter(event_type="ContextCompiled", data__digest=focused.digest).get()
+    assert recorded.data["focus_digest"] and "Redis" not in str(recorded.data)  # events carry no text
     for context in (plain, focused):
         assert services.context_replay(project_id=auth.project_id, digest=context.digest).matches
 

@@ -47,7 +47,8 @@ class ContextCompileRequested(Event):
     overrides: dict[str, int] = field(default_factory=dict)
     compaction: bool | None = None
     evidence_digest: str | None = None
-    focus: str = ""
+    focus_digest: str | None = None
+    """The request's ``focus``, kept with the request evidence (``None``: no focus)."""
 
 
 @event_type("ContextCompiled")
@@ -73,8 +74,9 @@ class ContextCompiled(Event):
     compaction_threshold: int | None = None
     """The ``auto_compact_tokens`` the compile honoured (``None``: compaction off or no threshold): which
     folds it showed as summaries follows from it, so a replay needs it."""
-    focus: str = ""
-    """The request's ``focus`` (what the agent is working on now): part of the query, so a replay needs it."""
+    focus_digest: str | None = None
+    """Where the request's ``focus`` (what the agent is working on now) is kept, beside the request evidence:
+    it is part of the query, so a replay needs it (``None``: no focus)."""
     relevance_floor: float | None = None
     """The relevance floor the compile applied (version 4; ``None`` for a compile recorded before it)."""
 

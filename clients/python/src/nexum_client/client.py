@@ -342,9 +342,18 @@ class Nexum:
         overrides: dict[str, int] | None = None,
         evidence: list[dict[str, Any]] | None = None,
         compaction: bool | None = None,
+        focus: str | None = None,
     ) -> Context:
-        """The task's context for one call of ``model`` (a catalog word): prompt block, tools, budget."""
-        body = {"model": model, "overrides": overrides, "evidence": evidence, "compaction": compaction}
+        """The task's context for one call of ``model`` (a catalog word): prompt block, tools, budget.
+        ``focus`` says what the agent is working on now: it ranks the facts beside the step and is shown in
+        the current step."""
+        body = {
+            "model": model,
+            "overrides": overrides,
+            "evidence": evidence,
+            "compaction": compaction,
+            "focus": focus,
+        }
         answer = self._post(f"tasks/{task_id}/compile", body)
         return Context.from_json(answer["context"], request_id=answer.get("request_id"))
 
