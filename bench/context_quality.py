@@ -21,7 +21,8 @@ included; cl100k_base via the project's counter) and the prompt tokens. In the s
 fill the same fact budget the compiler spent on facts (the compile costs of the facts it included), by first
 fit in their own order: BM25 over stemmed words (``bm25s``, Snowball English), embeddings (``wordllama``,
 weights shipped in the wheel, never downloaded) and the reciprocal-rank fusion of the two (k = 60). Their
-query is the compiler's: the goal, the step's objective and its inputs. Uses (and resets) the database.
+query is the goal, the step's objective and its inputs (the compiler's before version 4, whose query is
+the whole step). Uses (and resets) the database.
 """
 
 from __future__ import annotations
