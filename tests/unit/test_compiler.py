@@ -772,3 +772,44 @@ def test_the_exclusion_summary_counts_every_record_by_reason_code() -> None:
     assert set(codes) <= set(REASON_CODES) and codes["duplicate_tool"] == 1 and codes["tool_count"] >= 1
     budget_records = [record for record in result.excluded if record.kind != "tool"]
     assert codes["token_budget"] == len(budget_records)
+
+
+# --- the relevance floor (C5a, version 4) ------------------------------------------------------------------
+
+
+def floored_world(floor: float = 0.05) -> CompileInput:
+    return worked_example(
+        facts=(
+            item("fact", "unrelated-verified", "The office closes at six", verified=True),
+            item("fact", "relevant", "The authentication spec needs a seeded user"),
+        ),
+        relevance_floor=floor,
+    )
+
+
+def test_an_unrelated_verified_fact_is_below_relevance_and_a_relevant_unverified_one_is_included() -> None:
+    result = compiled(floored_world(), FRONTIER)
+    assert ("fact", "relevant") in result.included and ("fact", "unrelated-verified") not in result.included
+    [record] = [record for record in result.excluded if record.id == "unrelated-verified"]
+    assert record.reason == "below the relevance floor" and "below_relevance" in REASON_CODES
+    assert result.exclusion_summary()["by_reason"]["below_relevance"] == 1
+    assert "office" not in result.prompt_block
+
+
+def test_a_floor_of_zero_lets_every_fact_fill_the_room_and_version_3_ignores_the_floor() -> None:
+    assert ("fact", "unrelated-verified") in compiled(floored_world(0.0), FRONTIER).included
+    older = compiled(floored_world(), FRONTIER, version=3)
+    assert older.included.index(("fact", "unrelated-verified")) < older.included.index(("fact", "relevant"))
+
+
+def test_the_focus_joins_the_query_and_is_shown_in_the_current_step() -> None:
+    focused = compiled(dataclasses.replace(floored_world(), focus="when does the office close"), FRONTIER)
+    assert ("fact", "unrelated-verified") in focused.included
+    assert "focus: when does the office close" in focused.prompt_block
+    assert focused.digest != compiled(floored_world(), FRONTIER).digest
+
+
+@pytest.mark.parametrize("floor", [-0.1, 1.5, True, "0.1"])
+def test_a_relevance_floor_outside_0_to_1_is_refused(floor: object) -> None:
+    with pytest.raises(ValidationFailed, match="relevance_floor must be a number from 0 to 1"):
+        floored_world(floor)  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nexum.core.relevance import Document, bm25_scores, rank_by_relevance, terms_of
+from nexum.core.relevance import Document, bm25_scores, query_stems, rank_by_relevance, stems_of, terms_of
 
 
 def docs(**texts: str) -> list[Document]:
@@ -87,3 +87,23 @@ def test_scores_do_not_depend_on_document_or_query_order(
     assert bm25_scores(query, documents) == bm25_scores(list(reversed(query)), shuffled)
     assert rank_by_relevance(query, documents) == rank_by_relevance(query, shuffled)
     assert all(score > 0 for score in bm25_scores(query, documents).values())
+
+
+def test_stems_drop_stopwords_and_meet_across_inflections() -> None:
+    assert stems_of(terms_of("The retries in the payments queue were retried")) == (
+        "retri",
+        "payment",
+        "queue",
+        "retri",
+    )
+    assert query_stems("the of in and") == frozenset()
+    assert stems_of(("databases", "the")) == stems_of(("database",))
+
+
+def test_a_stopword_query_ranks_nothing_and_a_stem_finds_its_inflection() -> None:
+    documents = [
+        Document(doc_id, stems_of(terms_of(text)))
+        for doc_id, text in {"a": "the cache in the middle", "b": "retrying failed payments"}.items()
+    ]
+    assert bm25_scores(query_stems("in the"), documents) == {}
+    assert set(bm25_scores(query_stems("payment retries"), documents)) == {"b"}
