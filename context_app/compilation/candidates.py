@@ -46,6 +46,7 @@ from context_app.world.models import WorldItem
 from nexum.core import world
 from nexum.core.compilation.compiler import ContextItem, RankedSection
 from nexum.core.compilation.rules import COMPACTED_KINDS
+from nexum.core.relevance import stems_of
 from nexum.core.tokens import TokenCounter
 from nexum.eventstore.models import Event
 from tasks_app.models import Task
@@ -319,6 +320,7 @@ class CandidateCache:
             state = (row.id, row.changed_position, row.tokens)
             item = self._items.get(state) if row.tokens is not None else None
             if item is None:
+                terms = tuple(map(intern, row.ranked_terms.split(" "))) if row.ranked_terms else ()
                 item = ContextItem(
                     "diagnostic" if row.kind == "tool_call" else intern(row.kind),
                     row.id,
@@ -326,11 +328,12 @@ class CandidateCache:
                     row.line_count,
                     row.position,
                     bool(row.verified),
-                    tuple(map(intern, row.ranked_terms.split(" "))) if row.ranked_terms else (),
+                    terms,
                     intern(row.trust_class),
                     f"tool call: {row.source}"
                     if row.kind == "tool_call"
                     else (intern(row.source) if row.source else None),
+                    stems=stems_of(terms),
                 )
                 if row.tokens is None:
                     uncounted.append(len(items))

@@ -108,7 +108,11 @@ class ContextCompilation(models.Model):
     compaction = models.BooleanField(null=True, blank=True)
     evidence_digest = models.CharField(max_length=64, blank=True)
     focus_digest = models.CharField(
-        max_length=64, blank=True, default="", help_text="the request's focus, kept with the request evidence"
+        max_length=64,
+        blank=True,
+        default="",
+        db_default="",  # rows written by a process still on the previous release get it too
+        help_text="the request's focus, kept with the request evidence",
     )
     digest = models.CharField(max_length=64, blank=True)
     position = models.BigIntegerField(null=True, blank=True, help_text="the log position compiled at")

@@ -150,6 +150,9 @@ class ContextItem:
     origin: str | None = None
     observed: str | None = None
     text: str | None = field(default=None, repr=False, compare=False)
+    stems: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
+    """``relevance.stems_of(terms)`` when the store computed it once (the candidate cache does); else computed
+    when ranked."""
 
     def __post_init__(self) -> None:
         if self.token_count < 0 or self.line_count < 1:
@@ -1231,7 +1234,7 @@ def _relevant_facts_first(
 
 def _normalized(items: Sequence[ContextItem]) -> list[Document]:
     """The items as documents of their normalized terms (``relevance.stems_of``), for scoring."""
-    return [Document(item.id, stems_of(item.terms)) for item in items]
+    return [Document(item.id, stems_of(item.terms) if item.stems is None else item.stems) for item in items]
 
 
 def _load_texts(items: Sequence[ContextItem], load_texts: TextLoader | None) -> dict[tuple[str, str], str]:
