@@ -35,7 +35,9 @@ def test_an_operator_opens_a_compiled_context_and_sees_its_exclusions_with_reaso
     assert squeezed.digest in page.locator("h2", has_text="Compiled context").inner_text()
     excluded = page.locator("h3", has_text="Excluded")
     assert f"Excluded ({squeezed.excluded_count}" in excluded.inner_text()
-    rows = page.locator("h3:has-text('Excluded') + table tr")
+    by_reason = re.findall(r"(\w+) (\d+)", page.locator("h3:has-text('Excluded') + p").inner_text())
+    assert sum(int(count) for _, count in by_reason) == squeezed.excluded_count
+    rows = page.locator("xpath=//h3[starts-with(., 'Excluded')]/following-sibling::table[1]//tr")
     assert rows.count() == squeezed.excluded_count + 1
     assert re.search(r"needed \d+ tokens, \d+ left", rows.nth(1).inner_text())
     assert page.locator(".nx-bar-row").count() >= 4  # tokens per section against the budget
