@@ -236,7 +236,12 @@ def test_an_injection_corpus_changes_no_authority_and_is_rendered_as_quoted_data
     )
     budget = ModelBudget("frontier", 400_000, 0, "high", 4096, 500_000)
     compiled = compile_context(
-        CompileInput(goal="Ship the release", step=Step("s1", "Configure the deploy"), facts=facts),
+        CompileInput(
+            goal="Ship the release",
+            step=Step("s1", "Configure the deploy"),
+            facts=facts,
+            relevance_floor=0.0,  # every injection in the prompt, however unrelated to the step
+        ),
         budget=budget,
         counter=counter,
     )
@@ -474,9 +479,12 @@ def _sibling_tasks(project) -> dict[str, Any]:
 
 
 @pytest.mark.django_db
-def test_a_side_picked_on_one_task_applies_to_every_task_of_the_goal_that_sees_the_subject(project, tmp_path):
+def test_a_side_picked_on_one_task_applies_to_every_task_of_the_goal_that_sees_the_subject(
+    project, tmp_path, settings
+):
     from context_app.compilation.services import context_compile
 
+    settings.NEXUM_RELEVANCE_FLOOR = 0  # the sibling's step ("Write the changelog") names no port
     load_catalog(str(project.id))
     _conflicting_sources(project, tmp_path)
     tasks = _sibling_tasks(project)
