@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run demo-reset serve serve-environment demo-agent test contract lint format bench clean
+.PHONY: run demo-reset serve serve-environment demo-agent test contract typescript-client lint format bench clean
 
 # The Python client (clients/python) is installed beside the service: its tests run against a live server.
 $(STAMP): pyproject.toml clients/python/pyproject.toml
@@ -55,6 +55,15 @@ test: $(STAMP)
 # `make test` runs it with the rest.
 contract: $(STAMP)
 	$(BIN)/python -m pytest tests/e2e/test_api_contract.py -p no:randomly
+
+# The TypeScript client (clients/typescript): npm ci from its lockfile, its types generated again from this
+# server's OpenAPI schema (commit src/schema.ts when it changes), then built. `make test` builds it and runs its
+# node tests against a live server (tests/e2e/test_typescript_client.py), and fails when src/schema.ts is stale.
+TS_CLIENT := clients/typescript
+typescript-client: $(STAMP)
+	cd $(TS_CLIENT) && npm ci --no-audit --no-fund
+	$(BIN)/python manage.py spectacular --format openapi-json --file $(TS_CLIENT)/openapi.json
+	cd $(TS_CLIENT) && NEXUM_SCHEMA=openapi.json npm run generate && npm run build
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
