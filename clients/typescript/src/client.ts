@@ -245,7 +245,7 @@ export class Nexum {
   }
 
   private url(path: string, query: RequestOptions["query"]): string {
-    const url = new URL(API_PREFIX + path.replace(/^\/+/, ""), this.baseUrl);
+    const url = new URL(this.baseUrl + API_PREFIX + path.replace(/^\/+/, "")); // keeps a base URL's own path
     for (const [name, value] of Object.entries(query ?? {})) {
       if (value !== undefined && value !== null) url.searchParams.set(name, String(value));
     }
