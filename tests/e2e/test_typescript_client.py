@@ -3,10 +3,12 @@ build``) and its ``node --test`` suite run against a live server (pytest-django'
 database): the seed's ``compileFor`` and ``gateTaskCompletion`` flow, lost answers to a PUT and a POST written
 once, typed 409 and 422 errors, the event stream resumed with Last-Event-ID. Its types are generated from the
 server's OpenAPI schema; a schema that changed without them is a failure naming the command that regenerates
-them. Skipped, saying why, only where Node or npm is missing (.ci/run installs them)."""
+them. The README's examples are type-checked against the client. Skipped, saying why, only where Node or npm
+is missing (.ci/run installs them)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -63,6 +65,38 @@ def test_the_client_types_are_generated_from_the_servers_schema(built_client, tm
         "clients/typescript/src/schema.ts is not the server's schema any more: run `make typescript-client`"
         " and commit the regenerated file"
     )
+
+
+def test_the_readmes_typescript_examples_type_check(built_client, tmp_path):
+    """The README's ``ts`` blocks, one module importing ``nexum-client`` (this checkout's source), checked by
+    tsc with the client's own settings: an example that calls what the client lacks fails here."""
+    readme = (CLIENT / "README.md").read_text()
+    examples = re.findall(r"```ts\n(.*?)```", readme, re.S)
+    assert len(examples) >= 3, "the README's TypeScript examples were not found"
+    # The one name the examples leave to the reader: the model's reply.
+    (tmp_path / "readme.ts").write_text("declare const modelAnswer: string;\n" + "\n".join(examples))
+    (tmp_path / "package.json").write_text(json.dumps({"type": "module"}))
+    tsconfig = {
+        "extends": str(CLIENT / "tsconfig.json"),
+        "compilerOptions": {
+            "noEmit": True,
+            "rootDir": "/",
+            "typeRoots": [str(CLIENT / "node_modules" / "@types")],
+            "paths": {"nexum-client": [str(CLIENT / "src" / "index.ts")]},
+        },
+        "include": [],
+        "files": ["readme.ts"],
+    }
+    (tmp_path / "tsconfig.json").write_text(json.dumps(tsconfig))
+    tsc = CLIENT / "node_modules" / ".bin" / "tsc"
+    done = subprocess.run(
+        [str(tsc), "-p", str(tmp_path / "tsconfig.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, f"the README's examples do not type-check:\n{done.stdout}{done.stderr}"
 
 
 def types_only(generated: str) -> list[str]:
