@@ -79,3 +79,4 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) data/*.sqlite3* data/artifacts data/workspace data/published
+	rm -rf $(TS_CLIENT)/node_modules $(TS_CLIENT)/dist $(TS_CLIENT)/openapi.json
