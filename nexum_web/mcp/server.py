@@ -4,18 +4,23 @@ Handlers are asynchronous (the SDK's); the work is Django's and synchronous. Eac
 with ``sync_to_async(thread_sensitive=True)``: under the HTTP transport, which enters the SDK through
 ``async_to_sync`` from the WSGI request's thread, that runs the call back on that same thread, inside the
 request (its database connection, closed when the request ends; its request id). Under stdio the calls run
-one at a time on one thread, and the command closes a stale database connection before each.
+one at a time on one thread, and the command closes a stale database connection before each. A call made
+outside an HTTP request (stdio, an in-process client) gets a request id of its own, so its error bodies and
+log records carry one.
 
 Who calls is the ``Caller`` of the connection: the HTTP view sets it from the request's bearer token, the
 stdio command from ``--token``. Every tool call is an API request carrying that token
 (``nexum_web.mcp.calls``).
 
-Errors: an API error becomes an MCP (JSON-RPC) error whose ``data`` is the API's error object (``code``,
-``message``, ``field``, ``details``, ``request_id``) with the HTTP ``status``; its message names the field.
-Bad input (400) is ``INVALID_PARAMS`` (-32602); any other refusal (401, 403, 404, 409, 413, 422, and 503: a
-service such as the database or the broker is down, send again later) is ``NEXUM_REFUSED`` (-32080); a
-server error is ``INTERNAL_ERROR`` (-32603). A refused call wrote nothing: the
-API refuses before its service writes.
+Errors, as the MCP specification (2025-11-25) splits them. A tool the API refused (bad input 400, 401, 403,
+404, 409, 413, 422, 429, and 503: a service such as the database or the broker is down, send again later) is a
+tool-execution error: a ``tools/call`` *result* with ``isError: true``, whose text is the API's message naming
+the field (what the model reads to correct its call) and whose ``structuredContent`` is the API's error
+object (``code``, ``message``, ``field``, ``details``, ``request_id``) with the HTTP ``status``; the session
+goes on. Protocol faults stay JSON-RPC errors: an unknown tool name is ``INVALID_PARAMS`` (-32602), a server
+fault ``INTERNAL_ERROR`` (-32603). Reading a resource has no error result: a refused read is a JSON-RPC
+error carrying the same object as ``data`` (-32602 for bad input, ``NEXUM_REFUSED`` -32080 for any other
+refusal). A refused call wrote nothing: the API refuses before its service writes.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
+from nexum.logs import request_id_kept_or_new
 from nexum_web.mcp.calls import ApiAnswer, Caller
 from nexum_web.mcp.tools import RESOURCES, TOOLS, answer_text, input_schema
 
@@ -64,24 +70,52 @@ async def _in_django(call: Callable[[], _T], caller: Caller) -> _T:
     def run() -> _T:
         if caller.own_connections:
             close_old_connections()
-        return call()
+        with request_id_kept_or_new():
+            return call()
 
     return await sync_to_async(run, thread_sensitive=True)()
 
 
-def mcp_error(answer: ApiAnswer) -> MCPError:
-    """The MCP error of a refused API call, naming the field at fault."""
-    error = answer.body.get("error", {}) if isinstance(answer.body, dict) else {}
-    code = error.get("code", "error")
+def refusal_text(answer: ApiAnswer) -> str:
+    """What the model reads of a refused call: the API's code and message, naming the field at fault."""
+    error = _error_object(answer)
     field = error.get("field")
-    message = f"{code}: {error.get('message', '')}" + (f" (field: {field})" if field else "")
+    text = f"{error.get('code', 'error')}: {error.get('message', '')}"
+    return f"{text} (field: {field})" if field else text
+
+
+def _error_object(answer: ApiAnswer) -> dict[str, Any]:
+    error = answer.body.get("error") if isinstance(answer.body, dict) else None
+    return error if isinstance(error, dict) else {}
+
+
+def mcp_error(answer: ApiAnswer) -> MCPError:
+    """The JSON-RPC error of a refused API call, where MCP has no error result (a resource read, the
+    transport): its ``data`` is the API's error object with the HTTP status."""
     if answer.status == 400:
         rpc_code = types.INVALID_PARAMS
     elif answer.status >= 500 and answer.status != 503:
         rpc_code = types.INTERNAL_ERROR
     else:
         rpc_code = NEXUM_REFUSED
-    return MCPError(rpc_code, message, data={**error, "status": answer.status})
+    return MCPError(rpc_code, refusal_text(answer), data={**_error_object(answer), "status": answer.status})
+
+
+def tool_result(answer: ApiAnswer) -> types.CallToolResult:
+    """A tool call's result: the API's answer, or its refusal as a tool-execution error the model can read
+    and correct. A server fault (500) is no refusal to correct: it stays a JSON-RPC error."""
+    if answer.ok:
+        body = answer.body if isinstance(answer.body, dict) else {"result": answer.body}
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=answer_text(body))], structured_content=body
+        )
+    if answer.status >= 500 and answer.status != 503:
+        raise mcp_error(answer)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=refusal_text(answer))],
+        structured_content={"error": _error_object(answer), "status": answer.status},
+        is_error=True,
+    )
 
 
 async def _list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
@@ -107,12 +141,7 @@ async def _call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Cal
         raise MCPError(types.INVALID_PARAMS, f"unknown tool: {params.name}", data={"field": "name"})
     caller = _current_caller()
     answer = await _in_django(lambda: spec.call(caller, params.arguments or {}), caller)
-    if not answer.ok:
-        raise mcp_error(answer)
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=answer_text(answer.body))],
-        structured_content=answer.body if isinstance(answer.body, dict) else {"result": answer.body},
-    )
+    return tool_result(answer)
 
 
 async def _list_resources(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
