@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 from urllib.parse import quote
@@ -46,10 +46,16 @@ class ToolSpec:
     goal_path: str | None = None
     operator: bool = False
     shape: Callable[[Any], Any] | None = None
+    # Body members the tool does not take, each with what to use instead: the operation's free-form maps,
+    # which strict hosts cannot describe, have a tool of their own.
+    omitted: Mapping[str, str] = field(default_factory=dict)
 
     def call(self, caller: Caller, arguments: Mapping[str, Any]) -> ApiAnswer:
         """Run the tool's operation, ``arguments`` split into path, query or body, and idempotency key."""
         values = dict(arguments)
+        for name, instead in self.omitted.items():
+            if name in values:
+                return _invalid(name, f"{self.name} does not take {name}: {instead}")
         key = values.pop("idempotency_key", None)
         if key is not None and not isinstance(key, str):
             return _invalid("idempotency_key", "idempotency_key must be a string")
@@ -78,8 +84,8 @@ class ToolSpec:
         return answer
 
 
-def _invalid(field: str, message: str) -> ApiAnswer:
-    return ApiAnswer(400, error_body("invalid", message, field))
+def _invalid(member: str, message: str) -> ApiAnswer:
+    return ApiAnswer(400, error_body("invalid", message, member))
 
 
 def compile_summary(body: dict[str, Any]) -> dict[str, Any]:
@@ -179,6 +185,45 @@ TOOLS: dict[str, ToolSpec] = {
             "/api/v1/facts/{fact_id}/supersede",
         ),
         ToolSpec(
+            "verify_fact",
+            "Mark a current fact verified (an optional note says how you checked it); a superseded or "
+            "retracted fact is refused.",
+            "POST",
+            "/api/v1/facts/{fact_id}/verify",
+        ),
+        ToolSpec(
+            "get_fact",
+            "A fact with its history: recorded, verified, superseded or retracted, by whom and when.",
+            "GET",
+            "/api/v1/facts/{fact_id}",
+        ),
+        ToolSpec(
+            "list_items",
+            "World-state items (facts, decisions, failures, artifacts, progress notes, tool calls) of the "
+            "project, a goal or a task, filtered by kind; current: true leaves out superseded and retracted "
+            "facts. Paginated: pass next_cursor back as cursor.",
+            "GET",
+            "/api/v1/items",
+        ),
+        ToolSpec(
+            "create_goal",
+            "Create a goal with its plan: an objective and its tasks (key, objective, depends_on by key, "
+            "risk, inputs, constraints, success_criteria). Returns the goal with its tasks' ids. Contracts "
+            "are an operator's: an operator registers each with set_contract.",
+            "POST",
+            "/api/v1/goals",
+            omitted={
+                "contracts": "an operator registers each task's contract with set_contract",
+                "contract_origin": "an operator registers each task's contract with set_contract",
+            },
+        ),
+        ToolSpec(
+            "get_goal",
+            "A goal with its tasks in plan order: state, version, dependencies.",
+            "GET",
+            "/api/v1/goals/{goal_id}",
+        ),
+        ToolSpec(
             "compile_context",
             "Compile the task's context for one model call under the model word's budget: the prompt block, "
             "the tools to expose, the budget and tokens per section; excluded items are counted per kind and "
@@ -209,6 +254,20 @@ TOOLS: dict[str, ToolSpec] = {
             "/api/v1/tasks/{task_id}/start",
         ),
         ToolSpec(
+            "fail_task",
+            "Give up the running attempt of a task (running → failed, with a reason); start_task retries it "
+            "(attempt + 1). expected_version: the version you acted on (a moved-on task is refused, 409).",
+            "POST",
+            "/api/v1/tasks/{task_id}/fail",
+        ),
+        ToolSpec(
+            "block_task",
+            "Stop a running task that needs a human or an operator (running → blocked, with a reason); an "
+            "operator unblocks it. Open escalations are listed by list_escalations.",
+            "POST",
+            "/api/v1/tasks/{task_id}/block",
+        ),
+        ToolSpec(
             "request_completion",
             "Ask the verification gate to complete a running task. The contract's checks decide; your answer "
             "is recorded beside them and never decides. outcome: completed, failed, blocked, skipped, or "
@@ -233,6 +292,13 @@ TOOLS: dict[str, ToolSpec] = {
             "A task or goal: state, version, attempt, dependencies and its transitions.",
             "GET",
             "/api/v1/tasks/{task_id}",
+        ),
+        ToolSpec(
+            "list_escalations",
+            "Escalations of the project or a task (task), open or resolved (state): context gaps and "
+            "conflicts a human closes. Paginated: pass next_cursor back as cursor.",
+            "GET",
+            "/api/v1/escalations",
         ),
         ToolSpec(
             "set_contract",
@@ -349,8 +415,9 @@ def input_schema(name: str) -> dict[str, Any]:
     body = operation.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
     if body is not None:
         body_schema = _json_schema(body, components)
-        properties.update(body_schema.get("properties", {}))
-        required.extend(body_schema.get("required", []))
+        members = body_schema.get("properties", {})
+        properties.update({name: value for name, value in members.items() if name not in spec.omitted})
+        required.extend(name for name in body_schema.get("required", []) if name not in spec.omitted)
     if spec.method == "POST":
         properties["idempotency_key"] = IDEMPOTENCY_ARGUMENT
     schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
