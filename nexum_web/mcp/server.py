@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import partial
+from importlib.metadata import version
 from typing import Any, TypeVar
 
 import mcp_types as types
@@ -40,7 +41,7 @@ from mcp.shared.exceptions import MCPError
 
 from nexum.logs import request_id_kept_or_new
 from nexum_web.mcp.calls import ApiAnswer, Caller
-from nexum_web.mcp.tools import RESOURCES, TOOLS, answer_text, input_schema
+from nexum_web.mcp.tools import RESOURCES, TOOLS, answer_text, input_schema, output_schema
 
 NEXUM_REFUSED = -32080
 
@@ -120,15 +121,21 @@ def tool_result(answer: ApiAnswer) -> types.CallToolResult:
 
 async def _list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
     schemas = await sync_to_async(
-        lambda: {name: input_schema(name) for name in TOOLS}, thread_sensitive=True
+        lambda: {name: (input_schema(name), output_schema(name)) for name in TOOLS}, thread_sensitive=True
     )()
     return types.ListToolsResult(
         tools=[
             types.Tool(
                 name=spec.name,
                 description=f"(operator) {spec.description}" if spec.operator else spec.description,
-                input_schema=schemas[spec.name],
-                annotations=types.ToolAnnotations(read_only_hint=spec.method == "GET"),
+                input_schema=schemas[spec.name][0],
+                output_schema=schemas[spec.name][1],
+                annotations=types.ToolAnnotations(
+                    read_only_hint=spec.read_only,
+                    destructive_hint=None if spec.read_only else spec.destructive,
+                    idempotent_hint=spec.read_only or spec.idempotent,
+                    open_world_hint=spec.open_world,
+                ),
             )
             for spec in TOOLS.values()
         ]
@@ -185,6 +192,7 @@ async def _read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> t
 
 server: Server[Any] = Server(
     "nexum",
+    version=version("nexum"),
     instructions="Nexum keeps your task's world state. Record what you learn (record_*), compile_context "
     "before each model call, and request_completion when done: deterministic checks decide.",
     on_list_tools=_list_tools,

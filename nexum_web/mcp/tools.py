@@ -38,7 +38,22 @@ IDEMPOTENCY_ARGUMENT = {
 
 
 @dataclass(frozen=True)
+class Reshaped:
+    """An argument whose API form is a free-form map, which strict hosts (the OpenAI Agents SDK's strict
+    schemas) cannot take: the tool takes it in ``schema``'s form and ``to_api`` turns it into the map, raising
+    ``ValueError`` with a message for the model when it cannot."""
+
+    schema: dict[str, Any]
+    to_api: Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
 class ToolSpec:
+    """One tool. Its annotations say what a host may assume: ``read_only`` for a GET; ``destructive`` when a
+    call takes back or replaces what is current (a retracted or superseded fact, a replaced contract), never
+    for an append; ``idempotent`` when calling again with the same arguments has no further effect (the
+    second start of a task is a 409, the same completion request names the same stream)."""
+
     name: str
     description: str
     method: str
@@ -46,9 +61,19 @@ class ToolSpec:
     goal_path: str | None = None
     operator: bool = False
     shape: Callable[[Any], Any] | None = None
+    # The JSON schema of ``shape``'s answer, built from the OpenAPI components.
+    shape_schema: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
     # Body members the tool does not take, each with what to use instead: the operation's free-form maps,
     # which strict hosts cannot describe, have a tool of their own.
     omitted: Mapping[str, str] = field(default_factory=dict)
+    reshaped: Mapping[str, Reshaped] = field(default_factory=dict)
+    destructive: bool = False
+    idempotent: bool = False
+    open_world: bool = False
+
+    @property
+    def read_only(self) -> bool:
+        return self.method == "GET"
 
     def call(self, caller: Caller, arguments: Mapping[str, Any]) -> ApiAnswer:
         """Run the tool's operation, ``arguments`` split into path, query or body, and idempotency key."""
@@ -56,6 +81,12 @@ class ToolSpec:
         for name, instead in self.omitted.items():
             if name in values:
                 return _invalid(name, f"{self.name} does not take {name}: {instead}")
+        for name, reshaped in self.reshaped.items():
+            if name in values:
+                try:
+                    values[name] = reshaped.to_api(values[name])
+                except ValueError as error:
+                    return _invalid(name, str(error))
         key = values.pop("idempotency_key", None)
         if key is not None and not isinstance(key, str):
             return _invalid("idempotency_key", "idempotency_key must be a string")
@@ -88,6 +119,19 @@ def _invalid(member: str, message: str) -> ApiAnswer:
     return ApiAnswer(400, error_body("invalid", message, member))
 
 
+# The compiled context's members a compile summary passes on as they are.
+SUMMARY_KEPT = (
+    "digest",
+    "model",
+    "position",
+    "budget",
+    "prompt_block",
+    "tools",
+    "section_tokens",
+    "total_tokens",
+)
+
+
 def compile_summary(body: dict[str, Any]) -> dict[str, Any]:
     """What a model call needs from a compile: the prompt block, the tools and the budget, with the excluded
     items counted per kind and reason instead of listed (the whole context is the resource
@@ -102,16 +146,7 @@ def compile_summary(body: dict[str, Any]) -> dict[str, Any]:
         reason = "over budget" if reason is None or _BUDGET_REASON.fullmatch(reason) else reason
         per_kind = summary.setdefault(run["kind"], {})
         per_kind[reason] = per_kind.get(reason, 0) + run["count"]
-    kept = (
-        "digest",
-        "model",
-        "position",
-        "budget",
-        "prompt_block",
-        "tools",
-        "section_tokens",
-        "total_tokens",
-    )
+    kept = SUMMARY_KEPT
     return {
         "request_id": body.get("request_id"),
         **{name: context.get(name) for name in kept},
@@ -120,6 +155,71 @@ def compile_summary(body: dict[str, Any]) -> dict[str, Any]:
         "excluded": {"count": exclusions.get("count", 0), "by_kind_and_reason": summary},
         "resource": f"nexum://contexts/{context.get('digest')}",
     }
+
+
+def compile_summary_schema(components: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON schema of ``compile_summary``'s answer: the kept members as the compiled context declares
+    them."""
+    context = _json_schema(components["CompiledContext"], components)
+    members = context["properties"]
+    kept = SUMMARY_KEPT
+    count = {"type": "integer", "minimum": 0}
+    return {
+        "type": "object",
+        "properties": {
+            "request_id": {"type": "string"},
+            **{name: members[name] for name in kept},
+            "included": {**count, "description": "how many items the context holds"},
+            "truncated": members["truncated"],
+            "excluded": {
+                "type": "object",
+                "properties": {
+                    "count": count,
+                    "by_kind_and_reason": {
+                        "type": "object",
+                        "description": "excluded items counted per kind, then per reason",
+                        "additionalProperties": {"type": "object", "additionalProperties": count},
+                    },
+                },
+                "required": ["count", "by_kind_and_reason"],
+            },
+            "resource": {"type": "string", "description": "the whole context: read this resource"},
+        },
+        "required": ["request_id", *kept, "included", "truncated", "excluded", "resource"],
+    }
+
+
+SCOPE = {"type": "string", "minLength": 1, "maxLength": 500}
+SOURCES_ARGUMENT = {
+    "type": "array",
+    "description": "only these sources, each with the scopes to read (none: all the scopes it declares); "
+    "default: every source of the project, all its scopes",
+    "items": {
+        "type": "object",
+        "properties": {
+            "source": {"type": "string", "minLength": 1, "description": "a source's name"},
+            "scopes": {"type": "array", "items": SCOPE, "description": "none: all its declared scopes"},
+        },
+        "required": ["source"],
+        "additionalProperties": False,
+    },
+}
+
+
+def sources_map(sources: Any) -> dict[str, list[str]]:
+    """``[{source, scopes?}]`` as the API's ``{source: [scopes]}``; a source named twice is refused."""
+    if not isinstance(sources, list):
+        raise ValueError("sources must be a list of {source, scopes}")
+    by_name: dict[str, list[str]] = {}
+    for entry in sources:
+        name = entry.get("source") if isinstance(entry, dict) else None
+        scopes = entry.get("scopes", []) if isinstance(entry, dict) else None
+        if not isinstance(name, str) or not name or set(entry) - {"source", "scopes"}:
+            raise ValueError("each of sources is {source: a name, scopes?: a list of scopes}")
+        if name in by_name:
+            raise ValueError(f"source {name!r} is named twice in sources")
+        by_name[name] = scopes
+    return by_name
 
 
 _AS_AGENT = "Recorded as you; its trust class is at most your token's ceiling (agent_reported for an agent)."
@@ -175,6 +275,8 @@ TOOLS: dict[str, ToolSpec] = {
             "trust_class).",
             "POST",
             "/api/v1/facts/{fact_id}/retract",
+            destructive=True,
+            idempotent=True,
         ),
         ToolSpec(
             "supersede_fact",
@@ -183,6 +285,8 @@ TOOLS: dict[str, ToolSpec] = {
             f"naming trust_class). {_AS_AGENT}",
             "POST",
             "/api/v1/facts/{fact_id}/supersede",
+            destructive=True,
+            idempotent=True,
         ),
         ToolSpec(
             "verify_fact",
@@ -233,6 +337,7 @@ TOOLS: dict[str, ToolSpec] = {
             "POST",
             "/api/v1/tasks/{task_id}/compile",
             shape=compile_summary,
+            shape_schema=compile_summary_schema,
         ),
         ToolSpec(
             "get_compile",
@@ -246,12 +351,15 @@ TOOLS: dict[str, ToolSpec] = {
             "trust class, staleness, conflicts), whether it is complete, why it stopped, escalations opened.",
             "POST",
             "/api/v1/tasks/{task_id}/resolve",
+            reshaped={"sources": Reshaped(SOURCES_ARGUMENT, sources_map)},
+            open_world=True,
         ),
         ToolSpec(
             "start_task",
             "Start a pending task whose dependencies are completed, or retry a failed one (attempt + 1).",
             "POST",
             "/api/v1/tasks/{task_id}/start",
+            idempotent=True,
         ),
         ToolSpec(
             "fail_task",
@@ -259,6 +367,7 @@ TOOLS: dict[str, ToolSpec] = {
             "(attempt + 1). expected_version: the version you acted on (a moved-on task is refused, 409).",
             "POST",
             "/api/v1/tasks/{task_id}/fail",
+            idempotent=True,
         ),
         ToolSpec(
             "block_task",
@@ -266,6 +375,7 @@ TOOLS: dict[str, ToolSpec] = {
             "operator unblocks it. Open escalations are listed by list_escalations.",
             "POST",
             "/api/v1/tasks/{task_id}/block",
+            idempotent=True,
         ),
         ToolSpec(
             "request_completion",
@@ -274,6 +384,7 @@ TOOLS: dict[str, ToolSpec] = {
             "pending (poll with get_completion and the completion's id).",
             "POST",
             "/api/v1/tasks/{task_id}/complete",
+            idempotent=True,
         ),
         ToolSpec(
             "get_completion",
@@ -307,6 +418,7 @@ TOOLS: dict[str, ToolSpec] = {
             "PUT",
             "/api/v1/tasks/{task_id}/contract",
             operator=True,
+            destructive=True,
         ),
     ]
 }
@@ -372,7 +484,8 @@ def _schema_path(path: str) -> str:
 
 
 def _json_schema(node: Any, components: Mapping[str, Any]) -> Any:
-    """An OpenAPI 3.0 schema as plain JSON Schema: references inlined, ``nullable`` as a null type."""
+    """An OpenAPI 3.0 schema as plain JSON Schema: references inlined, an ``allOf`` of one merged,
+    ``nullable`` as a null type."""
     if isinstance(node, list):
         return [_json_schema(item, components) for item in node]
     if not isinstance(node, dict):
@@ -381,9 +494,16 @@ def _json_schema(node: Any, components: Mapping[str, Any]) -> Any:
         target = _json_schema(components[node["$ref"].rsplit("/", 1)[1]], components)
         return {**target, **{k: _json_schema(v, components) for k, v in node.items() if k != "$ref"}}
     schema = {k: _json_schema(v, components) for k, v in node.items() if k not in ("nullable", "readOnly")}
+    only = schema.get("allOf")
+    if isinstance(only, list) and len(only) == 1 and isinstance(only[0], dict):
+        # drf-spectacular wraps a described enum or reference in an allOf of one: strict hosts take no allOf.
+        del schema["allOf"]
+        schema = {**only[0], **schema}
     if node.get("nullable"):
-        if isinstance(schema.get("type"), str):
+        if isinstance(schema.get("type"), str):  # the Inspector's form: a type list, not anyOf
             schema["type"] = [schema["type"], "null"]
+            if "enum" in schema and None not in schema["enum"]:
+                schema["enum"] = [*schema["enum"], None]
         else:
             schema = {"anyOf": [schema, {"type": "null"}]}
     return schema
@@ -417,6 +537,7 @@ def input_schema(name: str) -> dict[str, Any]:
         body_schema = _json_schema(body, components)
         members = body_schema.get("properties", {})
         properties.update({name: value for name, value in members.items() if name not in spec.omitted})
+        properties.update({name: reshaped.schema for name, reshaped in spec.reshaped.items()})
         required.extend(name for name in body_schema.get("required", []) if name not in spec.omitted)
     if spec.method == "POST":
         properties["idempotency_key"] = IDEMPOTENCY_ARGUMENT
@@ -424,6 +545,29 @@ def input_schema(name: str) -> dict[str, Any]:
     if required:
         schema["required"] = required
     return schema
+
+
+@cache
+def output_schema(name: str) -> dict[str, Any]:
+    """The tool's answers as the OpenAPI schema declares its operation's success responses (several: any of
+    them; a shaped answer: its own schema). The SDK's client checks every result against it."""
+    spec = TOOLS[name]
+    document = openapi()
+    components = document["components"]["schemas"]
+    operation = document["paths"][_schema_path(spec.path)][spec.method.lower()]
+    answers: list[dict[str, Any]] = []
+    for status, response in sorted(operation["responses"].items()):
+        schema = response.get("content", {}).get("application/json", {}).get("schema")
+        if not status.startswith("2") or schema is None:
+            continue
+        answer = _json_schema(schema, components)
+        if spec.shape_schema is not None and status == "200":
+            answer = spec.shape_schema(components)
+        if answer not in answers:
+            answers.append(answer)
+    if len(answers) == 1:
+        return answers[0]
+    return {"type": "object", "anyOf": answers}
 
 
 def answer_text(body: Any) -> str:
