@@ -1,4 +1,5 @@
-"""The MCP server: the SDK's low-level ``Server`` with Nexum's tools and resources, and its two transports.
+"""The MCP server: the SDK's low-level ``Server`` with Nexum's tools, resources and prompt, and its two
+transports.
 
 Handlers are asynchronous (the SDK's); the work is Django's and synchronous. Each handler runs its API call
 with ``sync_to_async(thread_sensitive=True)``: under the HTTP transport, which enters the SDK through
@@ -18,9 +19,9 @@ tool-execution error: a ``tools/call`` *result* with ``isError: true``, whose te
 the field (what the model reads to correct its call) and whose ``structuredContent`` is the API's error
 object (``code``, ``message``, ``field``, ``details``, ``request_id``) with the HTTP ``status``; the session
 goes on. Protocol faults stay JSON-RPC errors: an unknown tool name is ``INVALID_PARAMS`` (-32602), a server
-fault ``INTERNAL_ERROR`` (-32603). Reading a resource has no error result: a refused read is a JSON-RPC
-error carrying the same object as ``data`` (-32602 for bad input, ``NEXUM_REFUSED`` -32080 for any other
-refusal). A refused call wrote nothing: the API refuses before its service writes.
+fault ``INTERNAL_ERROR`` (-32603). Reading a resource or getting a prompt has no error result: a refusal
+is a JSON-RPC error carrying the same object as ``data`` (-32602 for bad input, ``NEXUM_REFUSED`` -32080 for
+any other refusal). A refused call wrote nothing: the API refuses before its service writes.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from mcp.shared.exceptions import MCPError
 
 from nexum.logs import request_id_kept_or_new
 from nexum_web.mcp.calls import ApiAnswer, Caller
+from nexum_web.mcp.prompts import TASK_CONTEXT, PromptRefused, task_context, task_resources
 from nexum_web.mcp.tools import RESOURCES, TOOLS, answer_text, input_schema, output_schema
 
 NEXUM_REFUSED = -32080
@@ -152,7 +154,30 @@ async def _call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Cal
 
 
 async def _list_resources(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
-    return types.ListResourcesResult(resources=[])
+    caller = _current_caller()
+    cursor = params.cursor if params is not None else None
+    listed = await _in_django(partial(task_resources, caller, cursor), caller)
+    if isinstance(listed, ApiAnswer):
+        error = mcp_error(listed)
+        if error.data.get("field") == "cursor":  # the specification's code for a cursor the list never gave
+            raise MCPError(types.INVALID_PARAMS, error.message, data=error.data)
+        raise error
+    return listed
+
+
+async def _list_prompts(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
+    return types.ListPromptsResult(prompts=[TASK_CONTEXT])
+
+
+async def _get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+    caller = _current_caller()
+    try:
+        prompt = await _in_django(partial(task_context, caller, params.name, params.arguments), caller)
+    except PromptRefused as refused:
+        raise MCPError(types.INVALID_PARAMS, refused.message, data={"field": refused.field}) from None
+    if isinstance(prompt, ApiAnswer):
+        raise mcp_error(prompt)
+    return prompt
 
 
 async def _list_resource_templates(
@@ -198,6 +223,8 @@ server: Server[Any] = Server(
     on_list_tools=_list_tools,
     on_call_tool=_call_tool,
     on_list_resources=_list_resources,
+    on_list_prompts=_list_prompts,
+    on_get_prompt=_get_prompt,
     on_list_resource_templates=_list_resource_templates,
     on_read_resource=_read_resource,
 )

@@ -43,7 +43,11 @@ async def record_and_read(client: Client, task_id: str) -> dict[str, Any]:
     fact = await client.call_tool("record_fact", {"task_id": task_id, "text": "the spec fails on expiry"})
     refused = await client.call_tool("record_fact", {"task_id": task_id, "text": ["not", "a", "string"]})
     task = await client.call_tool("get_task", {"task_id": task_id})
+    prompts = await client.list_prompts()
+    resources = await client.list_resources()
     return {
+        "prompts": [prompt.name for prompt in prompts.prompts],
+        "resources": [resource.uri for resource in resources.resources],
         "names": names,
         "started": started.structured_content,
         "fact": fact.structured_content,
@@ -59,6 +63,8 @@ def check(got: dict[str, Any]) -> None:
     assert got["refused"].is_error and got["refused"].structured_content["error"]["field"] == "text"
     assert "(field: text)" in got["refused"].content[0].text
     assert got["task"]["version"] == got["started"]["version"]
+    assert got["prompts"] == ["task_context"]
+    assert got["resources"] == [f"nexum://tasks/{got['task']['id']}"]
 
 
 def test_streamable_http_at_mcp_with_the_bearer_token(live_server, agent_key, task_id):
