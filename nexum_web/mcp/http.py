@@ -81,7 +81,9 @@ def _answer(request: HttpRequest) -> HttpResponse:
         body = request.body
     except RequestDataTooBig:
         return JsonResponse(error_body("too_large", "the request body is too large"), status=413)
-    caller = Caller(token=request.headers["Authorization"].split()[1], host=request.get_host())
+    caller = Caller(
+        token=request.headers["Authorization"].split()[1], host=request.get_host(), identity=authenticated
+    )
     try:
         message = json.loads(body)
     except ValueError:

@@ -289,3 +289,26 @@ def test_the_compile_summary_counts_the_exclusion_runs_per_kind_and_reason():
             "tool": {"tool budget of 4 tools is full": 2},
         },
     }
+
+
+def test_a_token_revoked_mid_session_is_refused_on_the_next_call(project, planned):
+    """A session outside any HTTP request (stdio, in process) checks the token on every call."""
+    from asgiref.sync import sync_to_async
+
+    from tasks_app.models import AgentToken
+    from tasks_app.services import agent_token_revoke
+
+    caller = token(project)
+    token_id = str(AgentToken.objects.get(name="mcp-agent").id)
+
+    def revoke() -> None:
+        agent_token_revoke(token_id=token_id, reason="leaked", actor="operator:test")
+
+    async def steps(client: Client) -> dict[str, Any]:
+        before = structured(await client.call_tool("list_tasks", {}))
+        await sync_to_async(revoke, thread_sensitive=True)()
+        return {"before": before, "after": refusal(await client.call_tool("list_tasks", {}))}
+
+    got = session(caller, steps)
+    assert len(got["before"]["results"]) == 1
+    assert got["after"].status == 401 and got["after"].error["code"] == "authentication_failed"
