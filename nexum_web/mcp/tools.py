@@ -483,29 +483,50 @@ def _schema_path(path: str) -> str:
     return "/" + re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", route)
 
 
+# Keywords that describe a value without constraining it: kept beside a nullable schema's anyOf.
+_ANNOTATIONS = ("description", "title", "default", "examples", "deprecated")
+# Keywords that constrain which values a schema takes; a schema with none takes any value.
+_CONSTRAINTS = ("type", "enum", "const", "anyOf", "oneOf", "allOf", "not", "properties", "items")
+# Any JSON value, said explicitly (what the OpenAPI schema leaves as ``{}``: a JSON field of a model), each
+# branch of one type as the Inspector recommends for portability.
+ANY_JSON: dict[str, Any] = {
+    "anyOf": [{"type": kind} for kind in ("object", "array", "string", "number", "boolean", "null")]
+}
+
+
 def _json_schema(node: Any, components: Mapping[str, Any]) -> Any:
-    """An OpenAPI 3.0 schema as plain JSON Schema: references inlined, an ``allOf`` of one merged,
-    ``nullable`` as a null type."""
-    if isinstance(node, list):
-        return [_json_schema(item, components) for item in node]
+    """An OpenAPI 3.0 schema as plain JSON Schema hosts take: references inlined, an ``allOf`` of one merged,
+    ``nullable`` as an ``anyOf`` with a null branch (the Inspector's recommendation: one type per branch), a
+    schema that constrains nothing as ``ANY_JSON``."""
     if not isinstance(node, dict):
         return node
     if "$ref" in node:
         target = _json_schema(components[node["$ref"].rsplit("/", 1)[1]], components)
         return {**target, **{k: _json_schema(v, components) for k, v in node.items() if k != "$ref"}}
-    schema = {k: _json_schema(v, components) for k, v in node.items() if k not in ("nullable", "readOnly")}
+    schema: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in ("nullable", "readOnly"):
+            continue
+        if key == "properties":
+            schema[key] = {name: _json_schema(member, components) for name, member in value.items()}
+        elif key in ("items", "not") or (key == "additionalProperties" and isinstance(value, dict)):
+            schema[key] = _json_schema(value, components)
+        elif key in ("anyOf", "oneOf", "allOf"):
+            schema[key] = [_json_schema(branch, components) for branch in value]
+        else:
+            schema[key] = value
     only = schema.get("allOf")
     if isinstance(only, list) and len(only) == 1 and isinstance(only[0], dict):
         # drf-spectacular wraps a described enum or reference in an allOf of one: strict hosts take no allOf.
         del schema["allOf"]
         schema = {**only[0], **schema}
+    if not any(key in schema for key in _CONSTRAINTS):
+        return {**ANY_JSON, **schema}
     if node.get("nullable"):
-        if isinstance(schema.get("type"), str):  # the Inspector's form: a type list, not anyOf
-            schema["type"] = [schema["type"], "null"]
-            if "enum" in schema and None not in schema["enum"]:
-                schema["enum"] = [*schema["enum"], None]
-        else:
-            schema = {"anyOf": [schema, {"type": "null"}]}
+        annotations = {key: schema.pop(key) for key in _ANNOTATIONS if key in schema}
+        if "enum" in schema:
+            schema["enum"] = [value for value in schema["enum"] if value is not None]
+        schema = {"anyOf": [schema, {"type": "null"}], **annotations}
     return schema
 
 
@@ -549,8 +570,9 @@ def input_schema(name: str) -> dict[str, Any]:
 
 @cache
 def output_schema(name: str) -> dict[str, Any]:
-    """The tool's answers as the OpenAPI schema declares its operation's success responses (several: any of
-    them; a shaped answer: its own schema). The SDK's client checks every result against it."""
+    """The tool's results: any of its operation's success answers as the OpenAPI schema declares them (a
+    shaped answer: its own schema) or, for a refused call (``isError``), the API's error object with the HTTP
+    status. Clients check results against it (the SDK's client the answers, the Inspector's every result)."""
     spec = TOOLS[name]
     document = openapi()
     components = document["components"]["schemas"]
@@ -565,9 +587,21 @@ def output_schema(name: str) -> dict[str, Any]:
             answer = spec.shape_schema(components)
         if answer not in answers:
             answers.append(answer)
-    if len(answers) == 1:
-        return answers[0]
-    return {"type": "object", "anyOf": answers}
+    return {"type": "object", "anyOf": [*answers, refusal_schema(components)]}
+
+
+def refusal_schema(components: Mapping[str, Any]) -> dict[str, Any]:
+    """The structured content of a refused call: the API's error object and the HTTP status."""
+    return {
+        "type": "object",
+        "description": "a refused call (isError): the API's error and the HTTP status",
+        "properties": {
+            "error": _json_schema(components["ErrorDetail"], components),
+            "status": {"type": "integer", "minimum": 400, "maximum": 599},
+        },
+        "required": ["error", "status"],
+        "additionalProperties": False,
+    }
 
 
 def answer_text(body: Any) -> str:

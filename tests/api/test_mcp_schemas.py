@@ -1,6 +1,7 @@
-"""What hosts read before calling (issue 29): every tool declares an output schema its results match, schemas
-a strict host takes (no free-form maps, no allOf, nullable as a type list), honest annotations, and the
-server's version."""
+"""What hosts read before calling (issue 29): every tool declares an output schema its results match (its
+answers and its refusals), schemas a strict host takes (no free-form maps, no allOf, one type per schema,
+nullable as an anyOf with a null branch, as the MCP Inspector's --strict recommends), honest annotations, and
+the server's version."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import json
 from importlib.metadata import version
 from typing import Any
 
+import jsonschema
 import mcp_types as types
 import pytest
 from mcp import Client
 
 from nexum.eventstore.models import Event as EventRow
-from nexum_web.mcp.tools import TOOLS
+from nexum_web.mcp.tools import ANY_JSON, TOOLS
 from tests.api.test_mcp import call_refused, session, structured, token
 from tests.api.test_verification_api import echo_check
 from tests.integration.compile_world import load_catalog
@@ -61,22 +63,53 @@ def nodes(schema: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
     return found
 
 
+def closed_objects(schema: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """The object schemas in ``schema`` outside an explicit any-JSON value, with their JSON pointers."""
+    if isinstance(schema, list):
+        return [
+            found for index, item in enumerate(schema) for found in closed_objects(item, f"{path}/{index}")
+        ]
+    if not isinstance(schema, dict) or schema.get("anyOf") == ANY_JSON["anyOf"]:
+        return []
+    found = [(path, schema)] if schema.get("type") == "object" else []
+    for key, value in schema.items():
+        members = value.items() if key == "properties" else [(None, value)]
+        for member, child in members:
+            found.extend(closed_objects(child, f"{path}/{key}" + (f"/{member}" if member else "")))
+    return found
+
+
 def test_every_tool_has_an_output_schema_and_input_schemas_a_strict_host_takes(project):
     tools = listed(token(project))
     assert set(tools) == set(TOOLS)
+    any_json: list[str] = []
     for name, tool in tools.items():
-        assert tool.output_schema is not None and tool.output_schema["type"] == "object", name
+        output = tool.output_schema
+        assert output is not None and output["type"] == "object", name
+        assert output["anyOf"][-1]["required"] == ["error", "status"], name  # a refusal's structured content
+        for where, schema in (("input", tool.input_schema), ("output", output)):
+            for pointer, node in nodes(schema):
+                if pointer.endswith("/properties"):
+                    continue  # a map of member names, not a schema
+                at = f"{name} {where} {pointer}"
+                assert "allOf" not in node and "nullable" not in node and "$ref" not in node, at
+                assert not isinstance(node.get("type"), list), at
+                if pointer and not pointer.endswith(("/enum", "/required", "/default")):
+                    assert node, f"{at}: a schema that constrains nothing"
         for pointer, node in nodes(tool.input_schema):
-            where = f"{name} input {pointer}"
-            assert "allOf" not in node and "nullable" not in node and "$ref" not in node, where
-            if node.get("type") == "object" and not pointer.endswith("/properties"):
-                assert "properties" in node and node.get("additionalProperties") is False, where
-            if isinstance(node.get("type"), list) and "enum" in node:
-                assert None in node["enum"], where  # a nullable enum takes its null
+            if node.get("anyOf") == ANY_JSON["anyOf"]:
+                any_json.append(f"{name} {pointer}")
+        for pointer, node in closed_objects(tool.input_schema):
+            at = f"{name} input {pointer}"
+            assert "properties" in node and node.get("additionalProperties") is False, at
+    # The one argument that is any JSON value: the recorded call's own arguments, as the model passed them.
+    assert any_json == ["record_tool_call /properties/arguments"]
     sources = tools["resolve_context"].input_schema["properties"]["sources"]
     assert sources["type"] == "array" and sources["items"]["required"] == ["source"]
+    checked = [pointer for pointer, _ in closed_objects(tools["resolve_context"].input_schema)]
+    assert checked == ["", "/properties/sources/items"]  # the walk reaches nested objects
     nullable = tools["compile_context"].input_schema["properties"]["compaction"]
-    assert nullable["type"] == ["boolean", "null"]
+    assert nullable["anyOf"] == [{"type": "boolean"}, {"type": "null"}] and "description" in nullable
     assert "contracts" not in tools["create_goal"].input_schema["properties"]
 
 
@@ -174,6 +207,19 @@ def test_each_tools_results_match_its_output_schema(project, planned, operator_a
     assert got["compile_context"]["url"]  # async: true answers the request to poll (run at once: eager)
     assert got["get_compile"]["status"] == "done" and got["get_compile"]["digest"]
     assert got["request_completion"]["outcome"] == "completed"
+
+
+def test_a_refusals_structured_content_matches_the_output_schema_too(project, planned):
+    """Some clients (the MCP Inspector) check an isError result against the output schema as well."""
+    agent = token(project)
+    tools = listed(agent)
+    for name, arguments in (
+        ("list_tasks", {"state": "sleeping"}),
+        ("get_task", {"task_id": "no-such-task"}),
+        ("compile_context", {"task_id": planned["tasks"][0]["id"], "model": "no-such-model"}),
+    ):
+        refused = call_refused(agent, name, arguments)
+        jsonschema.validate({"error": refused.error, "status": refused.status}, tools[name].output_schema)
 
 
 def test_resolve_sources_as_a_list_refuses_what_the_map_could_not_say(project, planned):
