@@ -4,8 +4,10 @@ A tool is a row of ``TOOLS``: its name, what it tells the model, and the API ope
 path; the record tools have a second path for a goal). Its input schema is built from that operation in the
 OpenAPI schema (path parameters, query parameters, the request body's members, and ``idempotency_key`` for a
 POST), so the arguments a tool takes are exactly what the endpoint accepts, and the endpoint's strict
-serializer validates them. Operator tools are marked: an agent token calling one is refused by the API's
-role check, as over HTTP.
+serializer validates them; where the API takes a free-form map a strict host cannot describe, the tool takes
+a list (``Reshaped``) or leaves the member to another tool (``omitted``). Its output schema is built from the
+operation's success answers, with a refusal's error object beside them. Operator tools are marked: an agent
+token calling one is refused by the API's role check, as over HTTP.
 """
 
 from __future__ import annotations

@@ -47,6 +47,11 @@ def test_a_batch_is_an_array_of_answers_where_the_protocol_has_batches(api, vers
     assert answers[4]["error"]["code"] == -32600 and '"jsonrpc": "2.0"' in answers[4]["error"]["message"]
 
 
+def test_a_batch_of_notifications_only_is_accepted_with_no_answer(api):
+    response = post(api, [{"jsonrpc": "2.0", "method": "notifications/initialized"}], version="2025-03-26")
+    assert response.status_code == 202 and response.content == b""
+
+
 def test_a_batch_under_a_protocol_without_batches_is_a_clear_invalid_request(api):
     response = post(api, [call(1, "tools/list"), call(2, "ping")], version="2025-11-25")
     assert response.status_code == 400
