@@ -86,7 +86,7 @@ def _answer(request: HttpRequest) -> HttpResponse:
     )
     try:
         message = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deep to parse
         message = None  # the SDK answers its parse error
     if isinstance(message, list):
         return _batch(caller, request, message)

@@ -78,6 +78,12 @@ def test_a_message_that_is_no_jsonrpc_message_is_invalid_request_in_words(api, b
     assert "pydantic" not in error["message"]
 
 
+@pytest.mark.parametrize("body", ["{not json", "[" * 100_000])
+def test_a_body_that_is_no_json_is_a_parse_error(api, body):
+    response = post(api, body)
+    assert response.status_code == 400 and response.json()["error"]["code"] == -32700
+
+
 def test_mcp_with_a_trailing_slash_answers_like_mcp(api):
     answered = {}
     for path in ("/mcp", "/mcp/"):
