@@ -249,10 +249,24 @@ def test_a_call_the_annotations_call_idempotent_writes_once(project, planned):
         for _ in range(2):
             await client.call_tool("retract_fact", {"fact_id": fact["id"], "reason": "stale"})
             counts.append(await _count())
+        for _ in range(2):
+            await client.call_tool("request_completion", {"task_id": task_id, "answer": "done"})
+            counts.append(await _count())
+        goal = structured(
+            await client.call_tool(
+                "create_goal", {"objective": "o", "tasks": [{"key": "a", "objective": "b"}]}
+            )
+        )
+        other = goal["tasks"][0]["id"]
+        await client.call_tool("start_task", {"task_id": other})
+        for name in ("block_task", "block_task", "fail_task"):
+            await client.call_tool(name, {"task_id": other, "reason": "waiting"})
+            counts.append(await _count())
         return counts
 
     counts = session(agent, steps)
-    assert counts[0] == counts[1] and counts[2] == counts[3]
+    assert counts[0] == counts[1] and counts[2] == counts[3] and counts[4] == counts[5]
+    assert counts[6] == counts[7] == counts[8]  # blocked: a second block and a fail are refused
 
 
 async def _count() -> int:
