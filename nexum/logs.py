@@ -18,7 +18,8 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
 
@@ -32,6 +33,21 @@ _request_id: ContextVar[str | None] = ContextVar("nexum_request_id", default=Non
 def current_request_id() -> str | None:
     """The id of the HTTP request being handled in this context, or None outside one."""
     return _request_id.get()
+
+
+@contextmanager
+def request_id_kept_or_new() -> Iterator[str]:
+    """A request id for work that may run outside an HTTP request (an MCP call over stdio): the current
+    request's id when there is one, else a fresh id for the duration of the block."""
+    current = _request_id.get()
+    if current is not None:
+        yield current
+        return
+    token = _request_id.set(uuid.uuid4().hex)
+    try:
+        yield _request_id.get() or ""
+    finally:
+        _request_id.reset(token)
 
 
 def request_id_from(header: str | None) -> str:

@@ -424,5 +424,10 @@ LOGGING = {
     },
     "root": {"handlers": ["stderr"], "level": NEXUM_LOG_LEVEL},
     # Django's own records (a 500's traceback on django.request) go to the same handler, debug on or off.
-    "loggers": {"django": {"handlers": ["stderr"], "level": "INFO", "propagate": False}},
+    "loggers": {
+        "django": {"handlers": ["stderr"], "level": "INFO", "propagate": False},
+        # The MCP SDK's transport logs a session starting and ending at INFO for every stateless /mcp request.
+        "mcp.server.streamable_http": {"level": "WARNING"},
+        "mcp.server.streamable_http_manager": {"level": "WARNING"},
+    },
 }

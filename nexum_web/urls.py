@@ -102,6 +102,7 @@ urlpatterns = [
     path("escalations/", include("nexum_web.ui.urls")),
     path("api/v1/", include((api_v1, "api"), namespace="v1")),
     path("mcp", mcp_endpoint, name="mcp"),
+    path("mcp/", mcp_endpoint, name="mcp-slash"),  # hosts configured with the slash get the same endpoint
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path(
         "api/docs/",

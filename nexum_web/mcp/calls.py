@@ -21,7 +21,9 @@ from django.core.handlers.wsgi import WSGIRequest
 from django.http import HttpResponseBase
 from django.urls import Resolver404, resolve
 
+from nexum_web.api.auth import ProjectAgent
 from nexum_web.api.errors import error_body
+from tasks_app.models import AgentToken
 
 
 @dataclass(frozen=True)
@@ -38,11 +40,15 @@ class ApiAnswer:
 class Caller:
     """Who calls: the bearer token every request carries and the host name requests are addressed to.
     ``own_connections``: the caller runs outside any HTTP request (stdio), so nothing else closes a database
-    connection gone stale between calls."""
+    connection gone stale between calls. ``identity``: what the token authenticated as, when the HTTP request
+    carrying the calls has just checked it; the views then take it as their request's user instead of looking
+    the token up again. Without it (stdio, a session that outlives any request) every call checks the token,
+    so a revoked token stops working mid-session."""
 
     token: str
     host: str = ""
     own_connections: bool = False
+    identity: tuple[ProjectAgent, AgentToken] | None = None
 
     def host_name(self) -> str:
         if self.host:
@@ -80,6 +86,8 @@ def api_call(
     if idempotency_key is not None:
         environ["HTTP_IDEMPOTENCY_KEY"] = idempotency_key
     request = WSGIRequest(environ)
+    if caller.identity is not None:  # DRF's Request takes these as its authentication (ForcedAuthentication)
+        request._force_auth_user, request._force_auth_token = caller.identity  # type: ignore[attr-defined]
     try:
         match = resolve(path)
     except Resolver404:

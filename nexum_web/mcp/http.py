@@ -6,7 +6,7 @@ event loop thread (``a2wsgi``: every Django call would then hop to a shared exec
 request that carried it), ``/mcp`` is an ordinary Django view that hands its one request to the SDK's session
 manager in **stateless, JSON-response** mode through ``asgiref``'s ``async_to_sync``:
 
-- stateless: each POST carries one JSON-RPC message (or batch) and is answered whole; no session lives between
+- stateless: each POST carries one JSON-RPC message and is answered whole; no session lives between
   requests, so any worker thread or process can answer any request and nothing is held open (a GET for a
   server-to-client stream, or a DELETE of a session, is 405 with ``Allow: POST``);
 - JSON response: the answer is one ``application/json`` body, not an SSE stream, so the request ends when the
@@ -15,6 +15,11 @@ manager in **stateless, JSON-response** mode through ``asgiref``'s ``async_to_sy
   (``sync_to_async(thread_sensitive=True)``) comes back to run on this very thread, inside this request: its
   database connection, its request id in the logs and error bodies, its middleware (request ids, HTTPS
   redirect) all apply as to any API request.
+
+A batch (an array of messages) is answered as JSON-RPC answers one, an array of answers, under the protocol
+version that has batches (2025-03-26, also assumed without an ``MCP-Protocol-Version`` header); a later
+version removed them, and such a batch is -32600 saying so. A message that is no JSON-RPC message is -32600
+in words, not the SDK's dump of validation errors. ``/mcp/`` is the same endpoint.
 
 Authentication is the API's: the bearer token is checked before the SDK sees the request (401 in the one error
 shape, with ``WWW-Authenticate``), and every tool call is an API request made with it. An exception no handler
@@ -38,6 +43,7 @@ from django.http.request import RawPostDataException
 from django.views.decorators.csrf import csrf_exempt
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import INVALID_REQUEST
 from rest_framework import exceptions
 
 from nexum_web.api.auth import AgentTokenAuthentication
@@ -46,6 +52,8 @@ from nexum_web.mcp.calls import ApiAnswer, Caller
 from nexum_web.mcp.server import calling_as, mcp_error, server
 
 _NO_HOST_CHECK = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+# The protocol versions with JSON-RPC batches: 2025-03-26 added them, 2025-06-18 removed them.
+BATCH_VERSIONS = ("2025-03-26",)
 
 
 @csrf_exempt
@@ -73,13 +81,71 @@ def _answer(request: HttpRequest) -> HttpResponse:
         body = request.body
     except RequestDataTooBig:
         return JsonResponse(error_body("too_large", "the request body is too large"), status=413)
-    caller = Caller(token=request.headers["Authorization"].split()[1], host=request.get_host())
+    caller = Caller(
+        token=request.headers["Authorization"].split()[1], host=request.get_host(), identity=authenticated
+    )
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):  # not JSON, or nested too deep to parse
+        message = None  # the SDK answers its parse error
+    if isinstance(message, list):
+        return _batch(caller, request, message)
+    if message is not None and (reason := _malformed(message)) is not None:
+        return _invalid_request(reason)
     status, headers, content = async_to_sync(_serve)(caller, _scope(request), body)
     response = HttpResponse(content, status=status)
     for name, value in headers:
         if name.lower() != "content-length":
             response[name] = value
     return response
+
+
+def _malformed(message: Any) -> str | None:
+    """Why ``message`` is no JSON-RPC 2.0 request, notification or response, in words (the SDK's own answer
+    is a dump of its validation errors)."""
+    if not isinstance(message, dict):
+        return "a JSON-RPC message is an object"
+    if message.get("jsonrpc") != "2.0":
+        return 'a JSON-RPC message has "jsonrpc": "2.0"'
+    if "method" not in message and "result" not in message and "error" not in message:
+        return 'a JSON-RPC request has a "method" (and an "id"; a notification has none)'
+    if "method" in message and not isinstance(message["method"], str):
+        return 'a JSON-RPC request\'s "method" is a string'
+    return None
+
+
+def _invalid_request(reason: str, identifier: Any = None, status: int = 400) -> JsonResponse:
+    return JsonResponse(_rpc_error(reason, identifier), status=status)
+
+
+def _rpc_error(reason: str, identifier: Any = None) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": identifier, "error": {"code": INVALID_REQUEST, "message": reason}}
+
+
+def _batch(caller: Caller, request: HttpRequest, messages: list[Any]) -> HttpResponse:
+    """A JSON-RPC batch: refused under the protocol versions that removed batches (2025-06-18 on), else each
+    message answered in turn, the answers in one array (notifications have none: only notifications is 202).
+    Without an ``MCP-Protocol-Version`` header a server assumes 2025-03-26, which has batches."""
+    version = request.headers.get("MCP-Protocol-Version")
+    if version is not None and version not in BATCH_VERSIONS:
+        return _invalid_request(
+            f"MCP {version} has no JSON-RPC batches (2025-06-18 removed them): send one message per POST"
+        )
+    if not messages:
+        return _invalid_request("an empty batch: send at least one message")
+    answers: list[Any] = []
+    scope = _scope(request)
+    for message in messages:
+        reason = _malformed(message)
+        if reason is not None:
+            answers.append(_rpc_error(reason, message.get("id") if isinstance(message, dict) else None))
+            continue
+        _, _, content = async_to_sync(_serve)(caller, scope, json.dumps(message).encode())
+        if content:
+            answers.append(json.loads(content))
+    if not answers:
+        return HttpResponse(status=202)
+    return JsonResponse(answers, status=200, safe=False)
 
 
 def _jsonrpc_error(request: HttpRequest, answered: HttpResponse) -> HttpResponse:

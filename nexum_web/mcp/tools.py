@@ -4,8 +4,10 @@ A tool is a row of ``TOOLS``: its name, what it tells the model, and the API ope
 path; the record tools have a second path for a goal). Its input schema is built from that operation in the
 OpenAPI schema (path parameters, query parameters, the request body's members, and ``idempotency_key`` for a
 POST), so the arguments a tool takes are exactly what the endpoint accepts, and the endpoint's strict
-serializer validates them. Operator tools are marked: an agent token calling one is refused by the API's
-role check, as over HTTP.
+serializer validates them; where the API takes a free-form map a strict host cannot describe, the tool takes
+a list (``Reshaped``) or leaves the member to another tool (``omitted``). Its output schema is built from the
+operation's success answers, with a refusal's error object beside them. Operator tools are marked: an agent
+token calling one is refused by the API's role check, as over HTTP.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 from urllib.parse import quote
@@ -38,7 +40,22 @@ IDEMPOTENCY_ARGUMENT = {
 
 
 @dataclass(frozen=True)
+class Reshaped:
+    """An argument whose API form is a free-form map, which strict hosts (the OpenAI Agents SDK's strict
+    schemas) cannot take: the tool takes it in ``schema``'s form and ``to_api`` turns it into the map, raising
+    ``ValueError`` with a message for the model when it cannot."""
+
+    schema: dict[str, Any]
+    to_api: Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
 class ToolSpec:
+    """One tool. Its annotations say what a host may assume: ``read_only`` for a GET; ``destructive`` when a
+    call takes back or replaces what is current (a retracted or superseded fact, a replaced contract), never
+    for an append; ``idempotent`` when calling again with the same arguments has no further effect (the
+    second start of a task is a 409, the same completion request names the same stream)."""
+
     name: str
     description: str
     method: str
@@ -46,10 +63,32 @@ class ToolSpec:
     goal_path: str | None = None
     operator: bool = False
     shape: Callable[[Any], Any] | None = None
+    # The JSON schema of ``shape``'s answer, built from the OpenAPI components.
+    shape_schema: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+    # Body members the tool does not take, each with what to use instead: the operation's free-form maps,
+    # which strict hosts cannot describe, have a tool of their own.
+    omitted: Mapping[str, str] = field(default_factory=dict)
+    reshaped: Mapping[str, Reshaped] = field(default_factory=dict)
+    destructive: bool = False
+    idempotent: bool = False
+    open_world: bool = False
+
+    @property
+    def read_only(self) -> bool:
+        return self.method == "GET"
 
     def call(self, caller: Caller, arguments: Mapping[str, Any]) -> ApiAnswer:
         """Run the tool's operation, ``arguments`` split into path, query or body, and idempotency key."""
         values = dict(arguments)
+        for name, instead in self.omitted.items():
+            if name in values:
+                return _invalid(name, f"{self.name} does not take {name}: {instead}")
+        for name, reshaped in self.reshaped.items():
+            if name in values:
+                try:
+                    values[name] = reshaped.to_api(values[name])
+                except ValueError as error:
+                    return _invalid(name, str(error))
         key = values.pop("idempotency_key", None)
         if key is not None and not isinstance(key, str):
             return _invalid("idempotency_key", "idempotency_key must be a string")
@@ -78,8 +117,21 @@ class ToolSpec:
         return answer
 
 
-def _invalid(field: str, message: str) -> ApiAnswer:
-    return ApiAnswer(400, error_body("invalid", message, field))
+def _invalid(member: str, message: str) -> ApiAnswer:
+    return ApiAnswer(400, error_body("invalid", message, member))
+
+
+# The compiled context's members a compile summary passes on as they are.
+SUMMARY_KEPT = (
+    "digest",
+    "model",
+    "position",
+    "budget",
+    "prompt_block",
+    "tools",
+    "section_tokens",
+    "total_tokens",
+)
 
 
 def compile_summary(body: dict[str, Any]) -> dict[str, Any]:
@@ -96,16 +148,7 @@ def compile_summary(body: dict[str, Any]) -> dict[str, Any]:
         reason = "over budget" if reason is None or _BUDGET_REASON.fullmatch(reason) else reason
         per_kind = summary.setdefault(run["kind"], {})
         per_kind[reason] = per_kind.get(reason, 0) + run["count"]
-    kept = (
-        "digest",
-        "model",
-        "position",
-        "budget",
-        "prompt_block",
-        "tools",
-        "section_tokens",
-        "total_tokens",
-    )
+    kept = SUMMARY_KEPT
     return {
         "request_id": body.get("request_id"),
         **{name: context.get(name) for name in kept},
@@ -114,6 +157,71 @@ def compile_summary(body: dict[str, Any]) -> dict[str, Any]:
         "excluded": {"count": exclusions.get("count", 0), "by_kind_and_reason": summary},
         "resource": f"nexum://contexts/{context.get('digest')}",
     }
+
+
+def compile_summary_schema(components: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON schema of ``compile_summary``'s answer: the kept members as the compiled context declares
+    them."""
+    context = _json_schema(components["CompiledContext"], components)
+    members = context["properties"]
+    kept = SUMMARY_KEPT
+    count = {"type": "integer", "minimum": 0}
+    return {
+        "type": "object",
+        "properties": {
+            "request_id": {"type": "string"},
+            **{name: members[name] for name in kept},
+            "included": {**count, "description": "how many items the context holds"},
+            "truncated": members["truncated"],
+            "excluded": {
+                "type": "object",
+                "properties": {
+                    "count": count,
+                    "by_kind_and_reason": {
+                        "type": "object",
+                        "description": "excluded items counted per kind, then per reason",
+                        "additionalProperties": {"type": "object", "additionalProperties": count},
+                    },
+                },
+                "required": ["count", "by_kind_and_reason"],
+            },
+            "resource": {"type": "string", "description": "the whole context: read this resource"},
+        },
+        "required": ["request_id", *kept, "included", "truncated", "excluded", "resource"],
+    }
+
+
+SCOPE = {"type": "string", "minLength": 1, "maxLength": 500}
+SOURCES_ARGUMENT = {
+    "type": "array",
+    "description": "only these sources, each with the scopes to read (none: all the scopes it declares); "
+    "default: every source of the project, all its scopes",
+    "items": {
+        "type": "object",
+        "properties": {
+            "source": {"type": "string", "minLength": 1, "description": "a source's name"},
+            "scopes": {"type": "array", "items": SCOPE, "description": "none: all its declared scopes"},
+        },
+        "required": ["source"],
+        "additionalProperties": False,
+    },
+}
+
+
+def sources_map(sources: Any) -> dict[str, list[str]]:
+    """``[{source, scopes?}]`` as the API's ``{source: [scopes]}``; a source named twice is refused."""
+    if not isinstance(sources, list):
+        raise ValueError("sources must be a list of {source, scopes}")
+    by_name: dict[str, list[str]] = {}
+    for entry in sources:
+        name = entry.get("source") if isinstance(entry, dict) else None
+        scopes = entry.get("scopes", []) if isinstance(entry, dict) else None
+        if not isinstance(name, str) or not name or set(entry) - {"source", "scopes"}:
+            raise ValueError("each of sources is {source: a name, scopes?: a list of scopes}")
+        if name in by_name:
+            raise ValueError(f"source {name!r} is named twice in sources")
+        by_name[name] = scopes
+    return by_name
 
 
 _AS_AGENT = "Recorded as you; its trust class is at most your token's ceiling (agent_reported for an agent)."
@@ -169,6 +277,8 @@ TOOLS: dict[str, ToolSpec] = {
             "trust_class).",
             "POST",
             "/api/v1/facts/{fact_id}/retract",
+            destructive=True,
+            idempotent=True,
         ),
         ToolSpec(
             "supersede_fact",
@@ -177,6 +287,47 @@ TOOLS: dict[str, ToolSpec] = {
             f"naming trust_class). {_AS_AGENT}",
             "POST",
             "/api/v1/facts/{fact_id}/supersede",
+            destructive=True,
+            idempotent=True,
+        ),
+        ToolSpec(
+            "verify_fact",
+            "Mark a current fact verified (an optional note says how you checked it); a superseded or "
+            "retracted fact is refused.",
+            "POST",
+            "/api/v1/facts/{fact_id}/verify",
+        ),
+        ToolSpec(
+            "get_fact",
+            "A fact with its history: recorded, verified, superseded or retracted, by whom and when.",
+            "GET",
+            "/api/v1/facts/{fact_id}",
+        ),
+        ToolSpec(
+            "list_items",
+            "World-state items (facts, decisions, failures, artifacts, progress notes, tool calls) of the "
+            "project, a goal or a task, filtered by kind; current: true leaves out superseded and retracted "
+            "facts. Paginated: pass next_cursor back as cursor.",
+            "GET",
+            "/api/v1/items",
+        ),
+        ToolSpec(
+            "create_goal",
+            "Create a goal with its plan: an objective and its tasks (key, objective, depends_on by key, "
+            "risk, inputs, constraints, success_criteria). Returns the goal with its tasks' ids. Contracts "
+            "are an operator's: an operator registers each with set_contract.",
+            "POST",
+            "/api/v1/goals",
+            omitted={
+                "contracts": "an operator registers each task's contract with set_contract",
+                "contract_origin": "an operator registers each task's contract with set_contract",
+            },
+        ),
+        ToolSpec(
+            "get_goal",
+            "A goal with its tasks in plan order: state, version, dependencies.",
+            "GET",
+            "/api/v1/goals/{goal_id}",
         ),
         ToolSpec(
             "compile_context",
@@ -188,6 +339,7 @@ TOOLS: dict[str, ToolSpec] = {
             "POST",
             "/api/v1/tasks/{task_id}/compile",
             shape=compile_summary,
+            shape_schema=compile_summary_schema,
         ),
         ToolSpec(
             "get_compile",
@@ -201,12 +353,31 @@ TOOLS: dict[str, ToolSpec] = {
             "trust class, staleness, conflicts), whether it is complete, why it stopped, escalations opened.",
             "POST",
             "/api/v1/tasks/{task_id}/resolve",
+            reshaped={"sources": Reshaped(SOURCES_ARGUMENT, sources_map)},
+            open_world=True,
         ),
         ToolSpec(
             "start_task",
             "Start a pending task whose dependencies are completed, or retry a failed one (attempt + 1).",
             "POST",
             "/api/v1/tasks/{task_id}/start",
+            idempotent=True,
+        ),
+        ToolSpec(
+            "fail_task",
+            "Give up the running attempt of a task (running → failed, with a reason); start_task retries it "
+            "(attempt + 1). expected_version: the version you acted on (a moved-on task is refused, 409).",
+            "POST",
+            "/api/v1/tasks/{task_id}/fail",
+            idempotent=True,
+        ),
+        ToolSpec(
+            "block_task",
+            "Stop a running task that needs a human or an operator (running → blocked, with a reason); an "
+            "operator unblocks it. Open escalations are listed by list_escalations.",
+            "POST",
+            "/api/v1/tasks/{task_id}/block",
+            idempotent=True,
         ),
         ToolSpec(
             "request_completion",
@@ -215,6 +386,7 @@ TOOLS: dict[str, ToolSpec] = {
             "pending (poll with get_completion and the completion's id).",
             "POST",
             "/api/v1/tasks/{task_id}/complete",
+            idempotent=True,
         ),
         ToolSpec(
             "get_completion",
@@ -235,12 +407,20 @@ TOOLS: dict[str, ToolSpec] = {
             "/api/v1/tasks/{task_id}",
         ),
         ToolSpec(
+            "list_escalations",
+            "Escalations of the project or a task (task), open or resolved (state): context gaps and "
+            "conflicts a human closes. Paginated: pass next_cursor back as cursor.",
+            "GET",
+            "/api/v1/escalations",
+        ),
+        ToolSpec(
             "set_contract",
             "Register or replace a task's verification contract. An agent token is refused: the executing "
             "agent never sets its own bar.",
             "PUT",
             "/api/v1/tasks/{task_id}/contract",
             operator=True,
+            destructive=True,
         ),
     ]
 }
@@ -305,21 +485,50 @@ def _schema_path(path: str) -> str:
     return "/" + re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", route)
 
 
+# Keywords that describe a value without constraining it: kept beside a nullable schema's anyOf.
+_ANNOTATIONS = ("description", "title", "default", "examples", "deprecated")
+# Keywords that constrain which values a schema takes; a schema with none takes any value.
+_CONSTRAINTS = ("type", "enum", "const", "anyOf", "oneOf", "allOf", "not", "properties", "items")
+# Any JSON value, said explicitly (what the OpenAPI schema leaves as ``{}``: a JSON field of a model), each
+# branch of one type as the Inspector recommends for portability.
+ANY_JSON: dict[str, Any] = {
+    "anyOf": [{"type": kind} for kind in ("object", "array", "string", "number", "boolean", "null")]
+}
+
+
 def _json_schema(node: Any, components: Mapping[str, Any]) -> Any:
-    """An OpenAPI 3.0 schema as plain JSON Schema: references inlined, ``nullable`` as a null type."""
-    if isinstance(node, list):
-        return [_json_schema(item, components) for item in node]
+    """An OpenAPI 3.0 schema as plain JSON Schema hosts take: references inlined, an ``allOf`` of one merged,
+    ``nullable`` as an ``anyOf`` with a null branch (the Inspector's recommendation: one type per branch), a
+    schema that constrains nothing as ``ANY_JSON``."""
     if not isinstance(node, dict):
         return node
     if "$ref" in node:
         target = _json_schema(components[node["$ref"].rsplit("/", 1)[1]], components)
         return {**target, **{k: _json_schema(v, components) for k, v in node.items() if k != "$ref"}}
-    schema = {k: _json_schema(v, components) for k, v in node.items() if k not in ("nullable", "readOnly")}
-    if node.get("nullable"):
-        if isinstance(schema.get("type"), str):
-            schema["type"] = [schema["type"], "null"]
+    schema: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in ("nullable", "readOnly"):
+            continue
+        if key == "properties":
+            schema[key] = {name: _json_schema(member, components) for name, member in value.items()}
+        elif key in ("items", "not") or (key == "additionalProperties" and isinstance(value, dict)):
+            schema[key] = _json_schema(value, components)
+        elif key in ("anyOf", "oneOf", "allOf"):
+            schema[key] = [_json_schema(branch, components) for branch in value]
         else:
-            schema = {"anyOf": [schema, {"type": "null"}]}
+            schema[key] = value
+    only = schema.get("allOf")
+    if isinstance(only, list) and len(only) == 1 and isinstance(only[0], dict):
+        # drf-spectacular wraps a described enum or reference in an allOf of one: strict hosts take no allOf.
+        del schema["allOf"]
+        schema = {**only[0], **schema}
+    if not any(key in schema for key in _CONSTRAINTS):
+        return {**ANY_JSON, **schema}
+    if node.get("nullable"):
+        annotations = {key: schema.pop(key) for key in _ANNOTATIONS if key in schema}
+        if "enum" in schema:
+            schema["enum"] = [value for value in schema["enum"] if value is not None]
+        schema = {"anyOf": [schema, {"type": "null"}], **annotations}
     return schema
 
 
@@ -349,14 +558,52 @@ def input_schema(name: str) -> dict[str, Any]:
     body = operation.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
     if body is not None:
         body_schema = _json_schema(body, components)
-        properties.update(body_schema.get("properties", {}))
-        required.extend(body_schema.get("required", []))
+        members = body_schema.get("properties", {})
+        properties.update({name: value for name, value in members.items() if name not in spec.omitted})
+        properties.update({name: reshaped.schema for name, reshaped in spec.reshaped.items()})
+        required.extend(name for name in body_schema.get("required", []) if name not in spec.omitted)
     if spec.method == "POST":
         properties["idempotency_key"] = IDEMPOTENCY_ARGUMENT
     schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
     if required:
         schema["required"] = required
     return schema
+
+
+@cache
+def output_schema(name: str) -> dict[str, Any]:
+    """The tool's results: any of its operation's success answers as the OpenAPI schema declares them (a
+    shaped answer: its own schema) or, for a refused call (``isError``), the API's error object with the HTTP
+    status. Clients check results against it (the SDK's client the answers, the Inspector's every result)."""
+    spec = TOOLS[name]
+    document = openapi()
+    components = document["components"]["schemas"]
+    operation = document["paths"][_schema_path(spec.path)][spec.method.lower()]
+    answers: list[dict[str, Any]] = []
+    for status, response in sorted(operation["responses"].items()):
+        schema = response.get("content", {}).get("application/json", {}).get("schema")
+        if not status.startswith("2") or schema is None:
+            continue
+        answer = _json_schema(schema, components)
+        if spec.shape_schema is not None and status == "200":
+            answer = spec.shape_schema(components)
+        if answer not in answers:
+            answers.append(answer)
+    return {"type": "object", "anyOf": [*answers, refusal_schema(components)]}
+
+
+def refusal_schema(components: Mapping[str, Any]) -> dict[str, Any]:
+    """The structured content of a refused call: the API's error object and the HTTP status."""
+    return {
+        "type": "object",
+        "description": "a refused call (isError): the API's error and the HTTP status",
+        "properties": {
+            "error": _json_schema(components["ErrorDetail"], components),
+            "status": {"type": "integer", "minimum": 400, "maximum": 599},
+        },
+        "required": ["error", "status"],
+        "additionalProperties": False,
+    }
 
 
 def answer_text(body: Any) -> str:

@@ -14,7 +14,6 @@ from asgiref.sync import async_to_sync
 from django.db import connection
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
 
 from tasks_app.selectors import goal_tasks
 from tasks_app.services import agent_token_issue, goal_create
@@ -42,14 +41,17 @@ async def record_and_read(client: Client, task_id: str) -> dict[str, Any]:
     names = {tool.name for tool in (await client.list_tools()).tools}
     started = await client.call_tool("start_task", {"task_id": task_id})
     fact = await client.call_tool("record_fact", {"task_id": task_id, "text": "the spec fails on expiry"})
-    with pytest.raises(MCPError) as refused:
-        await client.call_tool("record_fact", {"task_id": task_id, "text": ["not", "a", "string"]})
+    refused = await client.call_tool("record_fact", {"task_id": task_id, "text": ["not", "a", "string"]})
     task = await client.call_tool("get_task", {"task_id": task_id})
+    prompts = await client.list_prompts()
+    resources = await client.list_resources()
     return {
+        "prompts": [prompt.name for prompt in prompts.prompts],
+        "resources": [resource.uri for resource in resources.resources],
         "names": names,
         "started": started.structured_content,
         "fact": fact.structured_content,
-        "refused": refused.value,
+        "refused": refused,
         "task": task.structured_content,
     }
 
@@ -58,8 +60,11 @@ def check(got: dict[str, Any]) -> None:
     assert {"record_fact", "compile_context", "request_completion"} <= got["names"]
     assert got["started"]["state"] == "running"
     assert got["fact"]["text"] == "the spec fails on expiry" and got["fact"]["actor"] == "agent:desktop"
-    assert got["refused"].data["field"] == "text"
+    assert got["refused"].is_error and got["refused"].structured_content["error"]["field"] == "text"
+    assert "(field: text)" in got["refused"].content[0].text
     assert got["task"]["version"] == got["started"]["version"]
+    assert got["prompts"] == ["task_context"]
+    assert got["resources"] == [f"nexum://tasks/{got['task']['id']}"]
 
 
 def test_streamable_http_at_mcp_with_the_bearer_token(live_server, agent_key, task_id):

@@ -1,8 +1,9 @@
 """A database that cannot be reached is 503 ``database_unavailable`` with ``Retry-After`` (issue 23, item 5):
-from REST in the one error shape, from ``/mcp`` as a JSON-RPC error, debug on or off, never Django's HTML
-page; a caller sends the same request again later and nothing was written meanwhile. Here the test's own
-connection is pointed where no database is (a file that cannot be opened, a port nobody listens on); a real
-PostgreSQL cluster stopped under a real server is tests/integration/test_faults.py."""
+from REST in the one error shape, from ``/mcp`` as a JSON-RPC error (a tool call that runs: a result with
+``isError``), debug on or off, never Django's HTML page; a caller sends the same request again later and
+nothing was written meanwhile. Here the test's own connection is pointed where no database is (a file that
+cannot be opened, a port nobody listens on); a real PostgreSQL cluster stopped under a real server is
+tests/integration/test_faults.py."""
 
 from __future__ import annotations
 
@@ -176,3 +177,34 @@ def test_an_answer_that_fails_to_render_under_api_is_json_debug_on_or_off(debug,
     error = assert_error(response, 500, "server_error")
     assert error["request_id"] == response["X-Request-ID"]
     assert "a bug" not in response.content.decode()
+
+
+def test_an_mcp_tool_call_while_the_database_is_gone_is_an_error_result_to_send_again(project):
+    """The tool call runs (in process, no HTTP request around it) and the API answers 503: a tool result with
+    ``isError`` that says to send the call again, the session going on."""
+    from asgiref.sync import async_to_sync, sync_to_async
+    from mcp import Client
+
+    from nexum_web.mcp.calls import Caller
+    from nexum_web.mcp.server import calling_as, server
+    from tasks_app.services import agent_token_issue
+
+    key = agent_token_issue(project_id=str(project.id), name="outage", role="agent", actor="test").key
+
+    gone = database_gone()  # the connection is the test thread's: entered and left there
+
+    async def run():
+        with calling_as(Caller(token=key)):
+            async with Client(server) as client:
+                await sync_to_async(gone.__enter__, thread_sensitive=True)()
+                try:
+                    refused = await client.call_tool("list_tasks", {})
+                finally:
+                    await sync_to_async(gone.__exit__, thread_sensitive=True)(None, None, None)
+                return refused, await client.call_tool("list_tasks", {})
+
+    refused, again = async_to_sync(run)()
+    assert refused.is_error and refused.structured_content["status"] == 503
+    assert refused.structured_content["error"]["code"] == "database_unavailable"
+    assert refused.content[0].text.startswith("database_unavailable: ")
+    assert not again.is_error and again.structured_content["results"] == []
