@@ -25,6 +25,7 @@ from rest_framework import serializers
 from nexum.core.roles import OPERATOR
 from nexum_web.api.auth import AgentTokenAuthentication, CallerTrustField, operator_rule
 from nexum_web.api.pagination import ListQuery
+from nexum_web.api.stream_tickets import TICKET_PARAMETER, StreamTicketAuthentication
 from nexum_web.api.strict import NOT_BLANK, StrictInput, blank_refused, query_serializer
 
 ERROR = inline_serializer(
@@ -200,4 +201,21 @@ class AgentTokenScheme(OpenApiAuthenticationExtension):
             "type": "http",
             "scheme": "bearer",
             "description": "an agent or operator token of one project: `Authorization: Bearer <token>`",
+        }
+
+
+class StreamTicketScheme(OpenApiAuthenticationExtension):
+    """The event stream's other credential: a single-use stream ticket in the query (a browser's
+    ``EventSource`` cannot send the bearer header)."""
+
+    target_class = StreamTicketAuthentication
+    name = "streamTicket"
+
+    def get_security_definition(self, auto_schema: object) -> dict[str, str]:
+        return {
+            "type": "apiKey",
+            "in": "query",
+            "name": TICKET_PARAMETER,
+            "description": "a ticket from `POST /api/v1/events/stream/tickets`: one stream, once, within "
+            "NEXUM_EVENT_STREAM_TICKET_S seconds",
         }
