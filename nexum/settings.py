@@ -369,6 +369,9 @@ if not 0 < NEXUM_LEASE_HEARTBEAT_S < NEXUM_LEASE_TTL_S:
 NEXUM_DISPATCH_INTERVAL_S = float(os.environ.get("NEXUM_DISPATCH_INTERVAL_S", "5"))
 NEXUM_DISPATCH_AFTER_S = float(os.environ.get("NEXUM_DISPATCH_AFTER_S", "15"))
 NEXUM_DISPATCH_BACKOFF_MAX_S = float(os.environ.get("NEXUM_DISPATCH_BACKOFF_MAX_S", "45"))
+# Without a broker, the serving process runs requests left pending by a process that died
+# (nexum/work/embedded.py); 0 turns that off.
+NEXUM_EMBEDDED_DISPATCHER = _env_bool("NEXUM_EMBEDDED_DISPATCHER", True)
 # At most this many of one project's completion requests, queued compiles (and webhook deliveries, below) are
 # in flight at a time (sent to the workers and not yet answered); the others wait their turn and are sent as
 # these finish, so one project's backlog never queues ahead of another project's requests. A cap at least a
