@@ -306,7 +306,8 @@ def _schema_path(path: str) -> str:
 
 
 def _json_schema(node: Any, components: Mapping[str, Any]) -> Any:
-    """An OpenAPI 3.0 schema as plain JSON Schema: references inlined, ``nullable`` as a null type."""
+    """An OpenAPI 3.0 schema as plain JSON Schema: references inlined, ``nullable`` as a null type, no
+    ``discriminator`` (``oneOf`` says the same)."""
     if isinstance(node, list):
         return [_json_schema(item, components) for item in node]
     if not isinstance(node, dict):
@@ -314,7 +315,8 @@ def _json_schema(node: Any, components: Mapping[str, Any]) -> Any:
     if "$ref" in node:
         target = _json_schema(components[node["$ref"].rsplit("/", 1)[1]], components)
         return {**target, **{k: _json_schema(v, components) for k, v in node.items() if k != "$ref"}}
-    schema = {k: _json_schema(v, components) for k, v in node.items() if k not in ("nullable", "readOnly")}
+    openapi_only = ("nullable", "readOnly", "discriminator")  # a discriminator's mapping names components
+    schema = {k: _json_schema(v, components) for k, v in node.items() if k not in openapi_only}
     if node.get("nullable"):
         if isinstance(schema.get("type"), str):
             schema["type"] = [schema["type"], "null"]
