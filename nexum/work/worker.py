@@ -28,7 +28,8 @@ process (Celery eager: the embedded default, tests), a request runs once inside 
 with no broker to redeliver it. No lease is taken, unless the process runs the embedded dispatcher
 (``nexum.work.embedded``: the server of the embedded default), which runs a request whose process died: then
 a run outside a transaction takes its lease as a worker's does, so that dispatcher never takes a request a
-live run holds (a run inside a caller's transaction recorded nothing others can see before it commits).
+live run holds (a run inside a caller's transaction recorded nothing others can see before it commits). An
+in-process run sends no next request: nothing waits behind a cap there.
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ def run_leased(
     except leases.DATABASE_ERRORS:
         connection.close()  # a broken connection is not reused by the retry
         raise
-    _send_next_of_project(kind, request_id)
+    if not task.request.is_eager:  # in process nothing waits behind a cap: each request ran when recorded
+        _send_next_of_project(kind, request_id)
     return result
 
 

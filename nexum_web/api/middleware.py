@@ -80,9 +80,9 @@ class ApiCorsMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        origin = request.headers.get("Origin")
         if not request.path.startswith("/api/"):
             return self.get_response(request)
+        origin = request.headers.get("Origin")
         allowed = origin is not None and origin in settings.NEXUM_CORS_ORIGINS
         if allowed and request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
             response = HttpResponse(status=204)
