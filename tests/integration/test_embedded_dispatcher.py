@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from datetime import timedelta
@@ -114,9 +115,11 @@ def test_a_completion_left_pending_by_a_killed_server_is_decided_after_the_serve
     assert not CompletionRequest.objects.get(id=request.id).decided
 
     servers.start("second", serve, env)
+    restarted = time.monotonic()
     assert wait_for(lambda: CompletionRequest.objects.get(id=request.id).decided, timeout=60), servers.log(
         "second"
     )
+    print(f"decided {time.monotonic() - restarted:.1f} s after the server was started again")
     assert CompletionRequest.objects.get(id=request.id).outcome == "completed"
     assert decisions(request.id) == 1
     first, second, end = runs.read_text().splitlines()  # the first run's check was killed, never ended
