@@ -12,7 +12,11 @@ in the order it checks:
    resolved cwd. It is allowed when
    - the allowlist holds the bare name as typed and the name was found on PATH (a path such as ``./echo`` is
      never allowed by the bare-name entry ``echo``), or
-   - the allowlist holds an absolute path equal to the found path (normalized) or to its ``realpath``.
+   - the allowlist holds an absolute path that names the same file: the found path (normalized) or its
+     ``realpath`` equals the entry or the entry's ``realpath``, both sides resolved, so ``venv/bin/python3``
+     is allowed by ``venv/bin/python`` when both are links to one interpreter. An entry allows the file it
+     resolves to by whatever path a check names it (the entries are resolved at each check: a link an
+     operator repoints moves the allowance with it).
    Not allowed → ``denied_executable``, whether or not it exists (existence is not revealed). Allowed but
    absent → ``missing_executable``. The child runs exactly the path that was vetted (argv[0] is replaced by
    it), never a second PATH lookup. The allowlist vets the first program only: inside the sandbox a check
@@ -140,15 +144,15 @@ DEFAULT_ENV_SET = {"PYTHONDONTWRITEBYTECODE": "1"}
 class SandboxPolicy:
     """Operator-set limits for one project's checks (SPEC V8). ``None`` disables a resource limit.
 
-    ``workspace_root`` is the project's own folder. ``allowed_executables`` holds bare names (matched
-    against argv[0] as typed, found on the scrubbed PATH) and absolute paths (matched against the resolved
-    path or its realpath). ``max_output_bytes`` and ``max_timeout_s`` cap what a check asks for;
-    ``max_read_bytes`` caps how much of a file or artifact a pattern check reads. ``isolation`` is ``bwrap``
-    or ``none``; ``read_only_paths`` are extra host paths every check sees read-only; ``hidden_paths`` and
-    ``private_paths`` are what no mount may show (see ``bubblewrap.plan_mounts``); ``cgroup_parent`` is the
-    pids cgroup folder for a root worker (None: found automatically); ``tmp_bytes`` sizes the private /tmp;
-    ``host_uid`` and ``host_gid`` are the unprivileged host user a root worker runs its sandboxes as (None: it
-    has none, and refuses command checks).
+    ``workspace_root`` is the project's own folder. ``allowed_executables`` holds bare names (matched against
+    argv[0] as typed, found on the scrubbed PATH) and absolute paths (matched against the resolved path or its
+    realpath, the entry resolved too: an entry allows the file it names, by any path). ``max_output_bytes``
+    and ``max_timeout_s`` cap what a check asks for; ``max_read_bytes`` caps how much of a file or artifact a
+    pattern check reads. ``isolation`` is ``bwrap`` or ``none``; ``read_only_paths`` are extra host paths
+    every check sees read-only; ``hidden_paths`` and ``private_paths`` are what no mount may show (see
+    ``bubblewrap.plan_mounts``); ``cgroup_parent`` is the pids cgroup folder for a root worker (None: found
+    automatically); ``tmp_bytes`` sizes the private /tmp; ``host_uid`` and ``host_gid`` are the unprivileged
+    host user a root worker runs its sandboxes as (None: it has none, and refuses command checks).
     """
 
     workspace_root: Path
@@ -424,7 +428,11 @@ def resolve_executable(policy: SandboxPolicy, program: str, *, cwd: str, search_
 
 
 def _path_allowed(path: str, allowed: frozenset[str]) -> bool:
-    return path in allowed or os.path.realpath(path) in allowed
+    """Whether ``path`` names the same file as an absolute allowlist entry, each side as given or resolved."""
+    if path in allowed:
+        return True
+    resolved = os.path.realpath(path)
+    return any(os.path.isabs(entry) and resolved in (entry, os.path.realpath(entry)) for entry in allowed)
 
 
 def _rlimits(policy: SandboxPolicy) -> list[tuple[int, int, int]]:

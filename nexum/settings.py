@@ -74,6 +74,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "nexum.logs.RequestIdMiddleware",
+    "nexum_web.api.middleware.ApiCorsMiddleware",
     "nexum_web.api.middleware.ApiGZipMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -246,6 +247,12 @@ NEXUM_PROJECTIONS = [
 NEXUM_EVENT_STREAM_MAX_S = _env_int("NEXUM_EVENT_STREAM_MAX_S", 25)
 NEXUM_EVENT_STREAM_POLL_S = _env_int("NEXUM_EVENT_STREAM_POLL_MS", 500) / 1000
 NEXUM_EVENT_STREAM_HEARTBEAT_S = _env_int("NEXUM_EVENT_STREAM_HEARTBEAT_S", 15)
+# A browser opens the stream with a single-use ticket (nexum_web/api/stream_tickets.py) that lasts this long.
+NEXUM_EVENT_STREAM_TICKET_S = _env_int("NEXUM_EVENT_STREAM_TICKET_S", 60)
+if NEXUM_EVENT_STREAM_TICKET_S < 1:
+    raise RuntimeError("NEXUM_EVENT_STREAM_TICKET_S must be at least 1")
+# The origins (scheme://host[:port]) whose pages may call the API from a browser (api/middleware.py).
+NEXUM_CORS_ORIGINS = [origin.rstrip("/") for origin in _env_list("NEXUM_CORS_ORIGINS")]
 # Open streams are bounded (nexum_web/api/stream_slots.py), since each holds a request thread while it lasts:
 # NEXUM_EVENT_STREAMS_PER_TOKEN per token and NEXUM_EVENT_STREAMS_MAX in all, counted across the server's
 # processes; and a process gives streams all its threads but one. Under gunicorn, deploy/gunicorn.conf.py
@@ -362,6 +369,9 @@ if not 0 < NEXUM_LEASE_HEARTBEAT_S < NEXUM_LEASE_TTL_S:
 NEXUM_DISPATCH_INTERVAL_S = float(os.environ.get("NEXUM_DISPATCH_INTERVAL_S", "5"))
 NEXUM_DISPATCH_AFTER_S = float(os.environ.get("NEXUM_DISPATCH_AFTER_S", "15"))
 NEXUM_DISPATCH_BACKOFF_MAX_S = float(os.environ.get("NEXUM_DISPATCH_BACKOFF_MAX_S", "45"))
+# Without a broker, the serving process runs requests left pending by a process that died
+# (nexum/work/embedded.py); 0 turns that off.
+NEXUM_EMBEDDED_DISPATCHER = _env_bool("NEXUM_EMBEDDED_DISPATCHER", True)
 # At most this many of one project's completion requests, queued compiles (and webhook deliveries, below) are
 # in flight at a time (sent to the workers and not yet answered); the others wait their turn and are sent as
 # these finish, so one project's backlog never queues ahead of another project's requests. A cap at least a

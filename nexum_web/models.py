@@ -27,3 +27,24 @@ class EventStreamLease(models.Model):
 
     def __str__(self) -> str:
         return f"stream of token {self.token_id} ({self.holder}, until {self.closes_at:%H:%M:%S})"
+
+
+class StreamTicket(models.Model):
+    """A short-lived, single-use credential for one event stream, for a browser's ``EventSource`` (which
+    cannot send an Authorization header): issued to a token, it opens one stream of that token's project with
+    that token's role, once, before ``expires_at``. Only the sha256 of the ticket is kept."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+    secret_sha256 = models.CharField(max_length=64, unique=True)
+    token_id = models.UUIDField(db_index=True)
+    project_id = models.UUIDField()
+    role = models.CharField(max_length=8)
+    issued_at = models.DateTimeField()
+    expires_at = models.DateTimeField(db_index=True)
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "event stream ticket"
+
+    def __str__(self) -> str:
+        return f"stream ticket of token {self.token_id} (until {self.expires_at:%H:%M:%S})"

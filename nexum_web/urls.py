@@ -15,6 +15,7 @@ api_v1 = [
     path("health", views.HealthView.as_view(), name="health"),
     path("events", views.EventFeedView.as_view(), name="event-feed"),
     path("events/stream", stream.EventStreamView.as_view(), name="event-stream"),
+    path("events/stream/tickets", stream.StreamTicketView.as_view(), name="event-stream-tickets"),
     path("goals", tasks.GoalListCreateView.as_view(), name="goals"),
     path("goals/<str:goal_id>", tasks.GoalDetailView.as_view(), name="goal"),
     path("goals/<str:goal_id>/tasks/<str:key>", tasks.GoalTaskDetailView.as_view(), name="goal-task"),

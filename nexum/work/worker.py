@@ -25,7 +25,11 @@ slot it held under the kind's cap per project is free.
 A delivery that finds the lease held by a live process retries when that lease would expire (counted with
 the other retries; after the last one the dispatcher still sends the request while it is pending). Run in
 process (Celery eager: the embedded default, tests), a request runs once inside the call that recorded it,
-with no broker to redeliver it and nothing to coordinate: no lease is taken.
+with no broker to redeliver it. No lease is taken, unless the process runs the embedded dispatcher
+(``nexum.work.embedded``: the server of the embedded default), which runs a request whose process died: then
+a run outside a transaction takes its lease as a worker's does, so that dispatcher never takes a request a
+live run holds (a run inside a caller's transaction recorded nothing others can see before it commits). An
+in-process run sends no next request: nothing waits behind a cap there.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from django.db import connection
 
 from nexum.work import leases
 from nexum.work.dispatch import send_next
+from nexum.work.embedded import embedded_dispatcher_active
 from nexum.work.kinds import WorkKind
 
 logger = logging.getLogger(__name__)
@@ -65,12 +70,15 @@ def run_leased(
 ) -> Result | None:
     """Run ``run(lease)`` for one request under its lease (``run(None)`` in process); ``None`` when the lease
     was lost midway (the new holder answers the request)."""
-    if task.request.is_eager:
+    if task.request.is_eager and not (embedded_dispatcher_active() and not connection.in_atomic_block):
         return run(None)
     try:
         with leases.held(kind, request_id) as lease:
             result = run(lease)
     except leases.Busy as busy:
+        if task.request.is_eager:  # a live process runs it; nothing here to retry with
+            logger.info("%s; left to it", busy)
+            return None
         logger.info("%s; retrying in %.0f s", busy, busy.retry_in_s)
         raise task.retry(countdown=busy.retry_in_s) from None
     except leases.LeaseLost as lost:
@@ -79,7 +87,8 @@ def run_leased(
     except leases.DATABASE_ERRORS:
         connection.close()  # a broken connection is not reused by the retry
         raise
-    _send_next_of_project(kind, request_id)
+    if not task.request.is_eager:  # in process nothing waits behind a cap: each request ran when recorded
+        _send_next_of_project(kind, request_id)
     return result
 
 

@@ -313,7 +313,6 @@ class TaskCompileView(APIView):
     query_serializers = {"POST": ExcludedQuery}
 
     @extend_schema(
-        operation_id="task_compile",
         summary="Compile the task's context for one model call",
         description=(
             "Synchronous by default (200 with the compiled context). With `async: true` the compile is "
@@ -356,7 +355,6 @@ class CompileRequestView(APIView):
     query_serializers = {"GET": ExcludedQuery}
 
     @extend_schema(
-        operation_id="compile_request_get",
         summary="A compile request: queued, done (with its context) or failed (with the error)",
         responses={200: COMPILE_REQUEST},
     )
@@ -393,7 +391,6 @@ class TaskContextListView(APIView):
     query_serializers = {"GET": LogListQuery}
 
     @extend_schema(
-        operation_id="task_contexts_list",
         summary="The task's compile history in log order: every finished compile with its context's digest",
         responses={200: page_schema("CompileHistoryPage", CompileHistoryEntrySerializer)},
     )
@@ -419,7 +416,6 @@ class ContextDetailView(APIView):
     query_serializers = {"GET": ExcludedQuery}
 
     @extend_schema(
-        operation_id="context_get",
         summary="A compiled context by digest",
         responses={200: COMPILED_CONTEXT},
     )
@@ -433,7 +429,6 @@ class ContextExcludedView(APIView):
     query_serializers = {"GET": ExcludedPageQuery}
 
     @extend_schema(
-        operation_id="context_excluded_list",
         summary="Every item and tool a compiled context left out, in order, a page at a time",
         responses={200: EXCLUDED_PAGE},
     )
@@ -459,7 +454,6 @@ class ContextReplayView(APIView):
         )
 
     @extend_schema(
-        operation_id="context_replay",
         summary="Recompile at the stored position and compare digests (writes nothing)",
         request=None,
         responses={200: REPLAY},
@@ -467,14 +461,13 @@ class ContextReplayView(APIView):
     def post(self, request: Request, digest: str) -> Response:
         return self._replay(request, digest)
 
-    @extend_schema(operation_id="context_replay_get", summary="Same as POST", responses={200: REPLAY})
+    @extend_schema(summary="Same as POST", responses={200: REPLAY})
     def get(self, request: Request, digest: str) -> Response:
         return self._replay(request, digest)
 
 
 class ContextDiffView(APIView):
     @extend_schema(
-        operation_id="context_diff",
         summary="Which items and tools entered and left between two compiled contexts, and why",
         parameters=[
             OpenApiParameter("digest", str, OpenApiParameter.PATH, description="the earlier context"),

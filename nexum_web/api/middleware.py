@@ -1,5 +1,5 @@
-"""The API's HTTP edge: the method check, made before authentication, JSON for an exception no view answered,
-and gzip for the answers.
+"""The API's HTTP edge: CORS for the configured origins, the method check, made before authentication, JSON
+for an exception no view answered, and gzip for the answers.
 
 DRF authenticates a request before it looks for the view's handler, so a method no API view has (``TRACE``,
 ``POST`` on a read-only endpoint) would be answered 401 to a caller without a token. The method is a property
@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.cache import patch_vary_headers
 from rest_framework.views import APIView
@@ -57,6 +58,44 @@ class MethodCheckMiddleware:
         if not request.path.startswith("/api/"):
             return None
         return answer_exception(exception, request)
+
+
+class ApiCorsMiddleware:
+    """CORS for ``/api/``, for the origins in ``NEXUM_CORS_ORIGINS`` only (exact ``scheme://host[:port]``).
+
+    A preflight (``OPTIONS`` with ``Access-Control-Request-Method``) from an allowed origin is answered here,
+    204, before authentication: a browser sends no credentials with it. Every answer to an allowed origin
+    names it in ``Access-Control-Allow-Origin`` and exposes the headers a client reads. A request from any
+    other origin gets no CORS header at all (its preflight goes on to the API, which answers it as any
+    unauthenticated request), so the browser keeps the answer from the page. Credentials are bearer tokens
+    and stream tickets, never cookies: no ``Access-Control-Allow-Credentials``.
+    """
+
+    ALLOW_METHODS = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
+    ALLOW_HEADERS = "Authorization, Content-Type, Idempotency-Key, If-Match, Last-Event-ID, X-Request-ID"
+    EXPOSE_HEADERS = "ETag, Location, Retry-After, X-Request-ID"
+    MAX_AGE_S = 600
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if not request.path.startswith("/api/"):
+            return self.get_response(request)
+        origin = request.headers.get("Origin")
+        allowed = origin is not None and origin in settings.NEXUM_CORS_ORIGINS
+        if allowed and request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
+            response = HttpResponse(status=204)
+            response["Access-Control-Allow-Methods"] = self.ALLOW_METHODS
+            response["Access-Control-Allow-Headers"] = self.ALLOW_HEADERS
+            response["Access-Control-Max-Age"] = str(self.MAX_AGE_S)
+        else:
+            response = self.get_response(request)
+        patch_vary_headers(response, ("Origin",))
+        if allowed:
+            response["Access-Control-Allow-Origin"] = origin
+            response["Access-Control-Expose-Headers"] = self.EXPOSE_HEADERS
+        return response
 
 
 _ACCEPTS_GZIP = re.compile(r"\bgzip\b")

@@ -5,7 +5,12 @@
   ``x-nexum-role: operator`` (or ``x-nexum-operator-fields`` when only some body members need one);
 - the query parameters, from the ``query_serializers`` declarations ``nexum_web.api.strict.DeclaredQueryOnly``
   enforces (nothing else is accepted);
-- every request body of a ``StrictInput`` is ``additionalProperties: false``;
+- every request body of a ``StrictInput`` is ``additionalProperties: false``, its rules across members
+  (``exclusive``, ``requires_one_of``) under ``allOf`` beside its typed members, so that a generated client
+  still types the body;
+- every operation is named in ``OPERATION_IDS`` as the Python client (``clients/python``) names its method,
+  never by drf-spectacular's default (``v1_tasks_start_create``): an operation missing there fails the
+  schema's generation;
 - every operation's error responses, each in the one error shape (``Error``): 400 (any bad input, an
   unknown query parameter included), 401, 404 and 503 (the database unreachable) for every operation that
   takes a token, 403 for an operator's operation or a body with a trust class, 409 and 413 for every write,
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import force_instance, get_doc
@@ -24,7 +30,7 @@ from rest_framework import serializers
 
 from nexum.core.roles import OPERATOR
 from nexum_web.api.auth import AgentTokenAuthentication, CallerTrustField, operator_rule
-from nexum_web.api.pagination import ListQuery
+from nexum_web.api.stream_tickets import TICKET_PARAMETER, StreamTicketAuthentication
 from nexum_web.api.strict import NOT_BLANK, StrictInput, blank_refused, query_serializer
 
 ERROR = inline_serializer(
@@ -58,14 +64,104 @@ ERROR_MEANINGS = {
 WRITES = {"POST", "PUT", "PATCH", "DELETE"}
 
 
+API_PREFIX = "/api/v1"
+# Each operation's id, by method and path under /api/v1: the Python client's method name where it has one
+# (``start``, ``record_fact``, ``compile``, ``complete``), else in its style — a noun for what one reads
+# (``goal``, ``tasks``), a verb and a noun for what one does (``verify_fact``, ``create_source``); a goal's
+# copy of a task's record operation names the goal (``record_goal_fact``).
+OPERATION_IDS: dict[tuple[str, str], str] = {
+    ("GET", "/artifacts/{item_id}/content"): "artifact_content",
+    ("GET", "/bundles/{digest}"): "bundle",
+    ("GET", "/compiles/{request_id}"): "compile_request",
+    ("GET", "/completions/{request_id}"): "completion",
+    ("GET", "/contexts/{digest}"): "context",
+    ("GET", "/contexts/{digest}/diff/{other}"): "context_diff",
+    ("GET", "/contexts/{digest}/excluded"): "excluded",
+    ("GET", "/contexts/{digest}/replay"): "replay_context_get",
+    ("POST", "/contexts/{digest}/replay"): "replay_context",
+    ("GET", "/escalations"): "escalations",
+    ("GET", "/escalations/{escalation_id}"): "escalation",
+    ("POST", "/escalations/{escalation_id}/resolve"): "resolve_escalation",
+    ("GET", "/events"): "events",
+    ("GET", "/events/stream"): "event_stream",
+    ("POST", "/events/stream/tickets"): "create_stream_ticket",
+    ("GET", "/facts/{fact_id}"): "fact",
+    ("POST", "/facts/{fact_id}/retract"): "retract_fact",
+    ("POST", "/facts/{fact_id}/supersede"): "supersede_fact",
+    ("POST", "/facts/{fact_id}/verify"): "verify_fact",
+    ("GET", "/goals"): "goals",
+    ("POST", "/goals"): "create_goal",
+    ("GET", "/goals/{goal_id}"): "goal",
+    ("GET", "/goals/{goal_id}/tasks/{key}"): "goal_task",
+    ("POST", "/goals/{scope_id}/artifacts"): "record_goal_artifact",
+    ("POST", "/goals/{scope_id}/decisions"): "record_goal_decision",
+    ("POST", "/goals/{scope_id}/facts"): "record_goal_fact",
+    ("GET", "/goals/{scope_id}/grants"): "goal_grants",
+    ("POST", "/goals/{scope_id}/grants"): "create_goal_grant",
+    ("POST", "/goals/{scope_id}/progress"): "record_goal_progress",
+    ("GET", "/goals/{scope_id}/tools"): "goal_tools",
+    ("PUT", "/goals/{scope_id}/tools"): "set_goal_tools",
+    ("GET", "/health"): "health",
+    ("GET", "/items"): "items",
+    ("GET", "/items/{item_id}"): "item",
+    ("GET", "/models"): "models",
+    ("GET", "/models/catalog"): "model_catalog",
+    ("PUT", "/models/catalog"): "replace_model_catalog",
+    ("PUT", "/models/{word}/overlay"): "set_model_overlay",
+    ("DELETE", "/models/{word}/overlay"): "delete_model_overlay",
+    ("GET", "/sources"): "sources",
+    ("POST", "/sources"): "create_source",
+    ("GET", "/tasks"): "tasks",
+    ("POST", "/tasks/{scope_id}/artifacts"): "record_artifact",
+    ("POST", "/tasks/{scope_id}/decisions"): "record_decision",
+    ("POST", "/tasks/{scope_id}/facts"): "record_fact",
+    ("POST", "/tasks/{scope_id}/failures"): "record_failure",
+    ("GET", "/tasks/{scope_id}/grants"): "task_grants",
+    ("POST", "/tasks/{scope_id}/grants"): "create_task_grant",
+    ("POST", "/tasks/{scope_id}/progress"): "record_progress",
+    ("POST", "/tasks/{scope_id}/tool-calls"): "record_tool_call",
+    ("GET", "/tasks/{scope_id}/tools"): "task_tools",
+    ("PUT", "/tasks/{scope_id}/tools"): "set_task_tools",
+    ("GET", "/tasks/{task_id}"): "task",
+    ("POST", "/tasks/{task_id}/block"): "block",
+    ("GET", "/tasks/{task_id}/bundle"): "task_bundle",
+    ("POST", "/tasks/{task_id}/cancel"): "cancel",
+    ("POST", "/tasks/{task_id}/compile"): "compile",
+    ("POST", "/tasks/{task_id}/complete"): "complete",
+    ("GET", "/tasks/{task_id}/completions"): "completions",
+    ("GET", "/tasks/{task_id}/contexts"): "contexts",
+    ("GET", "/tasks/{task_id}/contract"): "contract",
+    ("PUT", "/tasks/{task_id}/contract"): "register_contract",
+    ("POST", "/tasks/{task_id}/fail"): "fail",
+    ("POST", "/tasks/{task_id}/plan-gate/override"): "override_plan_gate",
+    ("GET", "/tasks/{task_id}/questions"): "questions",
+    ("PUT", "/tasks/{task_id}/questions"): "set_questions",
+    ("POST", "/tasks/{task_id}/resolve"): "resolve",
+    ("POST", "/tasks/{task_id}/start"): "start",
+    ("POST", "/tasks/{task_id}/unblock"): "unblock",
+    ("GET", "/tools"): "tools",
+    ("POST", "/tools"): "create_tool",
+    ("GET", "/tools/{name}"): "tool",
+    ("PUT", "/tools/{name}"): "set_tool",
+    ("DELETE", "/tools/{name}"): "delete_tool",
+    ("GET", "/webhooks"): "webhooks",
+    ("POST", "/webhooks"): "create_webhook",
+    ("GET", "/webhooks/{webhook_id}"): "webhook",
+    ("DELETE", "/webhooks/{webhook_id}"): "delete_webhook",
+    ("GET", "/webhooks/{webhook_id}/deliveries"): "webhook_deliveries",
+}
+
+
 class RoleAwareSchema(AutoSchema):
     def get_operation_id(self) -> str:
-        """``…_list`` for a list (a view whose query declaration is a ``ListQuery``), as for DRF's."""
-        operation_id = super().get_operation_id()
-        declared = query_serializer(self.view, self.method)
-        if declared and issubclass(declared, ListQuery) and operation_id.endswith("_retrieve"):
-            return operation_id.removesuffix("retrieve") + "list"
-        return operation_id
+        """The operation's name in ``OPERATION_IDS``; an operation without one is a configuration error."""
+        try:
+            return OPERATION_IDS[(self.method, self.path.removeprefix(API_PREFIX))]
+        except KeyError:
+            raise ImproperlyConfigured(
+                f"{self.method} {self.path} has no operationId: name it in OPERATION_IDS "
+                "(nexum_web/api/schema.py)"
+            ) from None
 
     def get_override_parameters(self) -> list[Any]:
         declared = query_serializer(self.view, self.method)
@@ -80,11 +176,13 @@ class RoleAwareSchema(AutoSchema):
             _member_constraints(serializer, schema)
             if schema.get("description") == get_doc(StrictInput):  # the base's, not the body's
                 del schema["description"]
-            exclusive = [{"not": {"required": list(pair)}} for pair in serializer.exclusive]
-            if exclusive:
-                schema["allOf"] = exclusive
+            # The rules across members go under allOf: beside typed members, a top-level anyOf would make
+            # a generated client take the body as untyped (openapi-python-client does).
+            rules = [{"not": {"required": list(pair)}} for pair in serializer.exclusive]
             if serializer.requires_one_of:
-                schema["anyOf"] = [_given(schema, name) for name in serializer.requires_one_of]
+                rules.append({"anyOf": [_given(schema, name) for name in serializer.requires_one_of]})
+            if rules:
+                schema["allOf"] = rules
         return schema
 
     def _get_request_for_media_type(self, serializer: Any, direction: str = "request") -> Any:
@@ -200,4 +298,21 @@ class AgentTokenScheme(OpenApiAuthenticationExtension):
             "type": "http",
             "scheme": "bearer",
             "description": "an agent or operator token of one project: `Authorization: Bearer <token>`",
+        }
+
+
+class StreamTicketScheme(OpenApiAuthenticationExtension):
+    """The event stream's other credential: a single-use stream ticket in the query (a browser's
+    ``EventSource`` cannot send the bearer header)."""
+
+    target_class = StreamTicketAuthentication
+    name = "streamTicket"
+
+    def get_security_definition(self, auto_schema: object) -> dict[str, str]:
+        return {
+            "type": "apiKey",
+            "in": "query",
+            "name": TICKET_PARAMETER,
+            "description": "a ticket from `POST /api/v1/events/stream/tickets`: one stream, once, within "
+            "NEXUM_EVENT_STREAM_TICKET_S seconds",
         }

@@ -20,6 +20,10 @@ database outage while the stream is open ends it the same way (``database_unavai
 Open streams are bounded per token, in all and per process (``nexum_web.api.stream_slots``): a stream past a
 bound is refused (429 ``too_many_streams`` or 503 ``streams_at_capacity``, with ``Retry-After``) before it
 starts, and an admitted one holds its place until its response is closed.
+
+A browser's ``EventSource`` cannot send the bearer header: it opens the stream with a single-use ticket,
+``?ticket=`` (``nexum_web.api.stream_tickets``), which ``POST /api/v1/events/stream/tickets`` issues to a
+token. The ticket is accepted here and nowhere else.
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ import json
 import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.db import DatabaseError
 from django.http import StreamingHttpResponse
+from django.urls import reverse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import renderers, serializers
 from rest_framework.request import Request
@@ -40,9 +46,11 @@ from rest_framework.views import APIView
 
 from nexum.core.errors import ValidationFailed
 from nexum.eventstore import store
+from nexum_web.api.auth import AgentTokenAuthentication
 from nexum_web.api.errors import database_outage, database_unavailable, error_body
 from nexum_web.api.pagination import MAX_POSITION
 from nexum_web.api.stream_slots import StreamSlot, stream_slot_take
+from nexum_web.api.stream_tickets import TICKET_PARAMETER, StreamTicketAuthentication, stream_ticket_issue
 from nexum_web.api.strict import StrictQuery
 from nexum_web.api.views import StoredEventSerializer
 from tasks_app.selectors import token_in_force
@@ -90,6 +98,9 @@ class EventStreamQuery(StrictQuery):
         help_text="seconds before the stream closes (0: send what is there and close); at most, and by "
         "default, NEXUM_EVENT_STREAM_MAX_S",
     )
+    ticket = serializers.CharField(
+        required=False, help_text="a stream ticket, instead of the Authorization header (a browser's)"
+    )
 
 
 def _last_event_id(request: Request) -> int | None:
@@ -106,6 +117,7 @@ def _last_event_id(request: Request) -> int | None:
 class EventStreamView(APIView):
     """The project's events as Server-Sent Events, resumable with Last-Event-ID (see the module docstring)."""
 
+    authentication_classes = [StreamTicketAuthentication, AgentTokenAuthentication]
     renderer_classes = [renderers.JSONRenderer, EventStreamRenderer]
     query_serializers = {"GET": EventStreamQuery}
     error_statuses = {"GET": (429,)}
@@ -114,6 +126,8 @@ class EventStreamView(APIView):
         parameters=[
             # The media type is chosen by the Accept header; DRF's ?format= override is not a parameter here.
             OpenApiParameter("format", exclude=True),
+            # The ticket is a credential: the streamTicket security scheme documents it.
+            OpenApiParameter(TICKET_PARAMETER, exclude=True),
             OpenApiParameter(
                 LAST_EVENT_ID,
                 {"type": "integer", "minimum": 0, "maximum": MAX_POSITION},
@@ -152,6 +166,31 @@ class EventStreamView(APIView):
             request.accepted_renderer = renderers.JSONRenderer()
             request.accepted_media_type = renderers.JSONRenderer.media_type
         return super().finalize_response(request, response, *args, **kwargs)
+
+
+class StreamTicketSerializer(serializers.Serializer):
+    ticket = serializers.CharField(help_text="opens one stream, once: `GET /api/v1/events/stream?ticket=…`")
+    expires_at = serializers.DateTimeField(help_text="unused after this, the ticket is refused (401)")
+    stream_url = serializers.CharField(help_text="the stream's path with the ticket")
+
+
+class StreamTicketView(APIView):
+    """Issues a stream ticket to the caller's token (see ``nexum_web.api.stream_tickets``)."""
+
+    @extend_schema(
+        summary="A single-use ticket to open the event stream without an Authorization header",
+        description="For a browser's `EventSource`, which cannot send the bearer header: "
+        "`new EventSource(stream_url)`. The ticket opens one stream of your project with your token's role, "
+        "once, within NEXUM_EVENT_STREAM_TICKET_S seconds (default 60); used, expired or of a revoked token "
+        "it is 401. To reconnect, ask for a new ticket and pass `after=<the last id received>`.",
+        request=None,
+        responses={201: StreamTicketSerializer},
+    )
+    def post(self, request: Request) -> Response:
+        issued = stream_ticket_issue(caller=request.user)
+        url = reverse("v1:event-stream") + "?" + urlencode({TICKET_PARAMETER: issued.ticket})
+        body = {"ticket": issued.ticket, "expires_at": issued.expires_at, "stream_url": url}
+        return Response(StreamTicketSerializer(body).data, status=201)
 
 
 class _HeldFrames:

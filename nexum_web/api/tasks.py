@@ -19,6 +19,7 @@ from nexum_web.api.auth import OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.pagination import ListQuery, keyset_page, page_schema
 from nexum_web.api.strict import StrictInput
+from nexum_web.api.verification import ContractField
 from tasks_app import selectors, services
 from tasks_app.models import Task
 
@@ -68,7 +69,7 @@ class GoalCreateSerializer(StrictInput):
     )
     tasks = TaskSpecListField(min_length=1)
     contracts = serializers.DictField(
-        child=serializers.DictField(),
+        child=ContractField(),
         required=False,
         help_text="verification contracts by task key (see PUT /tasks/{id}/contract for the shape);"
         " an operator's: an agent token gets 403, and its goal's tasks wait for an operator's contracts",

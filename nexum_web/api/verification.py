@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
+from drf_spectacular.plumbing import ResolvedComponent
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.generics import GenericAPIView
@@ -83,6 +85,11 @@ CHECK_MEMBERS: dict[str, dict[str, Any]] = {
 }
 
 
+def check_component(kind: str) -> str:
+    """The schema component of one check kind: ``command`` → ``CommandCheck``."""
+    return "".join(word.title() for word in kind.split("_")) + "Check"
+
+
 def _check_schema(kind: str) -> dict[str, Any]:
     required, optional = CHECK_FIELDS[kind]
     return {
@@ -96,25 +103,73 @@ def _check_schema(kind: str) -> dict[str, Any]:
     }
 
 
-CONTRACT_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "checks": {
-            "type": "array",
-            "items": {"oneOf": [_check_schema(kind) for kind in sorted(CHECK_TYPES)]},
-            "maxItems": MAX_CHECKS,
-            "description": "each name unique within the contract",
+def _any_check(auto_schema: Any) -> dict[str, Any]:
+    """One check of any kind: a union of one component per kind, told apart by ``kind`` (its discriminator),
+    each component registered once."""
+    refs = {}
+    for kind in sorted(CHECK_TYPES):
+        component = ResolvedComponent(
+            check_component(kind), ResolvedComponent.SCHEMA, object=check_component(kind)
+        )
+        component.schema = _check_schema(kind)
+        auto_schema.registry.register_on_missing(component)
+        refs[kind] = component.ref
+    return {
+        "oneOf": list(refs.values()),
+        "discriminator": {
+            "propertyName": "kind",
+            "mapping": {kind: ref["$ref"] for kind, ref in refs.items()},
         },
-        "require_checks": {"type": "boolean", "description": "default true (V3)"},
-        "on_failure": {"type": "string", "enum": list(ON_FAILURE_CHOICES), "description": "default failed"},
-    },
-    "additionalProperties": False,
-}
+    }
 
 
-@extend_schema_field(CONTRACT_SCHEMA)
 class ContractField(serializers.DictField):
     """A contract as a JSON object; its members are checked by the gate's rules (400 naming the member)."""
+
+
+class CheckListField(serializers.ListField):
+    """A contract's checks as stored, each in the shape it was registered in (every member given)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(child=serializers.DictField(), **kwargs)
+
+
+class ContractFieldSchema(OpenApiSerializerFieldExtension):
+    """A contract in a request body: the ``ContractSpec`` component, its checks one component per kind."""
+
+    target_class = ContractField
+
+    def map_serializer_field(self, auto_schema: Any, direction: str) -> dict[str, Any]:
+        component = ResolvedComponent("ContractSpec", ResolvedComponent.SCHEMA, object="ContractSpec")
+        component.schema = {
+            "type": "object",
+            "properties": {
+                "checks": {
+                    "type": "array",
+                    "items": _any_check(auto_schema),
+                    "maxItems": MAX_CHECKS,
+                    "description": "each name unique within the contract",
+                },
+                "require_checks": {"type": "boolean", "description": "default true (V3)"},
+                "on_failure": {
+                    "type": "string",
+                    "enum": list(ON_FAILURE_CHOICES),
+                    "description": "default failed",
+                },
+            },
+            "additionalProperties": False,
+        }
+        auto_schema.registry.register_on_missing(component)
+        return component.ref
+
+
+class CheckListFieldSchema(OpenApiSerializerFieldExtension):
+    """A contract's checks in an answer: the same component per kind as a request's."""
+
+    target_class = CheckListField
+
+    def map_serializer_field(self, auto_schema: Any, direction: str) -> dict[str, Any]:
+        return {"type": "array", "items": _any_check(auto_schema)}
 
 
 # --- requests ---
@@ -229,7 +284,7 @@ class CompletionResultSerializer(serializers.Serializer):
 class ContractSerializer(serializers.Serializer):
     task_id = serializers.UUIDField()
     revision = serializers.IntegerField(help_text="send back as expected_revision")
-    checks = serializers.ListField(child=serializers.DictField())
+    checks = CheckListField()
     require_checks = serializers.BooleanField()
     on_failure = serializers.CharField()
     trust_class = serializers.CharField()

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -314,7 +314,6 @@ def _record_view(
 
     class View(_RecordItem):
         @extend_schema(
-            operation_id=f"{scope_kind}_{kind}_record",
             summary=f"Record a {noun} on a {scope_kind}",
             request=input_serializer,
             parameters=[IDEMPOTENCY_HEADER],
@@ -471,7 +470,6 @@ class ItemListView(APIView):
     query_serializers = {"GET": ItemQuery}
 
     @extend_schema(
-        operation_id="v1_items_list",
         summary="Items in log order, filtered by goal, task (what it sees, or its own) and kind",
         responses=ITEM_PAGE,
     )
@@ -517,7 +515,16 @@ class ArtifactContentView(APIView):
     @extend_schema(
         summary="An artifact's stored content, as sent (verified against its sha256: 409 artifact_integrity"
         " when the stored bytes were changed; they are never served)",
-        responses={(200, "*/*"): OpenApiTypes.BINARY},
+        # application/octet-stream first, the media type a generated client reads bytes from; */* because the
+        # answer's Content-Type is the artifact's own media_type.
+        responses={
+            (200, media_type): OpenApiResponse(
+                OpenApiTypes.BINARY,
+                description="the artifact's bytes, as recorded; Content-Type is its media_type "
+                "(application/octet-stream when it has none). 400 no_content: it has only a uri",
+            )
+            for media_type in ("application/octet-stream", "*/*")
+        },
     )
     def get(self, request: Request, item_id: str) -> HttpResponse:
         artifact = selectors.item_get(project_id=request.user.project_id, item_id=item_id, kind="artifact")

@@ -499,7 +499,7 @@ ANY_JSON: dict[str, Any] = {
 def _json_schema(node: Any, components: Mapping[str, Any]) -> Any:
     """An OpenAPI 3.0 schema as plain JSON Schema hosts take: references inlined, an ``allOf`` of one merged,
     ``nullable`` as an ``anyOf`` with a null branch (the Inspector's recommendation: one type per branch), a
-    schema that constrains nothing as ``ANY_JSON``."""
+    schema that constrains nothing as ``ANY_JSON``, no ``discriminator`` (``oneOf`` says the same)."""
     if not isinstance(node, dict):
         return node
     if "$ref" in node:
@@ -507,7 +507,7 @@ def _json_schema(node: Any, components: Mapping[str, Any]) -> Any:
         return {**target, **{k: _json_schema(v, components) for k, v in node.items() if k != "$ref"}}
     schema: dict[str, Any] = {}
     for key, value in node.items():
-        if key in ("nullable", "readOnly"):
+        if key in ("nullable", "readOnly", "discriminator"):  # a discriminator's mapping names components
             continue
         if key == "properties":
             schema[key] = {name: _json_schema(member, components) for name, member in value.items()}

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -109,6 +111,29 @@ def test_untrusted_content_cannot_register_or_change_a_contract(api, operator_ap
         response = create(operator_api, {"s1": contract}, contract_origin=origin)
         assert_error(response, 422, "untrusted_content")
     assert EventRow.objects.count() == before
+
+
+def test_the_interpreters_other_name_is_allowed_when_one_name_is(api, operator_api, workspace, settings):
+    """issue 29: the development allowlist names the virtualenv's bin/python; a contract that runs
+    bin/python3, the same file by another name, is accepted and its check runs."""
+    folder = Path(PYTHON).parent
+    allowed, other = folder / "python", folder / "python3"
+    if not (allowed.exists() and other.exists()) or os.path.realpath(allowed) != os.path.realpath(other):
+        pytest.skip(f"{folder} has no python and python3 naming one interpreter")
+    settings.NEXUM_CHECK_EXECUTABLES = [str(allowed)]
+    contract = {"checks": [{"kind": "command", "name": "py", "argv": [str(other), "-c", "print(6 * 7)"]}]}
+    task_id = started_task(operator_api, api, contract)
+    body = api.post(f"/api/v1/tasks/{task_id}/complete", {"answer": "done"}, format="json").json()
+    assert body["outcome"] == "completed", body
+    assert body["completion"]["check_runs"][0]["output"] == "42\n"
+    fresh = create(api).json()["tasks"][0]["id"]
+    elsewhere = {"checks": [{"kind": "command", "name": "x", "argv": ["sh", "-c", "true"]}]}  # not allowed
+    assert_error(
+        operator_api.put(f"/api/v1/tasks/{fresh}/contract", {"contract": elsewhere}, format="json"),
+        422,
+        "denied_executable",
+        "contract.checks[0].argv[0]",
+    )
 
 
 def test_refused_executables_and_workspaces_are_422(api, operator_api, workspace):

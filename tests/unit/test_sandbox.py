@@ -361,6 +361,22 @@ def test_an_allowlisted_absolute_path_may_run_through_a_symlink(tmp_path: Path) 
     assert (result.reason, result.output) == ("passed", "ok")
 
 
+def test_an_allowlisted_link_allows_every_path_to_the_same_file_and_no_other(tmp_path: Path) -> None:
+    """As a virtualenv's bin/python and bin/python3, both links to one interpreter: allowing one allows the
+    other (issue 29: both sides of the comparison are resolved), and a link to another file stays denied."""
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to("/usr/bin/printf")
+    (venv / "python3").symlink_to("python")
+    (venv / "other").symlink_to("/usr/bin/env")
+    policy = policy_for(tmp_path, str(venv / "python"))
+    for program in (str(venv / "python3"), "venv/bin/python3", str(venv / "python"), "/usr/bin/printf"):
+        result = run_command(check(program, "ok"), policy)
+        assert (result.reason, result.output) == ("passed", "ok"), program
+    assert run_command(check(str(venv / "other"), "true"), policy).reason == "denied_executable"
+    assert run_command(check("printf", "ok"), policy).reason == "passed"  # found on PATH: /usr/bin/printf
+
+
 def test_a_missing_executable_is_reported(tmp_path: Path) -> None:
     policy = policy_for(tmp_path, "nexum-no-such-tool", str(tmp_path / "gone"))
     assert run_command(check("nexum-no-such-tool"), policy).reason == "missing_executable"
