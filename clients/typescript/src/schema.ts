@@ -12,7 +12,7 @@ export interface paths {
             cookie?: never;
         };
         /** An artifact's stored content, as sent (verified against its sha256: 409 artifact_integrity when the stored bytes were changed; they are never served) */
-        get: operations["v1_artifacts_content_retrieve"];
+        get: operations["artifact_content"];
         put?: never;
         post?: never;
         delete?: never;
@@ -29,7 +29,7 @@ export interface paths {
             cookie?: never;
         };
         /** @description A bundle by its digest. */
-        get: operations["v1_bundles_retrieve"];
+        get: operations["bundle"];
         put?: never;
         post?: never;
         delete?: never;
@@ -46,7 +46,7 @@ export interface paths {
             cookie?: never;
         };
         /** A compile request: queued, done (with its context) or failed (with the error) */
-        get: operations["compile_request_get"];
+        get: operations["compile_request"];
         put?: never;
         post?: never;
         delete?: never;
@@ -63,7 +63,7 @@ export interface paths {
             cookie?: never;
         };
         /** @description A completion request: its decision, the model's answer beside every check run and its output. */
-        get: operations["v1_completions_retrieve"];
+        get: operations["completion"];
         put?: never;
         post?: never;
         delete?: never;
@@ -80,7 +80,7 @@ export interface paths {
             cookie?: never;
         };
         /** A compiled context by digest */
-        get: operations["context_get"];
+        get: operations["context"];
         put?: never;
         post?: never;
         delete?: never;
@@ -114,7 +114,7 @@ export interface paths {
             cookie?: never;
         };
         /** Every item and tool a compiled context left out, in order, a page at a time */
-        get: operations["context_excluded_list"];
+        get: operations["excluded"];
         put?: never;
         post?: never;
         delete?: never;
@@ -131,10 +131,10 @@ export interface paths {
             cookie?: never;
         };
         /** Same as POST */
-        get: operations["context_replay_get"];
+        get: operations["replay_context_get"];
         put?: never;
         /** Recompile at the stored position and compare digests (writes nothing) */
-        post: operations["context_replay"];
+        post: operations["replay_context"];
         delete?: never;
         options?: never;
         head?: never;
@@ -149,7 +149,7 @@ export interface paths {
             cookie?: never;
         };
         /** @description The project's escalations (newest first), by state and task. */
-        get: operations["v1_escalations_list"];
+        get: operations["escalations"];
         put?: never;
         post?: never;
         delete?: never;
@@ -165,7 +165,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get: operations["v1_escalations_retrieve"];
+        get: operations["escalation"];
         put?: never;
         post?: never;
         delete?: never;
@@ -188,7 +188,7 @@ export interface paths {
          *
          *     Needs an operator token (resolving an escalation); an agent token gets 403 `forbidden`.
          */
-        post: operations["v1_escalations_resolve_create"];
+        post: operations["resolve_escalation"];
         delete?: never;
         options?: never;
         head?: never;
@@ -206,7 +206,7 @@ export interface paths {
          * @description The project's events in position order, for subscribers tailing the log (SPEC E8): the cursor is a
          *     log position, so ``?cursor=<last position seen>`` gives what was appended since.
          */
-        get: operations["v1_events_list"];
+        get: operations["events"];
         put?: never;
         post?: never;
         delete?: never;
@@ -223,9 +223,29 @@ export interface paths {
             cookie?: never;
         };
         /** @description The project's events as Server-Sent Events, resumable with Last-Event-ID (see the module docstring). */
-        get: operations["v1_events_stream_retrieve"];
+        get: operations["event_stream"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/events/stream/tickets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A single-use ticket to open the event stream without an Authorization header
+         * @description For a browser's `EventSource`, which cannot send the bearer header: `new EventSource(stream_url)`. The ticket opens one stream of your project with your token's role, once, within NEXUM_EVENT_STREAM_TICKET_S seconds (default 60); used, expired or of a revoked token it is 401. To reconnect, ask for a new ticket and pass `after=<the last id received>`.
+         */
+        post: operations["create_stream_ticket"];
         delete?: never;
         options?: never;
         head?: never;
@@ -240,7 +260,7 @@ export interface paths {
             cookie?: never;
         };
         /** A fact with its history (every event of its stream) */
-        get: operations["v1_facts_retrieve"];
+        get: operations["fact"];
         put?: never;
         post?: never;
         delete?: never;
@@ -262,7 +282,7 @@ export interface paths {
          * Retract a current fact (it stays in the history)
          * @description A fact above your token's trust ceiling (an operator's, for an agent token) is 403 naming trust_class; nothing is written.
          */
-        post: operations["v1_facts_retract_create"];
+        post: operations["retract_fact"];
         delete?: never;
         options?: never;
         head?: never;
@@ -282,7 +302,7 @@ export interface paths {
          * Replace a current fact by a new one in the same scope; returns the new fact
          * @description A fact above your token's trust ceiling (an operator's, for an agent token) is 403 naming trust_class; nothing is written.
          */
-        post: operations["v1_facts_supersede_create"];
+        post: operations["supersede_fact"];
         delete?: never;
         options?: never;
         head?: never;
@@ -299,7 +319,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Mark a current fact verified */
-        post: operations["v1_facts_verify_create"];
+        post: operations["verify_fact"];
         delete?: never;
         options?: never;
         head?: never;
@@ -314,14 +334,14 @@ export interface paths {
             cookie?: never;
         };
         /** @description Goals of the caller's project (newest first); create a goal with its plan. */
-        get: operations["v1_goals_list"];
+        get: operations["goals"];
         put?: never;
         /**
          * @description Goals of the caller's project (newest first); create a goal with its plan.
          *
          *     A body with `contracts`, `contract_origin` needs an operator token (registering verification contracts); an agent token gets 403.
          */
-        post: operations["v1_goals_create"];
+        post: operations["create_goal"];
         delete?: never;
         options?: never;
         head?: never;
@@ -336,7 +356,7 @@ export interface paths {
             cookie?: never;
         };
         /** @description One goal with its tasks in plan order. */
-        get: operations["v1_goals_retrieve"];
+        get: operations["goal"];
         put?: never;
         post?: never;
         delete?: never;
@@ -353,7 +373,7 @@ export interface paths {
             cookie?: never;
         };
         /** @description A task addressed by its goal and its key in the goal's plan (as ``GET /tasks/{id}``). */
-        get: operations["v1_goals_tasks_retrieve"];
+        get: operations["goal_task"];
         put?: never;
         post?: never;
         delete?: never;
@@ -375,7 +395,7 @@ export interface paths {
          * Record a artifact on a goal
          * @description POST: record one item of ``kind`` on the goal or task in the path.
          */
-        post: operations["goal_artifact_record"];
+        post: operations["record_goal_artifact"];
         delete?: never;
         options?: never;
         head?: never;
@@ -395,7 +415,7 @@ export interface paths {
          * Record a decision on a goal
          * @description POST: record one item of ``kind`` on the goal or task in the path.
          */
-        post: operations["goal_decision_record"];
+        post: operations["record_goal_decision"];
         delete?: never;
         options?: never;
         head?: never;
@@ -415,7 +435,7 @@ export interface paths {
          * Record a fact on a goal
          * @description POST: record one item of ``kind`` on the goal or task in the path.
          */
-        post: operations["goal_fact_record"];
+        post: operations["record_goal_fact"];
         delete?: never;
         options?: never;
         head?: never;
@@ -430,14 +450,14 @@ export interface paths {
             cookie?: never;
         };
         /** @description Grants of a goal (shared by its tasks, R2). */
-        get: operations["v1_goals_grants_list"];
+        get: operations["goal_grants"];
         put?: never;
         /**
          * @description Grants of a goal (shared by its tasks, R2).
          *
          *     Needs an operator token (issuing a grant); an agent token gets 403 `forbidden`.
          */
-        post: operations["v1_goals_grants_create"];
+        post: operations["create_goal_grant"];
         delete?: never;
         options?: never;
         head?: never;
@@ -457,7 +477,7 @@ export interface paths {
          * Record a progress on a goal
          * @description POST: record one item of ``kind`` on the goal or task in the path.
          */
-        post: operations["goal_progress_record"];
+        post: operations["record_goal_progress"];
         delete?: never;
         options?: never;
         head?: never;
@@ -472,12 +492,12 @@ export interface paths {
             cookie?: never;
         };
         /** The tools a goal's tasks may use, and the goal's narrowing */
-        get: operations["v1_goals_tools_retrieve"];
+        get: operations["goal_tools"];
         /**
          * Narrow (allowed; null for all) and pin the goal's tools
          * @description Needs an operator token (narrowing or pinning the tools of a goal or task); an agent token gets 403 `forbidden`.
          */
-        put: operations["v1_goals_tools_update"];
+        put: operations["set_goal_tools"];
         post?: never;
         delete?: never;
         options?: never;
@@ -493,7 +513,7 @@ export interface paths {
             cookie?: never;
         };
         /** @description Is the service able to work: can it reach its database and its broker? */
-        get: operations["v1_health_retrieve"];
+        get: operations["health"];
         put?: never;
         post?: never;
         delete?: never;
@@ -510,7 +530,7 @@ export interface paths {
             cookie?: never;
         };
         /** Items in log order, filtered by goal, task (what it sees, or its own) and kind */
-        get: operations["v1_items_list"];
+        get: operations["items"];
         put?: never;
         post?: never;
         delete?: never;
@@ -527,7 +547,7 @@ export interface paths {
             cookie?: never;
         };
         /** One item of any kind */
-        get: operations["v1_items_retrieve"];
+        get: operations["item"];
         put?: never;
         post?: never;
         delete?: never;
@@ -544,7 +564,7 @@ export interface paths {
             cookie?: never;
         };
         /** @description The project's model catalog: every word with the overlay in force and the budget it would get now. */
-        get: operations["v1_models_retrieve"];
+        get: operations["models"];
         put?: never;
         post?: never;
         delete?: never;
@@ -566,14 +586,14 @@ export interface paths {
          *
          *     Needs an operator token (setting a model overlay); an agent token gets 403 `forbidden`.
          */
-        put: operations["v1_models_overlay_update"];
+        put: operations["set_model_overlay"];
         post?: never;
         /**
          * @description One word's overlay (SPEC O1-O7): ``PUT`` declares it (body: its members), ``DELETE`` clears it.
          *
          *     Needs an operator token (clearing a model overlay); an agent token gets 403 `forbidden`.
          */
-        delete: operations["v1_models_overlay_destroy"];
+        delete: operations["delete_model_overlay"];
         options?: never;
         head?: never;
         patch?: never;
@@ -587,13 +607,13 @@ export interface paths {
             cookie?: never;
         };
         /** @description The catalog document (cards, aliases, tier words); ``PUT`` replaces it as a whole. */
-        get: operations["v1_models_catalog_retrieve"];
+        get: operations["model_catalog"];
         /**
          * @description The catalog document (cards, aliases, tier words); ``PUT`` replaces it as a whole.
          *
          *     Needs an operator token (replacing the model catalog); an agent token gets 403 `forbidden`.
          */
-        put: operations["v1_models_catalog_update"];
+        put: operations["replace_model_catalog"];
         post?: never;
         delete?: never;
         options?: never;
@@ -609,14 +629,14 @@ export interface paths {
             cookie?: never;
         };
         /** @description The project's sources (R1); register one. */
-        get: operations["v1_sources_list"];
+        get: operations["sources"];
         put?: never;
         /**
          * @description The project's sources (R1); register one.
          *
          *     Needs an operator token (registering a source); an agent token gets 403 `forbidden`.
          */
-        post: operations["v1_sources_create"];
+        post: operations["create_source"];
         delete?: never;
         options?: never;
         head?: never;
@@ -631,7 +651,7 @@ export interface paths {
             cookie?: never;
         };
         /** @description The project's tasks (goals excluded), filtered by goal, state and key, paginated. */
-        get: operations["v1_tasks_list"];
+        get: operations["tasks"];
         put?: never;
         post?: never;
         delete?: never;
@@ -653,7 +673,7 @@ export interface paths {
          * Record a artifact on a task
          * @description POST: record one item of ``kind`` on the goal or task in the path.
          */
-        post: operations["task_artifact_record"];
+        post: operations["record_artifact"];
         delete?: never;
         options?: never;
         head?: never;
@@ -673,7 +693,7 @@ export interface paths {
          * Record a decision on a task
          * @description POST: record one item of ``kind`` on the goal or task in the path.
          */
-        post: operations["task_decision_record"];
+        post: operations["record_decision"];
         delete?: never;
         options?: never;
         head?: never;
@@ -693,7 +713,7 @@ export interface paths {
          * Record a fact on a task
          * @description POST: record one item of ``kind`` on the goal or task in the path.
          */
-        post: operations["task_fact_record"];
+        post: operations["record_fact"];
         delete?: never;
         options?: never;
         head?: never;
@@ -713,7 +733,7 @@ export interface paths {
          * Record a failure on a task
          * @description POST: record one item of ``kind`` on the goal or task in the path.
          */
-        post: operations["task_failure_record"];
+        post: operations["record_failure"];
         delete?: never;
         options?: never;
         head?: never;
@@ -728,14 +748,14 @@ export interface paths {
             cookie?: never;
         };
         /** @description Grants of one task (R2). */
-        get: operations["v1_tasks_grants_list"];
+        get: operations["task_grants"];
         put?: never;
         /**
          * @description Grants of one task (R2).
          *
          *     Needs an operator token (issuing a grant); an agent token gets 403 `forbidden`.
          */
-        post: operations["v1_tasks_grants_create"];
+        post: operations["create_task_grant"];
         delete?: never;
         options?: never;
         head?: never;
@@ -755,7 +775,7 @@ export interface paths {
          * Record a progress on a task
          * @description POST: record one item of ``kind`` on the goal or task in the path.
          */
-        post: operations["task_progress_record"];
+        post: operations["record_progress"];
         delete?: never;
         options?: never;
         head?: never;
@@ -775,7 +795,7 @@ export interface paths {
          * Record a tool call on a task
          * @description POST: record one item of ``kind`` on the goal or task in the path.
          */
-        post: operations["task_tool_call_record"];
+        post: operations["record_tool_call"];
         delete?: never;
         options?: never;
         head?: never;
@@ -790,12 +810,12 @@ export interface paths {
             cookie?: never;
         };
         /** The tools a task may use (registry, goal, then task narrowing) */
-        get: operations["v1_tasks_tools_retrieve"];
+        get: operations["task_tools"];
         /**
          * Narrow (allowed; null for all) and pin the task's tools
          * @description Needs an operator token (narrowing or pinning the tools of a goal or task); an agent token gets 403 `forbidden`.
          */
-        put: operations["v1_tasks_tools_update"];
+        put: operations["set_task_tools"];
         post?: never;
         delete?: never;
         options?: never;
@@ -811,7 +831,7 @@ export interface paths {
             cookie?: never;
         };
         /** @description A task (or goal) with its state, version, attempt and transition timeline. */
-        get: operations["v1_tasks_retrieve"];
+        get: operations["task"];
         put?: never;
         post?: never;
         delete?: never;
@@ -833,7 +853,7 @@ export interface paths {
          * running → blocked (needs a human or an operator)
          * @description running → blocked (needs a human or an operator)
          */
-        post: operations["v1_tasks_block_create"];
+        post: operations["block"];
         delete?: never;
         options?: never;
         head?: never;
@@ -848,7 +868,7 @@ export interface paths {
             cookie?: never;
         };
         /** @description The task's latest resolve and its bundle. */
-        get: operations["v1_tasks_bundle_retrieve"];
+        get: operations["task_bundle"];
         put?: never;
         post?: never;
         delete?: never;
@@ -872,7 +892,7 @@ export interface paths {
          *
          *     Needs an operator token (cancelling a task); an agent token gets 403 `forbidden`.
          */
-        post: operations["v1_tasks_cancel_create"];
+        post: operations["cancel"];
         delete?: never;
         options?: never;
         head?: never;
@@ -892,7 +912,7 @@ export interface paths {
          * Compile the task's context for one model call
          * @description Synchronous by default (200 with the compiled context). With `async: true` the compile is queued and the answer is 202 with a request id to poll at `/compiles/{request_id}`.
          */
-        post: operations["task_compile"];
+        post: operations["compile"];
         delete?: never;
         options?: never;
         head?: never;
@@ -909,7 +929,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** @description Ask the verification gate to complete a running task. Deterministic checks decide (SPEC V2–V7). */
-        post: operations["v1_tasks_complete_create"];
+        post: operations["complete"];
         delete?: never;
         options?: never;
         head?: never;
@@ -924,7 +944,7 @@ export interface paths {
             cookie?: never;
         };
         /** @description A task's completion requests and gate decisions, newest first. */
-        get: operations["v1_tasks_completions_list"];
+        get: operations["completions"];
         put?: never;
         post?: never;
         delete?: never;
@@ -941,7 +961,7 @@ export interface paths {
             cookie?: never;
         };
         /** The task's compile history in log order: every finished compile with its context's digest */
-        get: operations["task_contexts_list"];
+        get: operations["contexts"];
         put?: never;
         post?: never;
         delete?: never;
@@ -961,14 +981,14 @@ export interface paths {
          * @description A task's verification contract: read it, or register/replace it (an operator's write, never from
          *     untrusted content).
          */
-        get: operations["v1_tasks_contract_retrieve"];
+        get: operations["contract"];
         /**
          * @description A task's verification contract: read it, or register/replace it (an operator's write, never from
          *     untrusted content).
          *
          *     Needs an operator token (registering or replacing a verification contract); an agent token gets 403 `forbidden`.
          */
-        put: operations["v1_tasks_contract_update"];
+        put: operations["register_contract"];
         post?: never;
         delete?: never;
         options?: never;
@@ -989,7 +1009,7 @@ export interface paths {
          * running → failed (retryable)
          * @description running → failed (retryable)
          */
-        post: operations["v1_tasks_fail_create"];
+        post: operations["fail"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1011,7 +1031,7 @@ export interface paths {
          *
          *     Needs an operator token (overriding the plan gate); an agent token gets 403 `forbidden`.
          */
-        post: operations["v1_tasks_plan_gate_override_create"];
+        post: operations["override_plan_gate"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1029,14 +1049,14 @@ export interface paths {
          * @description The required questions of a task's step (R7): each with the subjects whose items answer it. Setting
          *     them is an operator's: the plan gate rests on them.
          */
-        get: operations["v1_tasks_questions_retrieve"];
+        get: operations["questions"];
         /**
          * @description The required questions of a task's step (R7): each with the subjects whose items answer it. Setting
          *     them is an operator's: the plan gate rests on them.
          *
          *     Needs an operator token (setting a task's required questions); an agent token gets 403 `forbidden`.
          */
-        put: operations["v1_tasks_questions_update"];
+        put: operations["set_questions"];
         post?: never;
         delete?: never;
         options?: never;
@@ -1058,7 +1078,7 @@ export interface paths {
          *     (202) — read the result at ``/tasks/{id}/bundle``; with the broker down that is 503 ``broker_unavailable``
          *     and nothing is queued or written.
          */
-        post: operations["v1_tasks_resolve_create"];
+        post: operations["resolve"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1078,7 +1098,7 @@ export interface paths {
          * pending → running once its dependencies are completed; failed → running retries (attempt + 1)
          * @description pending → running once its dependencies are completed; failed → running retries (attempt + 1)
          */
-        post: operations["v1_tasks_start_create"];
+        post: operations["start"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1100,7 +1120,7 @@ export interface paths {
          *
          *     Needs an operator token (unblocking a task); an agent token gets 403 `forbidden`.
          */
-        post: operations["v1_tasks_unblock_create"];
+        post: operations["unblock"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1115,13 +1135,13 @@ export interface paths {
             cookie?: never;
         };
         /** The project's tool registry, by name */
-        get: operations["v1_tools_list"];
+        get: operations["tools"];
         put?: never;
         /**
          * Register a tool (409 if the name is taken)
          * @description Needs an operator token (changing the project's tool registry); an agent token gets 403 `forbidden`.
          */
-        post: operations["v1_tools_create"];
+        post: operations["create_tool"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1136,18 +1156,18 @@ export interface paths {
             cookie?: never;
         };
         /** One tool */
-        get: operations["v1_tools_retrieve"];
+        get: operations["tool"];
         /**
          * Register or redefine a tool (the whole definition)
          * @description Needs an operator token (changing the project's tool registry); an agent token gets 403 `forbidden`.
          */
-        put: operations["v1_tools_update"];
+        put: operations["set_tool"];
         post?: never;
         /**
          * Remove a tool from the registry
          * @description Needs an operator token (changing the project's tool registry); an agent token gets 403 `forbidden`.
          */
-        delete: operations["v1_tools_destroy"];
+        delete: operations["delete_tool"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1165,14 +1185,14 @@ export interface paths {
          *
          *     Needs an operator token (configuring webhooks); an agent token gets 403 `forbidden`.
          */
-        get: operations["v1_webhooks_list"];
+        get: operations["webhooks"];
         put?: never;
         /**
          * @description The project's webhooks; register one.
          *
          *     Needs an operator token (configuring webhooks); an agent token gets 403 `forbidden`.
          */
-        post: operations["v1_webhooks_create"];
+        post: operations["create_webhook"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1191,7 +1211,7 @@ export interface paths {
          *
          *     Needs an operator token (configuring webhooks); an agent token gets 403 `forbidden`.
          */
-        get: operations["v1_webhooks_retrieve"];
+        get: operations["webhook"];
         put?: never;
         post?: never;
         /**
@@ -1199,7 +1219,7 @@ export interface paths {
          *
          *     Needs an operator token (configuring webhooks); an agent token gets 403 `forbidden`.
          */
-        delete: operations["v1_webhooks_destroy"];
+        delete: operations["delete_webhook"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1217,7 +1237,7 @@ export interface paths {
          *
          *     Needs an operator token (configuring webhooks); an agent token gets 403 `forbidden`.
          */
-        get: operations["v1_webhooks_deliveries_list"];
+        get: operations["webhook_deliveries"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1238,7 +1258,7 @@ export interface components {
          * @enum {string}
          */
         ActionEnum: "supply_fact" | "pick_side" | "grant_source" | "cancel";
-        ArtifactInputRequest: ({
+        ArtifactInputRequest: {
             summary: string;
             /** @description not blank if given */
             uri?: string;
@@ -1258,7 +1278,22 @@ export interface components {
              *     * `kernel` - kernel
              */
             trust_class?: components["schemas"]["TrustClassEnum"];
-        } & unknown) | unknown | unknown | unknown;
+        } & (unknown & (unknown | unknown | unknown));
+        ArtifactMatchesCheck: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "artifact_matches";
+            /** @description unique within the contract */
+            name: string;
+            /** @description sha256 of a recorded artifact */
+            artifact_digest: string;
+            /** @description an RE2 regular expression (searched; no backreferences or lookaround) */
+            pattern: string;
+        };
+        /** @enum {string} */
+        ArtifactMatchesCheckKindEnum: "artifact_matches";
         Attempt: {
             /** Format: int64 */
             number: number;
@@ -1326,6 +1361,19 @@ export interface components {
             risk: string;
             tokens_used: number;
         };
+        CallableCheck: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "callable";
+            /** @description unique within the contract */
+            name: string;
+            /** @description a registered callable's name */
+            dotted_path: string;
+        };
+        /** @enum {string} */
+        CallableCheckKindEnum: "callable";
         Card: {
             word: string;
             model_id: string;
@@ -1412,6 +1460,23 @@ export interface components {
             /** Format: date-time */
             recorded_at: string;
         };
+        CommandCheck: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "command";
+            /** @description unique within the contract */
+            name: string;
+            /** @description program and arguments, no shell: the program not blank, at most 65536 characters in all */
+            argv: string[];
+            /** @description relative to the workspace folder */
+            cwd?: string;
+            timeout_s?: number;
+            max_output_bytes?: number;
+        };
+        /** @enum {string} */
+        CommandCheckKindEnum: "command";
         CompileAnswer: {
             context: components["schemas"]["CompiledContext"];
             /** Format: uuid */
@@ -1610,9 +1675,7 @@ export interface components {
             task_id: string;
             /** @description send back as expected_revision */
             revision: number;
-            checks: {
-                [key: string]: unknown;
-            }[];
+            checks: (components["schemas"]["ArtifactMatchesCheck"] | components["schemas"]["CallableCheck"] | components["schemas"]["CommandCheck"] | components["schemas"]["FileExistsCheck"] | components["schemas"]["FileMatchesCheck"])[];
             require_checks: boolean;
             on_failure: string;
             trust_class: string;
@@ -1623,60 +1686,7 @@ export interface components {
             registered_at: string;
         };
         ContractRegisterRequest: {
-            contract: {
-                /** @description each name unique within the contract */
-                checks?: ({
-                    /** @enum {string} */
-                    kind: "artifact_matches";
-                    /** @description unique within the contract */
-                    name: string;
-                    /** @description sha256 of a recorded artifact */
-                    artifact_digest: string;
-                    /** @description an RE2 regular expression (searched; no backreferences or lookaround) */
-                    pattern: string;
-                } | {
-                    /** @enum {string} */
-                    kind: "callable";
-                    /** @description unique within the contract */
-                    name: string;
-                    /** @description a registered callable's name */
-                    dotted_path: string;
-                } | {
-                    /** @enum {string} */
-                    kind: "command";
-                    /** @description unique within the contract */
-                    name: string;
-                    /** @description program and arguments, no shell: the program not blank, at most 65536 characters in all */
-                    argv: string[];
-                    /** @description relative to the workspace folder */
-                    cwd?: string;
-                    timeout_s?: number;
-                    max_output_bytes?: number;
-                } | {
-                    /** @enum {string} */
-                    kind: "file_exists";
-                    /** @description unique within the contract */
-                    name: string;
-                    /** @description relative to the workspace folder */
-                    path: string;
-                } | {
-                    /** @enum {string} */
-                    kind: "file_matches";
-                    /** @description unique within the contract */
-                    name: string;
-                    /** @description relative to the workspace folder */
-                    path: string;
-                    /** @description an RE2 regular expression (searched; no backreferences or lookaround) */
-                    pattern: string;
-                })[];
-                /** @description default true (V3) */
-                require_checks?: boolean;
-                /**
-                 * @description default failed
-                 * @enum {string}
-                 */
-                on_failure?: "failed" | "blocked";
-            };
+            contract: components["schemas"]["ContractSpec"];
             /**
              * @description lowers the contract's origin, which the server sets to the operator's ceiling (repository_authored); above it is 403, below repository_authored is refused (422)
              *
@@ -1694,6 +1704,14 @@ export interface components {
             reason?: string;
             /** @description the contract revision you replace; 409 if it moved on */
             expected_revision?: number;
+        };
+        ContractSpec: {
+            /** @description each name unique within the contract */
+            checks?: (components["schemas"]["ArtifactMatchesCheck"] | components["schemas"]["CallableCheck"] | components["schemas"]["CommandCheck"] | components["schemas"]["FileExistsCheck"] | components["schemas"]["FileMatchesCheck"])[];
+            /** @description default true (V3) */
+            require_checks?: boolean;
+            /** @description default failed */
+            on_failure?: components["schemas"]["OnFailureEnum"];
         };
         DecisionInputRequest: {
             text: string;
@@ -1958,6 +1976,34 @@ export interface components {
              */
             trust_class?: components["schemas"]["TrustClassEnum"];
         };
+        FileExistsCheck: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "file_exists";
+            /** @description unique within the contract */
+            name: string;
+            /** @description relative to the workspace folder */
+            path: string;
+        };
+        /** @enum {string} */
+        FileExistsCheckKindEnum: "file_exists";
+        FileMatchesCheck: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "file_matches";
+            /** @description unique within the contract */
+            name: string;
+            /** @description relative to the workspace folder */
+            path: string;
+            /** @description an RE2 regular expression (searched; no backreferences or lookaround) */
+            pattern: string;
+        };
+        /** @enum {string} */
+        FileMatchesCheckKindEnum: "file_matches";
         Goal: {
             /** Format: uuid */
             id: string;
@@ -2007,9 +2053,7 @@ export interface components {
             tasks: components["schemas"]["TaskSpecRequest"][];
             /** @description verification contracts by task key (see PUT /tasks/{id}/contract for the shape); an operator's: an agent token gets 403, and its goal's tasks wait for an operator's contracts */
             contracts?: {
-                [key: string]: {
-                    [key: string]: unknown;
-                };
+                [key: string]: components["schemas"]["ContractSpec"];
             };
             /** @description lowers the contracts' origin (set by the server to repository_authored): {trust_class?, derived_from?: [world item ids]}; below repository_authored is refused (422) */
             contract_origin?: {
@@ -2216,6 +2260,8 @@ export interface components {
             version: number;
             words: components["schemas"]["Word"][];
         };
+        /** @enum {string} */
+        OnFailureEnum: "failed" | "blocked";
         /**
          * @description An overlay's members; each is optional, null is "whatever the model card says", and an overlay
          *     declares at least one (the core's value gate checks them: ``nexum.core.catalog.decide_overlay_set``).
@@ -2227,13 +2273,13 @@ export interface components {
             auto_compact_tokens?: number | null;
             /** @description compaction default for this word */
             enabled?: boolean | null;
-        } | {
+        } & ({
             context_tokens: number;
         } | {
             auto_compact_tokens: number;
         } | {
             enabled: boolean;
-        };
+        });
         OverlayChange: {
             /** @description false when nothing had to be written */
             changed: boolean;
@@ -2254,13 +2300,13 @@ export interface components {
             auto_compact_tokens?: number | null;
             /** @description compaction default for this word */
             enabled?: boolean | null;
-        } | {
+        } & ({
             context_tokens: number;
         } | {
             auto_compact_tokens: number;
         } | {
             enabled: boolean;
-        };
+        });
         OverridesInputRequest: {
             context_tokens?: number;
             tool_count?: number;
@@ -2324,7 +2370,7 @@ export interface components {
             subjects?: string[];
             /** @description one subject (subjects wins) */
             subject?: string;
-        } | unknown | unknown;
+        } & (unknown | unknown);
         Questions: {
             /** Format: uuid */
             task_id: string;
@@ -2452,6 +2498,17 @@ export interface components {
             };
             /** Format: date-time */
             recorded_at: string;
+        };
+        StreamTicket: {
+            /** @description opens one stream, once: `GET /api/v1/events/stream?ticket=…` */
+            ticket: string;
+            /**
+             * Format: date-time
+             * @description unused after this, the ticket is refused (401)
+             */
+            expires_at: string;
+            /** @description the stream's path with the ticket */
+            stream_url: string;
         };
         Task: {
             /** Format: uuid */
@@ -2766,7 +2823,7 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
-    v1_artifacts_content_retrieve: {
+    artifact_content: {
         parameters: {
             query?: never;
             header?: never;
@@ -2777,11 +2834,13 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description the artifact's bytes, as recorded; Content-Type is its media_type (application/octet-stream when it has none). 400 no_content: it has only a uri */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
+                    "application/octet-stream": string;
                     "*/*": string;
                 };
             };
@@ -2823,7 +2882,7 @@ export interface operations {
             };
         };
     };
-    v1_bundles_retrieve: {
+    bundle: {
         parameters: {
             query?: never;
             header?: never;
@@ -2880,7 +2939,7 @@ export interface operations {
             };
         };
     };
-    compile_request_get: {
+    compile_request: {
         parameters: {
             query?: {
                 /**
@@ -2945,7 +3004,7 @@ export interface operations {
             };
         };
     };
-    v1_completions_retrieve: {
+    completion: {
         parameters: {
             query?: never;
             header?: never;
@@ -3002,7 +3061,7 @@ export interface operations {
             };
         };
     };
-    context_get: {
+    context: {
         parameters: {
             query?: {
                 /**
@@ -3127,7 +3186,7 @@ export interface operations {
             };
         };
     };
-    context_excluded_list: {
+    excluded: {
         parameters: {
             query?: {
                 /** @description the next_cursor of the previous page */
@@ -3188,7 +3247,7 @@ export interface operations {
             };
         };
     };
-    context_replay_get: {
+    replay_context_get: {
         parameters: {
             query?: never;
             header?: never;
@@ -3245,7 +3304,7 @@ export interface operations {
             };
         };
     };
-    context_replay: {
+    replay_context: {
         parameters: {
             query?: never;
             header?: never;
@@ -3320,7 +3379,7 @@ export interface operations {
             };
         };
     };
-    v1_escalations_list: {
+    escalations: {
         parameters: {
             query?: {
                 /** @description the next_cursor of the previous page */
@@ -3386,7 +3445,7 @@ export interface operations {
             };
         };
     };
-    v1_escalations_retrieve: {
+    escalation: {
         parameters: {
             query?: never;
             header?: never;
@@ -3443,7 +3502,7 @@ export interface operations {
             };
         };
     };
-    v1_escalations_resolve_create: {
+    resolve_escalation: {
         parameters: {
             query?: never;
             header?: never;
@@ -3540,7 +3599,7 @@ export interface operations {
             };
         };
     };
-    v1_events_list: {
+    events: {
         parameters: {
             query?: {
                 /** @description a log position: the rows after it (the next_cursor of the previous page) */
@@ -3600,7 +3659,7 @@ export interface operations {
             };
         };
     };
-    v1_events_stream_retrieve: {
+    event_stream: {
         parameters: {
             query?: {
                 /** @description start after this log position (Last-Event-ID wins) */
@@ -3682,7 +3741,80 @@ export interface operations {
             };
         };
     };
-    v1_facts_retrieve: {
+    create_stream_ticket: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StreamTicket"];
+                };
+            };
+            /** @description bad input: malformed, unknown member or parameter, wrong type, out of range */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no token, or an unknown or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not found in the token's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description conflicts with the current state (version, transition, idempotency key, existing name) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the request body or a member of it is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a service it needs (the database, the broker, a share of the server) is unavailable; nothing was written; Retry-After says when to try again */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    fact: {
         parameters: {
             query?: never;
             header?: never;
@@ -3739,7 +3871,7 @@ export interface operations {
             };
         };
     };
-    v1_facts_retract_create: {
+    retract_fact: {
         parameters: {
             query?: never;
             header?: {
@@ -3830,7 +3962,7 @@ export interface operations {
             };
         };
     };
-    v1_facts_supersede_create: {
+    supersede_fact: {
         parameters: {
             query?: never;
             header?: {
@@ -3921,7 +4053,7 @@ export interface operations {
             };
         };
     };
-    v1_facts_verify_create: {
+    verify_fact: {
         parameters: {
             query?: never;
             header?: {
@@ -4003,7 +4135,7 @@ export interface operations {
             };
         };
     };
-    v1_goals_list: {
+    goals: {
         parameters: {
             query?: {
                 /** @description the next_cursor of the previous page */
@@ -4063,7 +4195,7 @@ export interface operations {
             };
         };
     };
-    v1_goals_create: {
+    create_goal: {
         parameters: {
             query?: never;
             header?: {
@@ -4161,7 +4293,7 @@ export interface operations {
             };
         };
     };
-    v1_goals_retrieve: {
+    goal: {
         parameters: {
             query?: never;
             header?: never;
@@ -4218,7 +4350,7 @@ export interface operations {
             };
         };
     };
-    v1_goals_tasks_retrieve: {
+    goal_task: {
         parameters: {
             query?: never;
             header?: never;
@@ -4276,7 +4408,7 @@ export interface operations {
             };
         };
     };
-    goal_artifact_record: {
+    record_goal_artifact: {
         parameters: {
             query?: never;
             header?: {
@@ -4367,7 +4499,7 @@ export interface operations {
             };
         };
     };
-    goal_decision_record: {
+    record_goal_decision: {
         parameters: {
             query?: never;
             header?: {
@@ -4458,7 +4590,7 @@ export interface operations {
             };
         };
     };
-    goal_fact_record: {
+    record_goal_fact: {
         parameters: {
             query?: never;
             header?: {
@@ -4549,7 +4681,7 @@ export interface operations {
             };
         };
     };
-    v1_goals_grants_list: {
+    goal_grants: {
         parameters: {
             query?: {
                 /** @description the next_cursor of the previous page */
@@ -4611,7 +4743,7 @@ export interface operations {
             };
         };
     };
-    v1_goals_grants_create: {
+    create_goal_grant: {
         parameters: {
             query?: never;
             header?: {
@@ -4711,7 +4843,7 @@ export interface operations {
             };
         };
     };
-    goal_progress_record: {
+    record_goal_progress: {
         parameters: {
             query?: never;
             header?: {
@@ -4802,7 +4934,7 @@ export interface operations {
             };
         };
     };
-    v1_goals_tools_retrieve: {
+    goal_tools: {
         parameters: {
             query?: never;
             header?: never;
@@ -4859,7 +4991,7 @@ export interface operations {
             };
         };
     };
-    v1_goals_tools_update: {
+    set_goal_tools: {
         parameters: {
             query?: never;
             header?: {
@@ -4950,7 +5082,7 @@ export interface operations {
             };
         };
     };
-    v1_health_retrieve: {
+    health: {
         parameters: {
             query?: never;
             header?: never;
@@ -4978,7 +5110,7 @@ export interface operations {
             };
         };
     };
-    v1_items_list: {
+    items: {
         parameters: {
             query?: {
                 /** @description leave out superseded and retracted facts */
@@ -5053,7 +5185,7 @@ export interface operations {
             };
         };
     };
-    v1_items_retrieve: {
+    item: {
         parameters: {
             query?: never;
             header?: never;
@@ -5110,7 +5242,7 @@ export interface operations {
             };
         };
     };
-    v1_models_retrieve: {
+    models: {
         parameters: {
             query?: never;
             header?: never;
@@ -5165,7 +5297,7 @@ export interface operations {
             };
         };
     };
-    v1_models_overlay_update: {
+    set_model_overlay: {
         parameters: {
             query?: never;
             header?: never;
@@ -5253,7 +5385,7 @@ export interface operations {
             };
         };
     };
-    v1_models_overlay_destroy: {
+    delete_model_overlay: {
         parameters: {
             query?: never;
             header?: never;
@@ -5337,7 +5469,7 @@ export interface operations {
             };
         };
     };
-    v1_models_catalog_retrieve: {
+    model_catalog: {
         parameters: {
             query?: never;
             header?: never;
@@ -5392,7 +5524,7 @@ export interface operations {
             };
         };
     };
-    v1_models_catalog_update: {
+    replace_model_catalog: {
         parameters: {
             query?: never;
             header?: never;
@@ -5478,7 +5610,7 @@ export interface operations {
             };
         };
     };
-    v1_sources_list: {
+    sources: {
         parameters: {
             query?: {
                 /** @description the next_cursor of the previous page */
@@ -5538,7 +5670,7 @@ export interface operations {
             };
         };
     };
-    v1_sources_create: {
+    create_source: {
         parameters: {
             query?: never;
             header?: never;
@@ -5633,7 +5765,7 @@ export interface operations {
             };
         };
     };
-    v1_tasks_list: {
+    tasks: {
         parameters: {
             query?: {
                 /** @description the next_cursor of the previous page */
@@ -5706,7 +5838,7 @@ export interface operations {
             };
         };
     };
-    task_artifact_record: {
+    record_artifact: {
         parameters: {
             query?: never;
             header?: {
@@ -5797,7 +5929,7 @@ export interface operations {
             };
         };
     };
-    task_decision_record: {
+    record_decision: {
         parameters: {
             query?: never;
             header?: {
@@ -5888,7 +6020,7 @@ export interface operations {
             };
         };
     };
-    task_fact_record: {
+    record_fact: {
         parameters: {
             query?: never;
             header?: {
@@ -5979,7 +6111,7 @@ export interface operations {
             };
         };
     };
-    task_failure_record: {
+    record_failure: {
         parameters: {
             query?: never;
             header?: {
@@ -6070,7 +6202,7 @@ export interface operations {
             };
         };
     };
-    v1_tasks_grants_list: {
+    task_grants: {
         parameters: {
             query?: {
                 /** @description the next_cursor of the previous page */
@@ -6132,7 +6264,7 @@ export interface operations {
             };
         };
     };
-    v1_tasks_grants_create: {
+    create_task_grant: {
         parameters: {
             query?: never;
             header?: {
@@ -6232,7 +6364,7 @@ export interface operations {
             };
         };
     };
-    task_progress_record: {
+    record_progress: {
         parameters: {
             query?: never;
             header?: {
@@ -6323,7 +6455,7 @@ export interface operations {
             };
         };
     };
-    task_tool_call_record: {
+    record_tool_call: {
         parameters: {
             query?: never;
             header?: {
@@ -6414,7 +6546,7 @@ export interface operations {
             };
         };
     };
-    v1_tasks_tools_retrieve: {
+    task_tools: {
         parameters: {
             query?: never;
             header?: never;
@@ -6471,7 +6603,7 @@ export interface operations {
             };
         };
     };
-    v1_tasks_tools_update: {
+    set_task_tools: {
         parameters: {
             query?: never;
             header?: {
@@ -6562,7 +6694,7 @@ export interface operations {
             };
         };
     };
-    v1_tasks_retrieve: {
+    task: {
         parameters: {
             query?: never;
             header?: never;
@@ -6619,7 +6751,7 @@ export interface operations {
             };
         };
     };
-    v1_tasks_block_create: {
+    block: {
         parameters: {
             query?: never;
             header?: {
@@ -6701,7 +6833,7 @@ export interface operations {
             };
         };
     };
-    v1_tasks_bundle_retrieve: {
+    task_bundle: {
         parameters: {
             query?: never;
             header?: never;
@@ -6758,7 +6890,7 @@ export interface operations {
             };
         };
     };
-    v1_tasks_cancel_create: {
+    cancel: {
         parameters: {
             query?: never;
             header?: {
@@ -6849,7 +6981,7 @@ export interface operations {
             };
         };
     };
-    task_compile: {
+    compile: {
         parameters: {
             query?: {
                 /**
@@ -6956,7 +7088,7 @@ export interface operations {
             };
         };
     };
-    v1_tasks_complete_create: {
+    complete: {
         parameters: {
             query?: never;
             header?: {
@@ -7046,7 +7178,7 @@ export interface operations {
             };
         };
     };
-    v1_tasks_completions_list: {
+    completions: {
         parameters: {
             query?: {
                 /** @description the next_cursor of the previous page */
@@ -7108,7 +7240,7 @@ export interface operations {
             };
         };
     };
-    task_contexts_list: {
+    contexts: {
         parameters: {
             query?: {
                 /** @description a log position: the rows after it (the next_cursor of the previous page) */
@@ -7170,7 +7302,7 @@ export interface operations {
             };
         };
     };
-    v1_tasks_contract_retrieve: {
+    contract: {
         parameters: {
             query?: never;
             header?: never;
@@ -7227,7 +7359,7 @@ export interface operations {
             };
         };
     };
-    v1_tasks_contract_update: {
+    register_contract: {
         parameters: {
             query?: never;
             header?: {
@@ -7327,7 +7459,7 @@ export interface operations {
             };
         };
     };
-    v1_tasks_fail_create: {
+    fail: {
         parameters: {
             query?: never;
             header?: {
@@ -7409,7 +7541,7 @@ export interface operations {
             };
         };
     };
-    v1_tasks_plan_gate_override_create: {
+    override_plan_gate: {
         parameters: {
             query?: never;
             header?: never;
@@ -7506,7 +7638,7 @@ export interface operations {
             };
         };
     };
-    v1_tasks_questions_retrieve: {
+    questions: {
         parameters: {
             query?: never;
             header?: never;
@@ -7563,7 +7695,7 @@ export interface operations {
             };
         };
     };
-    v1_tasks_questions_update: {
+    set_questions: {
         parameters: {
             query?: never;
             header?: never;
@@ -7651,7 +7783,7 @@ export interface operations {
             };
         };
     };
-    v1_tasks_resolve_create: {
+    resolve: {
         parameters: {
             query?: never;
             header?: {
@@ -7741,7 +7873,7 @@ export interface operations {
             };
         };
     };
-    v1_tasks_start_create: {
+    start: {
         parameters: {
             query?: never;
             header?: {
@@ -7832,7 +7964,7 @@ export interface operations {
             };
         };
     };
-    v1_tasks_unblock_create: {
+    unblock: {
         parameters: {
             query?: never;
             header?: {
@@ -7923,7 +8055,7 @@ export interface operations {
             };
         };
     };
-    v1_tools_list: {
+    tools: {
         parameters: {
             query?: {
                 /** @description the next_cursor of the previous page */
@@ -7983,7 +8115,7 @@ export interface operations {
             };
         };
     };
-    v1_tools_create: {
+    create_tool: {
         parameters: {
             query?: never;
             header?: {
@@ -8072,7 +8204,7 @@ export interface operations {
             };
         };
     };
-    v1_tools_retrieve: {
+    tool: {
         parameters: {
             query?: never;
             header?: never;
@@ -8129,7 +8261,7 @@ export interface operations {
             };
         };
     };
-    v1_tools_update: {
+    set_tool: {
         parameters: {
             query?: never;
             header?: {
@@ -8220,7 +8352,7 @@ export interface operations {
             };
         };
     };
-    v1_tools_destroy: {
+    delete_tool: {
         parameters: {
             query?: {
                 expected_version?: number;
@@ -8305,7 +8437,7 @@ export interface operations {
             };
         };
     };
-    v1_webhooks_list: {
+    webhooks: {
         parameters: {
             query?: {
                 /** @description the next_cursor of the previous page */
@@ -8374,7 +8506,7 @@ export interface operations {
             };
         };
     };
-    v1_webhooks_create: {
+    create_webhook: {
         parameters: {
             query?: never;
             header?: never;
@@ -8469,7 +8601,7 @@ export interface operations {
             };
         };
     };
-    v1_webhooks_retrieve: {
+    webhook: {
         parameters: {
             query?: never;
             header?: never;
@@ -8535,7 +8667,7 @@ export interface operations {
             };
         };
     };
-    v1_webhooks_destroy: {
+    delete_webhook: {
         parameters: {
             query?: never;
             header?: never;
@@ -8619,7 +8751,7 @@ export interface operations {
             };
         };
     };
-    v1_webhooks_deliveries_list: {
+    webhook_deliveries: {
         parameters: {
             query?: {
                 /** @description a log position: the rows after it (the next_cursor of the previous page) */
