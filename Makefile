@@ -9,11 +9,12 @@ PORT ?= 8000
 
 .PHONY: run demo-reset serve serve-environment demo-agent test contract lint format bench clean
 
-# The Python client (clients/python) is installed beside the service: its tests run against a live server.
+# The Python client (clients/python) is installed beside the service, with its framework adapters' extras:
+# their tests run against a live server.
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]" -e ./clients/python
+	$(BIN)/python -m pip install --quiet -e ".[dev]" -e "./clients/python[langchain,openai-agents,pydantic-ai]"
 	touch $(STAMP)
 
 run: $(STAMP)
