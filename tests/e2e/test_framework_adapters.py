@@ -139,3 +139,30 @@ def test_the_langgraph_store_puts_facts_reads_them_and_refuses_delete(live_serve
         assert store.get(("prefs", "user-1"), "food").value == {"likes": "ramen"}
         with pytest.raises(InvalidNamespaceError):
             store.put(("bad.label",), "k", {"v": 1})
+
+
+def test_an_agents_sdk_run_compiles_its_instructions_each_call_and_records_tool_calls(
+    live_server, world, planned
+):
+    task_id, checkout = planned
+    example = load_example("openai_agents_agent")
+    with Nexum(live_server.url, world["agent"]) as agent:
+        result = example.run(agent, task_id, checkout=checkout)
+    assert result.answer == load_example("framework_script").ANSWER
+    assert_compiled_before_each_call(result.instructions.contexts, result.script.system_prompts, task_id)
+    assert_tool_calls_recorded(task_id)
+    assert_completed(task_id, result.completion, checkout)
+
+
+def test_a_pydantic_ai_run_compiles_its_instructions_each_request_and_records_tool_calls(
+    live_server, world, planned
+):
+    task_id, checkout = planned
+    example = load_example("pydantic_ai_agent")
+    with Nexum(live_server.url, world["agent"]) as agent:
+        result = example.run(agent, task_id, checkout=checkout)
+    assert result.answer == load_example("framework_script").ANSWER
+    assert_compiled_before_each_call(result.nexum_context.contexts, result.script.system_prompts, task_id)
+    assert_tool_calls_recorded(task_id)
+    assert result.nexum_context.dropped_messages == 0  # the whole short history fits the window
+    assert_completed(task_id, result.completion, checkout)

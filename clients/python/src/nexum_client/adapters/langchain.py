@@ -80,7 +80,7 @@ class NexumMiddleware(AgentMiddleware):
         except Exception as error:
             self._record(request, f"error: {error}")
             raise
-        self._record(request, result)
+        self._record(request, _tool_result_text(result))
         return result
 
     async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
@@ -89,17 +89,19 @@ class NexumMiddleware(AgentMiddleware):
         except Exception as error:
             await asyncio.to_thread(self._record, request, f"error: {error}")
             raise
-        await asyncio.to_thread(self._record, request, result)
+        await asyncio.to_thread(self._record, request, _tool_result_text(result))
         return result
 
-    def _record(self, request: Any, result: Any) -> None:
+    def _record(self, request: Any, summary: str) -> None:
         call = request.tool_call
-        if isinstance(result, ToolMessage):
-            text = result.text
-            result = f"error: {text}" if result.status == "error" else text
-        else:  # a Command: the tool changed the graph's state rather than answering
-            result = f"{type(result).__name__}: {result!r}"
-        self.compiler.record_tool_call(call["name"], arguments_of(call.get("args")), result)
+        self.compiler.record_tool_call(call["name"], arguments_of(call.get("args")), summary)
+
+
+def _tool_result_text(result: Any) -> str:
+    """What the tool answered the model; a ``Command`` (the tool changed the graph's state) by its repr."""
+    if isinstance(result, ToolMessage):
+        return f"error: {result.text}" if result.status == "error" else result.text
+    return f"{type(result).__name__}: {result!r}"
 
 
 class StoreDeleteRefused(NotImplementedError):
