@@ -6,6 +6,7 @@ examples/ are the runs."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
 import sys
@@ -137,6 +138,7 @@ def test_the_langgraph_store_puts_facts_reads_them_and_refuses_delete(live_serve
         with pytest.raises(StoreDeleteRefused, match=r"append-only.*retract_fact"):
             store.delete(("prefs", "user-1"), "food")
         assert store.get(("prefs", "user-1"), "food").value == {"likes": "ramen"}
+        assert asyncio.run(store.aget(("prefs", "user-2"), "food")).value == {"likes": "soup"}
         with pytest.raises(InvalidNamespaceError):
             store.put(("bad.label",), "k", {"v": 1})
 

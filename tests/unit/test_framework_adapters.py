@@ -118,3 +118,128 @@ def test_result_summaries_are_never_blank_and_bounded():
     assert result_summary({"b": 1}) == '{"b": 1}'
     long = result_summary("x" * (SUMMARY_MAX * 2))
     assert len(long) == SUMMARY_MAX and long.endswith("…")
+
+
+def test_the_langchain_middleware_compiles_and_records_on_the_async_path_too():
+    import asyncio
+
+    from langchain.agents.middleware import ModelRequest
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+    from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
+    from nexum_client.adapters.langchain import NexumMiddleware
+
+    paths: list[str] = []
+    tool_calls: list[dict] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        paths.append(request.url.path)
+        if request.url.path.endswith("/compile"):
+            body = json.loads(request.content)
+            assert (body["model"], body["focus"]) == ("local", "the expiry check")
+            return httpx.Response(200, json={"context": {"digest": "d" * 64, "prompt_block": "## Task\nfix"}})
+        tool_calls.append(json.loads(request.content))
+        return httpx.Response(201, json=ITEM)
+
+    nexum = Nexum("http://nexum.test", "tok", transport=httpx.MockTransport(answer))
+    middleware = NexumMiddleware(nexum, "t-1", "local", focus="the expiry check")
+    request = ModelRequest(
+        model=FakeListChatModel(responses=["ok"]),
+        messages=[HumanMessage("go")],
+        system_message=SystemMessage("Be brief."),
+    )
+
+    async def model_handler(sent):
+        return sent
+
+    sent = asyncio.run(middleware.awrap_model_call(request, model_handler))
+    assert sent.system_prompt == "Be brief.\n\n## Task\nfix"
+    assert [context.digest for context in middleware.contexts] == ["d" * 64]
+
+    class ToolRequest:
+        tool_call = {"name": "read_file", "args": {"path": "a.py"}, "id": "c1"}
+
+    async def tool_handler(_request):
+        return ToolMessage("no such file", tool_call_id="c1", status="error")
+
+    assert asyncio.run(middleware.awrap_tool_call(ToolRequest(), tool_handler)).text == "no such file"
+    assert paths == ["/api/v1/tasks/t-1/compile", "/api/v1/tasks/t-1/tool-calls"]
+    assert tool_calls[0]["result_summary"] == "error: no such file"
+
+
+def _refusing_recorder() -> Nexum:
+    """Compiles answer; every record is refused (404): a run must not go on with a gap in the log."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/compile"):
+            return httpx.Response(200, json={"context": {"digest": "d" * 64, "prompt_block": "ctx"}})
+        error = {
+            "code": "not_found",
+            "message": "no such task",
+            "field": None,
+            "details": {},
+            "request_id": "r",
+        }
+        return httpx.Response(404, json={"error": error})
+
+    return Nexum("http://nexum.test", "tok", transport=httpx.MockTransport(answer), retries=0)
+
+
+def read_file(path: str) -> str:
+    """Read a file."""
+    return "1 line"
+
+
+def test_a_refused_tool_call_record_ends_an_agents_sdk_run_with_the_clients_error():
+    import asyncio
+
+    from agents import Agent, RunConfig, Runner, UserError, function_tool
+    from agents.testing import ScriptedModel, assistant_message, function_call
+    from nexum_client import NotFound
+    from nexum_client.adapters.openai_agents import NexumInstructions, NexumRunHooks
+
+    nexum = _refusing_recorder()
+    model = ScriptedModel(
+        [[function_call("read_file", {"path": "a"}, call_id="c1")], [assistant_message("ok")]]
+    )
+    agent = Agent(
+        name="a",
+        instructions=NexumInstructions(nexum, "t-1", "local"),
+        tools=[function_tool(read_file)],
+        model=model,
+    )
+    run = Runner.run(
+        agent, "go", hooks=NexumRunHooks(nexum, "t-1"), run_config=RunConfig(tracing_disabled=True)
+    )
+    with pytest.raises(UserError, match="no such task") as ended:
+        asyncio.run(run)
+    assert isinstance(ended.value.__cause__, NotFound)
+
+
+def test_a_refused_tool_call_record_ends_a_pydantic_ai_run_with_the_clients_error():
+    from nexum_client import NotFound
+    from nexum_client.adapters.pydantic_ai import NexumContext
+    from pydantic_ai import Agent
+    from pydantic_ai.capabilities import ProcessHistory
+    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+    from pydantic_ai.models.function import FunctionModel
+
+    def respond(messages, info):
+        answered = any(
+            isinstance(part, ToolReturnPart)
+            for message in messages
+            if isinstance(message, ModelRequest)
+            for part in message.parts
+        )
+        if answered:
+            return ModelResponse(parts=[TextPart("ok")])
+        return ModelResponse(parts=[ToolCallPart("read_file", {"path": "a"}, tool_call_id="c1")])
+
+    nexum_context = NexumContext(_refusing_recorder(), "t-1", "local")
+    agent = Agent(
+        FunctionModel(respond),
+        instructions=nexum_context.instructions,
+        tools=[read_file],
+        capabilities=[ProcessHistory(nexum_context.history_processor)],
+    )
+    with pytest.raises(NotFound, match="no such task"):
+        agent.run_sync("go")

@@ -9,8 +9,11 @@ to LangChain's own handling).
 ``NexumStore`` maps the store onto facts: ``put(namespace, key, value)`` records a fact whose subject is
 ``key``, whose source is ``langgraph:`` and the namespace's labels joined by ``.``, and whose text is the
 value as JSON; a second ``put`` of the same key supersedes that fact (the first stays in the history).
-``get`` and ``search`` read the current facts the task sees. Deleting is refused: Nexum's log is append-only
-(``Nexum.retract_fact`` withdraws a fact with a reason).
+``get``, ``search`` and ``list_namespaces`` read the current facts the task sees that a store wrote (each
+call lists them: no cache); a ``search`` query keeps the facts that contain each of its words (no embeddings:
+the compile ranks facts, the store only finds them), newest first. Deleting is refused: Nexum's log is
+append-only (``Nexum.retract_fact`` withdraws a fact with a reason). Keys are at most 500 characters (a
+fact's subject).
 """
 
 from __future__ import annotations
