@@ -7,13 +7,14 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run demo-reset serve serve-environment demo-agent test contract typescript-client lint format bench clean
+.PHONY: run demo-reset serve serve-environment demo-agent demo-frameworks test contract typescript-client lint format bench clean
 
-# The Python client (clients/python) is installed beside the service: its tests run against a live server.
+# The Python client (clients/python) is installed beside the service, with its framework adapters' extras:
+# their tests run against a live server.
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]" -e ./clients/python
+	$(BIN)/python -m pip install --quiet -e ".[dev]" -e "./clients/python[langchain,openai-agents,pydantic-ai]"
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -44,6 +45,14 @@ serve-environment:
 # An agent loop through the Python client against the service `make run` started (another terminal).
 demo-agent: $(STAMP)
 	$(BIN)/python examples/agent_loop.py --url http://$(HOST):$(PORT)
+
+# The same task through LangGraph, the OpenAI Agents SDK and PydanticAI (nexum_client.adapters), each with a
+# scripted model, against the service `make run` started.
+FRAMEWORK_EXAMPLES := langgraph_agent openai_agents_agent pydantic_ai_agent
+demo-frameworks: $(STAMP)
+	for example in $(FRAMEWORK_EXAMPLES); do \
+		$(BIN)/python examples/$$example.py --url http://$(HOST):$(PORT) || exit 1; \
+	done
 
 test: $(STAMP)
 	$(BIN)/ruff check .

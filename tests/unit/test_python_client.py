@@ -183,6 +183,22 @@ def test_the_excluded_list_of_a_context_is_followed_page_by_page():
     assert list(client.excluded("d1", limit=2)) == records and len(seen) == 3
 
 
+def test_items_are_listed_page_by_page_with_their_filters():
+    pages = {None: ([dict(ITEM, id="i-1")], "7"), "7": ([dict(ITEM, id="i-2")], None)}
+
+    def handler(request, count):
+        assert request.url.path == "/api/v1/items"
+        params = dict(request.url.params)
+        cursor = params.pop("cursor", None)
+        assert params == {"task": "t-1", "kind": "fact", "current": "true", "limit": "1"}
+        results, next_cursor = pages[cursor]
+        return httpx.Response(200, json={"results": results, "next_cursor": next_cursor})
+
+    client, seen = client_for(handler)
+    items = list(client.items(task_id="t-1", kind="fact", current=True, own=False, limit=1))
+    assert [item.id for item in items] == ["i-1", "i-2"] and len(seen) == 2
+
+
 def test_every_write_carries_one_key_across_its_retries_and_reads_carry_none():
     def handler(request, count):
         return error(503, "database_unavailable") if count % 2 else httpx.Response(200, json={})

@@ -290,6 +290,24 @@ class Nexum:
         }
         return self._record("artifacts", task_id, goal_id, body)
 
+    def items(
+        self,
+        *,
+        task_id: str | None = None,
+        goal_id: str | None = None,
+        kind: str | None = None,
+        own: bool | None = None,
+        current: bool | None = None,
+        limit: int = 100,
+    ) -> Iterator[Item]:
+        """World-state items in log order, page after page: what a task sees (its own and its goal's; ``own``
+        for its own only) or a goal's; ``kind`` one of fact, decision, failure, artifact, progress,
+        tool_call; ``current`` leaves out superseded and retracted facts."""
+        params = {"task": task_id, "goal": goal_id, "kind": kind, "limit": limit}
+        params |= {name: "true" for name, flag in (("own", own), ("current", current)) if flag}
+        for body in self._pages("items", params):
+            yield Item.from_json(body)
+
     def retract_fact(self, fact_id: str, *, reason: str, expected_version: int | None = None) -> Item:
         """Retract a current fact (it stays in the history). A fact above the token's ceiling (an operator's,
         for an agent token) raises ``Forbidden`` with ``field == "trust_class"``; nothing is written."""
