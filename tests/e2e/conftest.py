@@ -61,8 +61,10 @@ def staff_user(django_user_model: Any) -> Any:
     )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """Chromium through Playwright's sync API, per module: while it runs, its event loop counts as running in
+    this thread, so a later test's ``asyncio.run`` (the framework adapters') would fail if it lived on."""
     sync_api = pytest.importorskip("playwright.sync_api")
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is missing (.ci/run installs Debian's chromium)")
