@@ -153,6 +153,11 @@ class ContextItem:
     stems: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
     """``relevance.stems_of(terms)`` when the store computed it once (the candidate cache does); else computed
     when ranked."""
+    vector: bytes | None = field(default=None, repr=False, compare=False)
+    """The item's int8 vector by the compile's embedder (``nexum.core.vectors``), computed when it was stored;
+    ``None``: none by that embedder (it then ranks by its words alone)."""
+    entities: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    """The named entities of the item's text (``nexum.core.entities.entities_of``), for second hops."""
 
     def __post_init__(self) -> None:
         if self.token_count < 0 or self.line_count < 1:
@@ -270,6 +275,11 @@ class CompileInput:
     """What the agent is working on right now (the compile request's ``focus``): part of the query, and
     rendered in the current step, so the digest covers it."""
     relevance_floor: float = DEFAULT_RELEVANCE_FLOOR
+    query_vector: bytes = b""
+    """The int8 vector of the step's query text (``query_text``) by ``embedder``; empty: no embedder."""
+    embedder: str = ""
+    """``name@version`` of the embedder that made every vector of this compile (part of the digest from
+    version 5); empty: relevance by words alone."""
 
     def __post_init__(self) -> None:
         for name in (
