@@ -729,6 +729,19 @@ def query_of(compile_input: CompileInput, version: int = COMPILER_VERSION) -> fr
     )
 
 
+def query_text(compile_input: CompileInput) -> str:
+    """The text a version-5 compile embeds and ranks against: the step's own words (the parent step's
+    objective, the objective, inputs, constraints, success criteria) and the focus. The goal joins only a
+    compile of the goal itself: its words are shared by every task under it, so they tell no task's needs
+    apart, and in the query they pull in everything that mentions the project at large."""
+    step = compile_input.step
+    parts = [compile_input.parent_objective, step.objective, *step.inputs]
+    parts += [*compile_input.constraints, *compile_input.success_criteria, compile_input.focus]
+    if not step.objective.strip():
+        parts.insert(0, compile_input.goal)
+    return "\n".join(part for part in parts if part.strip())
+
+
 def verified_label_tokens(counter: TokenCounter) -> int:
     """What the verified label adds to a verified fact's cost in the counter's encoding."""
     return counter.count(VERIFIED_LABEL)
