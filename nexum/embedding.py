@@ -4,7 +4,8 @@ The default, ``wordllama``, is WordLlama's ``l2_supercat`` static token embeddin
 weights and tokenizer ship inside the ``wordllama`` wheel: nothing is downloaded, it runs on a CPU in
 microseconds per text, and it needs only ``numpy``, ``safetensors`` and ``tokenizers``. A static model
 pools token vectors, so it can be made exact: the float16 table is quantized once to int8 (one scale for the
-whole table, elementwise rounding), a text's vector is the integer sum of its tokens' rows (WordLlama's
+whole table, elementwise rounding) and centered on its integer mean row, a text's vector is the integer sum
+of its tokens' rows (WordLlama's
 average pooling up to a scale, which a cosine ignores), quantized again to int8
 (``nexum.core.vectors.quantize``). Every step is integer arithmetic after the elementwise table rounding,
 so a text has the same vector on every machine and in every process. A transformer embedder's floats are
@@ -67,7 +68,9 @@ class WordLlamaEmbedder:
         weights_path = package / "weights" / "l2_supercat_256.safetensors"
         table = load_file(str(weights_path))["embedding.weight"].astype(np.float32)
         scale = INT8_MAX / float(np.abs(table).max())
-        self._table = np.rint(table * scale).astype(np.int32)
+        quantized = np.rint(table * scale).astype(np.int64)
+        # Centered on the vocabulary's mean row (integer): the direction every token shares says nothing.
+        self._table = quantized - quantized.sum(axis=0) // len(quantized)
         self._tokenizer = Tokenizer.from_file(
             str(package / "tokenizers" / "l2_supercat_tokenizer_config.json")
         )

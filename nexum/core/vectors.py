@@ -6,6 +6,13 @@ half away from zero with integer arithmetic). Scoring is then integer arithmetic
 two int8 vectors is an exact integer whatever the order of the sum, so the cosine computed from it and the
 two exact squared norms (one correctly rounded square root and one correctly rounded division) is the same
 float on every machine, in every process and in replay.
+
+Averaged token vectors share a large common direction (every text is "about words"), which makes every
+cosine high and tells little apart. ``cosines`` therefore centers: it subtracts the candidates' mean vector
+from them and from the query before comparing, so what is compared is how a text differs from the world it
+is ranked in. The mean is an integer (the exact sum floor-divided by the count plus ``CENTER_PRIOR``: a few
+candidates are barely centered, thousands fully), a function of the candidate set alone, like BM25's
+document frequencies.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from collections.abc import Sequence
 import numpy as np
 
 INT8_MAX = 127
+CENTER_PRIOR = 100
+"""Zero vectors the mean is taken as if among: how far a small candidate set is from being centered."""
 
 
 def quantize(values: Sequence[int]) -> bytes:
@@ -41,14 +50,18 @@ def as_matrix(vectors: Sequence[bytes], dimensions: int) -> np.ndarray:
 
 
 def cosines(query: bytes, vectors: Sequence[bytes]) -> list[float]:
-    """The cosine of ``query`` with each of ``vectors`` (0.0 for a zero vector or one of another length),
-    from exact integer dot products and squared norms (int8 × int8 summed over ≤ 65,536 components fits in
-    int32)."""
+    """The cosine of ``query`` with each of ``vectors``, both centered on the mean of the non-zero vectors of
+    ``query``'s length (the others score 0.0, and so does a vector equal to the mean), from exact integer dot
+    products and squared norms (int64). Each score depends on the set of vectors, never on their order."""
     dimensions = len(query)
-    if not vectors or not dimensions:
+    if not vectors or not any(query):
         return [0.0] * len(vectors)
-    matrix = as_matrix(vectors, dimensions)
-    query_row = np.frombuffer(query, dtype=np.int8).astype(np.int32)
+    present = [len(vector) == dimensions and any(vector) for vector in vectors]
+    matrix = as_matrix(vectors, dimensions).astype(np.int64)
+    mean = matrix.sum(axis=0) // (sum(present) + CENTER_PRIOR)
+    matrix -= mean
+    matrix[np.logical_not(present)] = 0
+    query_row = np.frombuffer(query, dtype=np.int8).astype(np.int64) - mean
     query_norm = int(query_row @ query_row)
     if not query_norm:
         return [0.0] * len(vectors)
