@@ -1370,7 +1370,9 @@ def _relevant_first(
 ) -> tuple[tuple[ContextItem, ...], int, dict[str, str]]:
     """Version 5: the items scoring at least ``floor`` times the best score (``relevance_scores``), with,
     when ``follow_links``, the items that share a named entity with one of them or with the step's inputs
-    and focus (an entity at most ``LINK_FANOUT`` items name; one hop); most relevant first (a linked item
+    and focus (an entity at most ``LINK_FANOUT`` items name; one hop), and every retrieved item (one with
+    ``observed``: the resolver found it for one of the step's questions, under a grant, so it is relevant by
+    construction); most relevant first (a linked item
     at ``LINK_WEIGHT`` of what linked it, if that is more than its own score; a verified fact boosted by
     ``VERIFIED_BOOST``), then the others by id; how many are relevant; and why each linked one is there. A
     floor of 0 makes every item relevant. Ties by id."""
@@ -1379,7 +1381,7 @@ def _relevant_first(
     ranked: dict[str, float] = {
         item.id: scores.get(item.id, 0.0)
         for item in items
-        if not floor or (item.id in scores and scores[item.id] >= threshold)
+        if not floor or item.observed is not None or (item.id in scores and scores[item.id] >= threshold)
     }
     links: dict[str, str] = {}
     if follow_links and floor:
