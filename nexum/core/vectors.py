@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 
 INT8_MAX = 127
-CENTER_PRIOR = 100
+CENTER_PRIOR = 10
 """Zero vectors the mean is taken as if among: how far a small candidate set is from being centered."""
 
 

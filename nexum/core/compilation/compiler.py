@@ -761,13 +761,14 @@ class Query(NamedTuple):
 def query_of(compile_input: CompileInput, version: int = COMPILER_VERSION) -> Query:
     """The query of ``compile_input`` for renderer ``version``: before version 4 the raw words of the goal,
     the step's objective and inputs; in version 4 the normalized words of the whole step and the focus; from
-    version 5 the normalized words of ``query_text``, its vector and the entities of the inputs and focus."""
+    version 5 the normalized words of the goal and ``query_text``, the vector of ``query_text`` and the
+    entities of the inputs and focus."""
     step = compile_input.step
     if version < RELEVANT_FROM:
         return Query(frozenset(terms_of(" ".join((compile_input.goal, step.objective, *step.inputs)))))
     if version >= MEANING_FROM:
         return Query(
-            query_stems(query_text(compile_input)),
+            query_stems(f"{compile_input.goal}\n{query_text(compile_input)}"),
             compile_input.query_vector,
             frozenset(entities_of(*step.inputs, compile_input.focus)),
         )
@@ -789,10 +790,11 @@ def query_of(compile_input: CompileInput, version: int = COMPILER_VERSION) -> Qu
 
 
 def query_text(compile_input: CompileInput) -> str:
-    """The text a version-5 compile embeds and ranks against: the step's own words (the parent step's
-    objective, the objective, inputs, constraints, success criteria) and the focus. The goal joins only a
-    compile of the goal itself: its words are shared by every task under it, so they tell no task's needs
-    apart, and in the query they pull in everything that mentions the project at large."""
+    """The text a version-5 compile embeds for its query: the step's own words (the parent step's objective,
+    the objective, inputs, constraints, success criteria) and the focus. The goal joins only a compile of the
+    goal itself: its meaning is shared by every task under it, and averaged into the step's it pulls in
+    everything about the project at large. (The goal's words do join the lexical query, ``query_of``: a terse
+    step leans on them, and an exact word of the goal is a sharper signal than its averaged meaning.)"""
     step = compile_input.step
     parts = [compile_input.parent_objective, step.objective, *step.inputs]
     parts += [*compile_input.constraints, *compile_input.success_criteria, compile_input.focus]
@@ -882,8 +884,6 @@ def _pack_tools(
 ) -> tuple[tuple[str, ...], int]:
     ranked: list[tuple[tuple[Any, ...], ToolSpec, str]] = []
     terms = query.terms
-    if version >= MEANING_FROM:  # a tool serves the goal as much as the step
-        terms = terms | query_stems(compile_input.goal)
     for tool in compile_input.tools:
         try:
             definition = canonical_json(
