@@ -189,6 +189,9 @@ class ContextItem:
     ``None``: none by that embedder (it then ranks by its words alone)."""
     entities: tuple[str, ...] = field(default=(), repr=False, compare=False)
     """The named entities of the item's text (``nexum.core.entities.entities_of``), for second hops."""
+    given: bool = False
+    """Chosen for this compile by whoever supplied it — the request's own evidence, the latest check runs, the
+    resolver's answers to the step's questions — so relevant by construction: never below the floor."""
 
     def __post_init__(self) -> None:
         if self.token_count < 0 or self.line_count < 1:
@@ -210,6 +213,7 @@ class ContextItem:
         origin: str | None = None,
         observed: str | None = None,
         terms: tuple[str, ...] | None = None,
+        given: bool = False,
     ) -> ContextItem:
         """An item with its metadata computed from ``text`` (what a store does once, when it records one)."""
         return cls(
@@ -224,6 +228,7 @@ class ContextItem:
             origin=origin,
             observed=observed,
             text=text,
+            given=given,
         )
 
     def quoted_in(self, version: int) -> bool:
@@ -1370,9 +1375,8 @@ def _relevant_first(
 ) -> tuple[tuple[ContextItem, ...], int, dict[str, str]]:
     """Version 5: the items scoring at least ``floor`` times the best score (``relevance_scores``), with,
     when ``follow_links``, the items that share a named entity with one of them or with the step's inputs
-    and focus (an entity at most ``LINK_FANOUT`` items name; one hop), and every retrieved item (one with
-    ``observed``: the resolver found it for one of the step's questions, under a grant, so it is relevant by
-    construction); most relevant first (a linked item
+    and focus (an entity at most ``LINK_FANOUT`` items name; one hop), and every item ``given`` for this
+    compile; most relevant first (a linked item
     at ``LINK_WEIGHT`` of what linked it, if that is more than its own score; a verified fact boosted by
     ``VERIFIED_BOOST``), then the others by id; how many are relevant; and why each linked one is there. A
     floor of 0 makes every item relevant. Ties by id."""
@@ -1381,7 +1385,7 @@ def _relevant_first(
     ranked: dict[str, float] = {
         item.id: scores.get(item.id, 0.0)
         for item in items
-        if not floor or item.observed is not None or (item.id in scores and scores[item.id] >= threshold)
+        if not floor or item.given or (item.id in scores and scores[item.id] >= threshold)
     }
     links: dict[str, str] = {}
     if follow_links and floor:
