@@ -20,9 +20,9 @@ included), the unrelated share of the included facts' tokens (anything not neede
 included; cl100k_base via the project's counter) and the prompt tokens. In the same run three baselines
 fill the same fact budget the compiler spent on facts (the compile costs of the facts it included), by first
 fit in their own order: BM25 over stemmed words (``bm25s``, Snowball English), embeddings (``wordllama``,
-weights shipped in the wheel, never downloaded) and the reciprocal-rank fusion of the two (k = 60). Their
-query is the goal, the step's objective and its inputs (the compiler's before version 4, whose query is
-the whole step). Uses (and resets) the database.
+weights shipped in the wheel, never downloaded, through its own float API) and the reciprocal-rank fusion
+of the two (k = 60). Their query is the compiler's (``compiler.query_text``: the step's objective, inputs,
+constraints and success criteria). Uses (and resets) the database.
 """
 
 from __future__ import annotations
@@ -49,7 +49,13 @@ django.setup()
 from context_app.catalog.services import DEFAULT_CATALOG, model_catalog_replace  # noqa: E402
 from context_app.compilation import services as compilation_services  # noqa: E402
 from nexum.core import world  # noqa: E402
-from nexum.core.compilation.compiler import ITEM_OVERHEAD, VERIFIED_LABEL  # noqa: E402
+from nexum.core.compilation.compiler import (  # noqa: E402
+    ITEM_OVERHEAD,
+    VERIFIED_LABEL,
+    CompileInput,
+    Step,
+    query_text,
+)
 from nexum.core.relevance import terms_of  # noqa: E402
 from nexum.eventstore import store  # noqa: E402
 from nexum.tokenization import counter_for  # noqa: E402
@@ -514,7 +520,14 @@ def measure(
     rankings: dict[str, dict[str, list[str]]] = {}
     if baselines is not None:
         for scenario in built.scenarios:
-            query = " ".join((GOAL, scenario.objective, *scenario.inputs))
+            query = query_text(
+                CompileInput(
+                    goal=GOAL,
+                    step=Step("baseline", scenario.objective, scenario.inputs),
+                    constraints=scenario.constraints,
+                    success_criteria=scenario.success_criteria,
+                )
+            )
             bm25, embedded = baselines.bm25(query), baselines.embeddings(query)
             rankings[scenario.id] = {
                 "bm25": bm25,

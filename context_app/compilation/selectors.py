@@ -261,6 +261,7 @@ def request_evidence_items(evidence: Sequence[Mapping[str, Any]], counter: Token
             counter=counter,
             trust_class=entry.get("trust_class") or world.DEFAULT_TRUST_CLASS,
             origin=entry.get("origin") or REQUEST_EVIDENCE_ORIGIN,
+            given=True,
         )
         for entry in evidence
     ]
@@ -278,7 +279,12 @@ def _check_run_evidence(task_id: str, counter: TokenCounter) -> list[ContextItem
         text = f"{head}\n{output}".strip() if output.strip() else head
         items.append(
             ContextItem.from_text(
-                "diagnostic", f"check:{run['name']}", text, counter=counter, origin=CHECK_RUN_ORIGIN
+                "diagnostic",
+                f"check:{run['name']}",
+                text,
+                counter=counter,
+                origin=CHECK_RUN_ORIGIN,
+                given=True,
             )
         )
     return items
@@ -302,6 +308,7 @@ def _bundle_items(task_id: str, counter: TokenCounter) -> tuple[str | None, list
             trust_class=entry.trust_class,
             origin=entry.origin,
             observed=observed_words(entry.observed_at, bundle.resolved_at, entry.stale_reason),
+            given=True,
         )
         for entry in bundle.usable_items
         if entry.text.strip()

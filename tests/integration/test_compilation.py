@@ -19,7 +19,7 @@ from context_app.compilation.tasks import compile_requested
 from context_app.world import services as world
 from context_app.world.models import WorldItem
 from nexum.core.budgets import ModelBudget
-from nexum.core.compilation.compiler import BudgetTooSmall, ContextItem, rank_section
+from nexum.core.compilation.compiler import BudgetTooSmall, ContextItem, Query, rank_section
 from nexum.core.compilation.events import compile_stream
 from nexum.core.errors import NotFound, ValidationFailed
 from nexum.eventstore import projections, store
@@ -628,7 +628,7 @@ def test_rankings_are_kept_per_task_while_the_section_and_its_joined_items_stay(
 
     def rank(items):
         calls.append(items)
-        return rank_section("fact", items, query=frozenset({"redis"}), verified_label=3)
+        return rank_section("fact", items, query=Query(frozenset({"redis"})), verified_label=3)
 
     def ranked(extra_text):
         base = cache.refresh(task=auth.task, encoding=encoding, counter=counter).sections["fact"]

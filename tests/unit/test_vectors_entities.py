@@ -1,0 +1,108 @@
+"""Exact int8 vectors, named entities and the default embedder (issue 24 items 1 and 4)."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from nexum.core.entities import entities_of
+from nexum.core.vectors import cosines, quantize
+from nexum.embedding import UnknownEmbedder, embedder_id, embedder_named
+
+
+def test_quantize_maps_the_largest_component_to_127_and_rounds_half_away_from_zero():
+    assert np.frombuffer(quantize([254, -127, 1, 0, -1, 3]), dtype=np.int8).tolist() == [
+        127,
+        -64,
+        1,
+        0,
+        -1,
+        2,
+    ]
+    assert quantize([0, 0, 0]) == bytes(3)
+
+
+def test_cosines_are_exact_integer_arithmetic_and_zero_for_empty_or_foreign_vectors():
+    a = quantize([3, 4, 0])
+    assert cosines(a, [a, bytes(3), bytes(5)]) == [1.0, 0.0, 0.0]
+    assert cosines(bytes(3), [a]) == [0.0]
+
+
+def test_cosines_are_centered_on_the_candidates_and_do_not_depend_on_their_order():
+    rng = np.random.default_rng(24)
+    common = np.full(16, 90)
+    rows = [common + rng.integers(-30, 31, 16) for _ in range(300)]
+    vectors = [quantize(row.tolist()) for row in rows]
+    query = quantize((common + (rows[0] - common) * 2).tolist())
+    scores = cosines(query, vectors)
+    assert scores.index(max(scores)) == 0 and max(scores) > 0.6
+    assert sorted(scores)[-2] < max(scores) - 0.1  # all share the common direction: centered, they differ
+    assert dict(zip(vectors[::-1], cosines(query, vectors[::-1]), strict=True)) == dict(
+        zip(vectors, scores, strict=True)
+    )
+
+
+def test_entities_are_paths_identifiers_and_names_not_words_or_numbers():
+    text = (
+        "app/auth/session.py signs cookies with SESSION_KEY_ID, read from secret/web/keyring; AdminUser rows "
+        "use app.crypto.fernet_field and otp_secrets. Run with --dry-run on billing-api, version 1.2.3, 30 s."
+    )
+    assert entities_of(text) == (
+        "--dry-run",
+        "adminuser",
+        "app.crypto.fernet_field",
+        "app/auth/session.py",
+        "billing-api",
+        "otp_secrets",
+        "secret/web/keyring",
+        "session_key_id",
+    )
+    assert entities_of("Sessions stay valid for their remaining lifetime.") == ()
+
+
+def test_the_default_embedder_is_offline_int8_and_nearest_by_meaning():
+    embedder = embedder_named("wordllama")
+    assert embedder.dimensions == 256 and embedder_id(embedder).startswith("wordllama-l2_supercat-256-int8@")
+    step, near, far = embedder.embed(
+        [
+            "Rotate the database password",
+            "Change the credentials of the Postgres account",
+            "The cafeteria serves lunch at noon",
+        ]
+    )
+    assert len(step) == 256
+    to_near, to_far = cosines(step, [near, far])
+    assert to_near > to_far
+
+
+def test_a_text_has_the_same_vector_in_another_process():
+    text = "Columns of otp_secrets are encrypted with app.crypto.fernet_field"
+    here = embedder_named("wordllama").embed([text])[0].hex()
+    program = (
+        f"from nexum.embedding import embedder_named as e; print(e('wordllama').embed([{text!r}])[0].hex())"
+    )
+    there = subprocess.run(
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert there == here
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("word-llama", "is not 'wordllama', 'none' or 'package.module:factory'"),
+        ("nexum.nothing_here:make", "cannot be loaded"),
+        ("nexum.core.vectors:quantize_missing", "cannot be loaded"),
+    ],
+)
+def test_an_unknown_embedder_is_refused_with_a_clear_message(spec, message):
+    with pytest.raises(UnknownEmbedder, match=message):
+        embedder_named(spec)
+
+
+def test_none_turns_embeddings_off():
+    assert embedder_named("none") is None and embedder_id(None) == ""
