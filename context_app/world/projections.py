@@ -76,9 +76,11 @@ class WorldProjection(Projection):
         )
 
     def settle(self, deferred: list[Any], rows: ReadModelRows) -> None:
-        """The vectors of the items recorded in the batch, by the configured embedder, in one call."""
+        """The vectors of the items recorded in the batch, by the configured embedder, in one call. A past
+        state's rows (``state_as_of``) get none: a replay embeds the few items its compile reads, by the
+        embedder that compile recorded."""
         embedder = configured_embedder()
-        if embedder is None:
+        if embedder is None or getattr(rows, "transient", False):
             return
         name = embedder_id(embedder)
         vectors = embedder.embed([text for _, _, text in deferred])

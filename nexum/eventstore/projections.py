@@ -45,6 +45,8 @@ class ReadModelRows(Protocol):
 class OrmRows:
     """Writes through the ORM at once: used for live appends."""
 
+    transient = False
+
     def insert(self, model: type[models.Model], **fields: Any) -> None:
         model._base_manager.create(**fields)
 
@@ -59,10 +61,13 @@ class OrmRows:
 
 
 class BufferedRows:
-    """Keeps rows in memory during a rebuild and writes each table once at the end."""
+    """Keeps rows in memory during a rebuild and writes each table once at the end. ``transient``: the rows
+    are a past state's, rolled back after use (``state_as_of``), so work a reader can redo on demand for
+    the few rows it reads (embedding texts) may be skipped."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, transient: bool = False) -> None:
         self._tables: dict[type[models.Model], dict[Any, Row]] = {}
+        self.transient = transient
 
     def insert(self, model: type[models.Model], **fields: Any) -> None:
         pk = fields[model._meta.pk.attname]
@@ -236,11 +241,13 @@ def rebuild(*, until: int | None = None, progress: Callable[[int], None] | None 
         return _replay(until=until, progress=progress)
 
 
-def _replay(*, until: int | None, progress: Callable[[int], None] | None = None) -> int:
+def _replay(
+    *, until: int | None, progress: Callable[[int], None] | None = None, transient: bool = False
+) -> int:
     """Replay the log (up to ``until``) into empty read models; the number of events replayed."""
     from nexum.eventstore.store import iter_all
 
-    rows = BufferedRows()
+    rows = BufferedRows(transient=transient)
     replayed = 0
     batch: list[StoredEvent] = []
     # Only events some projection handles: the others cannot change a read model.
@@ -301,7 +308,7 @@ def state_as_of(position: int) -> Iterator[None]:
             _shadow_read_models()
         else:
             _clear_read_models()
-        _replay(until=position)
+        _replay(until=position, transient=True)
         yield
         transaction.set_rollback(True)
 

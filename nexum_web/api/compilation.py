@@ -99,6 +99,7 @@ def context_fields(context: StoredContext) -> dict[str, Any]:
         "bundle_digest": context.bundle_digest or None,
         "evidence_digest": context.evidence_digest or None,
         "compiler_version": context.compiler_version,
+        "embedder": context.embedder or None,
     }
 
 
@@ -247,6 +248,10 @@ COMPILED_CONTEXT_FIELDS = {
     "bundle_digest": serializers.CharField(allow_null=True),
     "evidence_digest": serializers.CharField(allow_null=True),
     "compiler_version": serializers.IntegerField(),
+    "embedder": serializers.CharField(
+        allow_null=True,
+        help_text="name@version of the embedder the compile ranked by (NEXUM_EMBEDDER); null: by words alone",
+    ),
 }
 COMPILED_CONTEXT = inline_serializer("CompiledContext", COMPILED_CONTEXT_FIELDS)
 COMPILE_REQUEST_FIELDS = {
