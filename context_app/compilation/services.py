@@ -73,7 +73,7 @@ from nexum.embedding import DEFAULT_EMBEDDER, Embedder, embedder_id, embedder_na
 from nexum.eventstore import projections, store
 from nexum.tokenization import counter_for
 from tasks_app import selectors as task_selectors
-from tasks_app.models import Task
+from tasks_app.models import Project, Task
 
 _ID_NAMESPACE = uuid.UUID("2d0f3c6a-8f0e-4b7a-a4e2-5b1e6f1c9a37")
 DEFAULT_SUMMARIZER = "nexum.core.compilation.rules.extractive_summary"
@@ -282,7 +282,7 @@ def _compile_and_record(
         )
         encoding = choice.card.encoding
         threshold = choice.auto_compact_tokens if choice.compaction_enabled else None
-        floor = relevance_floor()
+        floor = relevance_floor(project_id)
         embedder = compile_embedder(COMPILER_VERSION)
         embedded: list[NewVector] = []
         folds = bool(threshold) and _fold_for(task=task, threshold=threshold, encoding=encoding) is not None
@@ -597,8 +597,13 @@ def recorded_embedder(recorded: str | None) -> Embedder | None:
     )
 
 
-def relevance_floor() -> float:
-    """The relevance floor compiles apply (``NEXUM_RELEVANCE_FLOOR``), checked: a number from 0 to 1."""
+def relevance_floor(project_id: str | None = None) -> float:
+    """The relevance floor compiles of the project apply: its own when set (``PUT /api/v1/project``),
+    else ``NEXUM_RELEVANCE_FLOOR``, checked: a number from 0 to 1."""
+    if project_id is not None:
+        own = Project.objects.filter(id=project_id).values_list("relevance_floor", flat=True).first()
+        if own is not None:
+            return float(own)
     floor = getattr(settings, "NEXUM_RELEVANCE_FLOOR", DEFAULT_RELEVANCE_FLOOR)
     if isinstance(floor, bool) or not isinstance(floor, int | float) or not 0.0 <= floor <= 1.0:
         raise ValidationFailed("NEXUM_RELEVANCE_FLOOR must be a number from 0 to 1", field="relevance_floor")
