@@ -41,6 +41,7 @@ BATCH_SIZE = int(os.environ.get("BENCH_BATCH_SIZE", 100))
 REBUILD_EVENTS = int(os.environ.get("BENCH_REBUILD_EVENTS", 50_000))
 TOKENS_PER_PROJECT = int(os.environ.get("BENCH_TOKENS_PER_PROJECT", 500))
 FACTS = int(os.environ.get("BENCH_FACTS", 1000))
+FACT_ROUND = 50
 EMBEDDER = os.environ.get("NEXUM_EMBEDDER", "wordllama")
 FACT_TEXT = (
     "The session middleware refreshes the signed token on every request and writes the rotated value back "
@@ -112,9 +113,8 @@ def bench_service_batches() -> float:
     return rate(BATCHES * BATCH_SIZE, time.perf_counter() - start)
 
 
-def bench_fact_single(embedder: str) -> float:
-    """Single fact appends through the world service (one event, its read model row, its vector) under
-    ``embedder``, the embedder loaded before timing."""
+def fact_scope(embedder: str) -> world.Scope:
+    """A goal of its own for the fact appends under ``embedder``, the embedder loaded before timing."""
     settings.NEXUM_EMBEDDER = embedder
     configured_embedder()
     project = project_create(slug=f"facts-{uuid.uuid4().hex[:12]}", name="Facts", actor="bench")
@@ -124,11 +124,25 @@ def bench_fact_single(embedder: str) -> float:
         tasks=[{"key": "s1", "objective": "Find where the keyring lives"}],
         actor="bench",
     )
-    scope = world.scope_resolve(project_id=str(project.id), goal_id=str(goal.id))
-    start = time.perf_counter()
-    for index in range(FACTS):
-        world.fact_record(scope=scope, subject="session", text=FACT_TEXT.format(index=index), actor="bench")
-    return rate(FACTS, time.perf_counter() - start)
+    return world.scope_resolve(project_id=str(project.id), goal_id=str(goal.id))
+
+
+def bench_fact_single(embedders: tuple[str, ...]) -> dict[str, float]:
+    """Single fact appends through the world service (one event, its read model row, its vector) under each
+    of ``embedders``, taking turns by rounds of FACT_ROUND appends so a change of load on a shared machine
+    weighs on each alike. Returns the rate per embedder."""
+    scopes = {embedder: fact_scope(embedder) for embedder in embedders}
+    seconds = dict.fromkeys(embedders, 0.0)
+    for start in range(0, FACTS, FACT_ROUND):
+        for embedder, scope in scopes.items():
+            settings.NEXUM_EMBEDDER = embedder
+            began = time.perf_counter()
+            for index in range(start, min(FACTS, start + FACT_ROUND)):
+                world.fact_record(
+                    scope=scope, subject="session", text=FACT_TEXT.format(index=index), actor="bench"
+                )
+            seconds[embedder] += time.perf_counter() - began
+    return {embedder: rate(FACTS, spent) for embedder, spent in seconds.items()}
 
 
 def fill_for_rebuild() -> None:
@@ -175,8 +189,9 @@ def main() -> None:
         raw.commit()
     service_single = bench_service_single()
     service_batch = bench_service_batches()
-    facts_plain = bench_fact_single("none")
-    facts_embedded = bench_fact_single(EMBEDDER)
+    fact_rates = bench_fact_single(("none", EMBEDDER))
+    facts_plain, facts_embedded = fact_rates["none"], fact_rates[EMBEDDER]
+    settings.NEXUM_EMBEDDER = EMBEDDER
     embedder_name = configured_embedder_id()
     settings.NEXUM_EMBEDDER = "none"
     fill_for_rebuild()

@@ -80,8 +80,13 @@ DEFAULT_SUMMARIZER = "nexum.core.compilation.rules.extractive_summary"
 EVIDENCE_MAX_ITEMS = 200
 EVIDENCE_ID_MAX = 200
 SUMMARY_MAX_TOKENS = 4000
-CONFIGURED = "configured"
-"""``compile_task``'s default embedder: ``NEXUM_EMBEDDER``'s, from ``selectors.VECTORS_FROM``."""
+
+
+class _Configured:
+    """``compile_task``'s default embedder: ``NEXUM_EMBEDDER``'s, from ``selectors.VECTORS_FROM``."""
+
+
+CONFIGURED = _Configured()
 
 
 @dataclass(frozen=True)
@@ -430,7 +435,7 @@ def compile_task(
     compaction_threshold: int | None = None,
     focus: str = "",
     relevance_floor: float = DEFAULT_RELEVANCE_FLOOR,
-    embedder: Embedder | str | None = CONFIGURED,
+    embedder: Embedder | _Configured | None = CONFIGURED,
     embedded: list[NewVector] | None = None,
 ) -> tuple[CompiledContext, str | None]:
     """Compile ``task`` with ``budget`` against the read models as they are (no writes), rendered by the
@@ -440,7 +445,7 @@ def compile_task(
     (C11: a fold is per model budget). Vectors made for items that had none go to ``embedded``."""
     counter = counter_for(encoding)
     version = COMPILER_VERSION if version is None else version
-    if embedder == CONFIGURED:
+    if isinstance(embedder, _Configured):
         embedder = compile_embedder(version)
     task_input = selectors.compile_input_for(
         task=task,
@@ -451,7 +456,7 @@ def compile_task(
         version=version,
         focus=focus,
         relevance_floor=relevance_floor,
-        embedder=embedder if not isinstance(embedder, str) else None,
+        embedder=embedder,
     )
     if embedded is not None:
         embedded.extend(task_input.embedded)
@@ -598,7 +603,8 @@ def recorded_embedder(recorded: str | None) -> Embedder | None:
 
 
 def relevance_floor(project_id: str | None = None) -> float:
-    """The relevance floor compiles of the project apply: its own when set (``PUT /api/v1/project``),
+    """The relevance floor compiles of the project apply: its own when set
+    (``PUT /api/v1/project/compile-settings``),
     else ``NEXUM_RELEVANCE_FLOOR``, checked: a number from 0 to 1."""
     if project_id is not None:
         own = Project.objects.filter(id=project_id).values_list("relevance_floor", flat=True).first()
