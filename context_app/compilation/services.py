@@ -290,7 +290,13 @@ def _compile_and_record(
         floor = relevance_floor(project_id)
         embedder = compile_embedder(COMPILER_VERSION)
         embedded: list[NewVector] = []
-        folds = bool(threshold) and _fold_for(task=task, threshold=threshold, encoding=encoding) is not None
+        folds = (
+            bool(threshold)
+            and _fold_for(
+                task=task, threshold=threshold, encoding=encoding, embedder=embedder, embedded=embedded
+            )
+            is not None
+        )
         if not folds:
             result, bundle_digest = compile_task(
                 task=task,
@@ -332,7 +338,7 @@ def _compile_and_record(
         answered = _answered(project_id, request_id, expected_version)
         if answered is not None:
             return answered
-        task_compact(task=task, threshold=threshold, encoding=encoding, actor=actor)
+        task_compact(task=task, threshold=threshold, encoding=encoding, actor=actor, embedder=embedder)
         position = store.head_position()
         result, bundle_digest = compile_task(
             task=task,
@@ -623,14 +629,17 @@ def summarizer_path() -> str:
     return str(getattr(settings, "NEXUM_COMPACTION_SUMMARIZER", DEFAULT_SUMMARIZER))
 
 
-def task_compact(*, task: Task, threshold: int, encoding: str, actor: str) -> WorldItem | None:
+def task_compact(
+    *, task: Task, threshold: int, encoding: str, actor: str, embedder: Embedder | None = None
+) -> WorldItem | None:
     """Fold the oldest progress notes and tool calls of ``task`` into one summary when together they exceed
     ``threshold`` tokens (in ``encoding``). Returns the summary item, or ``None`` when nothing was folded.
+    ``embedder``: the one the compile that folds ranks by (its candidates are read once, with its vectors).
 
     The summary is a progress note of the task (trust: the lowest of the folded items'); the fold is a
     ``ContextCompacted`` event listing the folded ids. The folded items stay in the log and the world state.
     """
-    fold = _fold_for(task=task, threshold=threshold, encoding=encoding)
+    fold = _fold_for(task=task, threshold=threshold, encoding=encoding, embedder=embedder)
     if fold is None:
         return None
     folded, summary, trust_class = fold
@@ -693,16 +702,24 @@ _UNSUMMARIZABLE = _Unsummarizable()
 
 
 def _fold_for(
-    *, task: Task, threshold: int, encoding: str
+    *,
+    task: Task,
+    threshold: int,
+    encoding: str,
+    embedder: Embedder | None = None,
+    embedded: list[NewVector] | None = None,
 ) -> tuple[list[compilation_rules.FoldCandidate], str, str] | None:
     """The fold a compile would make now: what it folds, the summary and the summary's trust class; ``None``
     when none is due or the summarizer finds no useful summary for it. Pure reading: a compile decides with
     it, inside its snapshot and without the log's lock, whether it must fold, so a task whose notes are over
-    the threshold but cannot be summarized usefully compiles as any other."""
+    the threshold but cannot be summarized usefully compiles as any other. The candidates are read as the
+    compile reads them (by its ``embedder``: one read of the world, shared with the compile)."""
     if task.is_goal:
         return None
     counter = counter_for(encoding)
-    candidates = CANDIDATES.refresh(task=task, encoding=encoding, counter=counter)
+    candidates = CANDIDATES.refresh(
+        task=task, encoding=encoding, counter=counter, embedder=embedder, embedded=embedded
+    )
     own = candidates.compacted_items()
     planned = _fold_plan(own, threshold)
     if not planned:

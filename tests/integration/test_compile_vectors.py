@@ -37,9 +37,10 @@ def auth(project):
 
 @pytest.fixture
 def cache(monkeypatch):
-    """A candidate cache of the test's own, used by the selectors."""
+    """A candidate cache of the test's own, used by the selectors and the compile service."""
     fresh = CandidateCache()
     monkeypatch.setattr(selectors, "CANDIDATES", fresh)
+    monkeypatch.setattr(services, "CANDIDATES", fresh)
     return fresh
 
 
