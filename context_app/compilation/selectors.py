@@ -19,6 +19,7 @@ store. Without an embedder (``NEXUM_EMBEDDER=none``, or an older version) releva
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import threading
 import uuid
@@ -188,7 +189,8 @@ def compile_input_for(
     return TaskContextInput(compile_input, ranked, bundle_digest, tuple(embedded))
 
 
-_EVIDENCE_VECTORS: OrderedDict[tuple[str, str], bytes] = OrderedDict()
+_EVIDENCE_VECTORS: OrderedDict[tuple[str, bytes], bytes] = OrderedDict()
+"""Vectors by (embedder id, sha256 of the text): the memo keeps digests, not the texts themselves."""
 _EVIDENCE_VECTORS_LOCK = threading.Lock()
 
 
@@ -197,18 +199,18 @@ def _evidence_vectors(embedder: Embedder, texts: Sequence[str]) -> list[bytes]:
     bundle's items and the latest check runs come back compile after compile; a text's vector never
     changes)."""
     name = embedder_id(embedder)
+    keys = [(name, hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()) for text in texts]
     with _EVIDENCE_VECTORS_LOCK:
-        known = {text: _EVIDENCE_VECTORS.get((name, text)) for text in texts}
-    missing = list(dict.fromkeys(text for text, vector in known.items() if vector is None))
+        known = {key: _EVIDENCE_VECTORS.get(key) for key in keys}
+    missing = {key: text for key, text in zip(keys, texts, strict=True) if known[key] is None}
     if missing:
-        made = dict(zip(missing, embedder.embed(missing), strict=True))
+        made = dict(zip(missing, embedder.embed(list(missing.values())), strict=True))
         known.update(made)
         with _EVIDENCE_VECTORS_LOCK:
-            for text, vector in made.items():
-                _EVIDENCE_VECTORS[(name, text)] = vector
+            _EVIDENCE_VECTORS.update(made)
             while len(_EVIDENCE_VECTORS) > EVIDENCE_VECTOR_MEMO:
                 _EVIDENCE_VECTORS.popitem(last=False)
-    return [known[text] for text in texts]  # type: ignore[misc]
+    return [known[key] for key in keys]  # type: ignore[misc]
 
 
 def _folds(

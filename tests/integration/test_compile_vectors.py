@@ -193,3 +193,19 @@ def test_with_no_embedder_the_compile_records_none_and_is_lexical(auth, ranked_b
     assert outcome.context.embedder == ""
     assert api.get(f"/api/v1/contexts/{outcome.context.digest}").json()["embedder"] is None
     assert services.context_replay(project_id=auth.project_id, digest=outcome.context.digest).matches
+
+
+def test_evidence_and_the_query_are_embedded_in_one_call_and_not_again(auth, cache, counting_embedder):
+    evidence = [{"kind": "diagnostic", "id": "lint", "text": "auth.rb:12 unused variable"}]
+    input_for(auth)  # the candidates' vectors made (they were stored under the default embedder)
+    CountingEmbedder.calls.clear()
+    selectors._EVIDENCE_VECTORS.clear()
+    first = input_for(auth, extra_evidence=evidence, focus="the unused variable").compile_input
+    assert len(CountingEmbedder.calls) == 1
+    assert CountingEmbedder.calls[0] == [query_text(first), "auth.rb:12 unused variable"]
+    CountingEmbedder.calls.clear()
+    again = input_for(auth, extra_evidence=evidence, focus="the unused variable").compile_input
+    assert CountingEmbedder.calls == []
+    assert again.query_vector == first.query_vector
+    lint = next(item for item in again.evidence if item.id == "request:lint")
+    assert lint.vector == bytes([len("auth.rb:12 unused variable") % 100, 1, 2, 3])
