@@ -181,9 +181,11 @@ def test_a_replay_whose_embedder_cannot_be_loaded_says_so(auth, ranked_by_meanin
     assert answer.status_code == 422 and answer.json()["error"]["code"] == "embedder_unavailable"
 
 
-def test_contexts_compiled_before_embedders_replay_by_words_alone(auth, cache):
-    before = compile_for(auth)  # version 4: no embedder
-    assert before.context.embedder == ""
+def test_contexts_compiled_before_embedders_replay_by_words_alone(auth, cache, monkeypatch):
+    with monkeypatch.context() as earlier:
+        earlier.setattr(services, "COMPILER_VERSION", 4)  # a compile of the release before embedders
+        before = compile_for(auth)
+    assert (before.context.embedder, before.context.compiler_version) == ("", 4)
     assert services.context_replay(project_id=auth.project_id, digest=before.context.digest).matches
 
 
