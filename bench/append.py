@@ -3,8 +3,10 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/nexum_bench .venv/bin/python bench/append.py
 
 Compares, in one run: single-event appends through the service layer with raw psycopg single-row insert
-transactions on a similar table; batch appends with raw ``executemany``; and ``rebuild_projections``
-throughput. Prints each rate and each ratio. Uses (and resets) the database named by DATABASE_URL.
+transactions on a similar table; batch appends with raw ``executemany``; single fact appends through the
+world service with embeddings on (``NEXUM_EMBEDDER``, default ``wordllama``: the fact's vector stored in the
+append's transaction) and with ``NEXUM_EMBEDDER=none``; and ``rebuild_projections`` throughput. Prints each
+rate and each ratio. Uses (and resets) the database named by DATABASE_URL.
 """
 
 from __future__ import annotations
@@ -23,18 +25,28 @@ import django
 django.setup()
 
 import psycopg  # noqa: E402
+from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
+from context_app.world import services as world  # noqa: E402
+from context_app.world.embedder import configured_embedder, configured_embedder_id  # noqa: E402
 from nexum.core.projects import AgentTokenIssued, HealthPinged, project_stream  # noqa: E402
 from nexum.eventstore import projections, store  # noqa: E402
-from tasks_app.services import project_create  # noqa: E402
+from tasks_app.services import goal_create, project_create  # noqa: E402
 
 SINGLE = int(os.environ.get("BENCH_SINGLE", 2000))
 BATCHES = int(os.environ.get("BENCH_BATCHES", 100))
 BATCH_SIZE = int(os.environ.get("BENCH_BATCH_SIZE", 100))
 REBUILD_EVENTS = int(os.environ.get("BENCH_REBUILD_EVENTS", 50_000))
 TOKENS_PER_PROJECT = int(os.environ.get("BENCH_TOKENS_PER_PROJECT", 500))
+FACTS = int(os.environ.get("BENCH_FACTS", 1000))
+FACT_ROUND = 50
+EMBEDDER = os.environ.get("NEXUM_EMBEDDER", "wordllama")
+FACT_TEXT = (
+    "The session middleware refreshes the signed token on every request and writes the rotated value back "
+    "to the cookie store (app/auth/session.py, SESSION_KEYRING); observation {index} of the staging logs."
+)
 
 
 def rate(count: int, seconds: float) -> float:
@@ -101,6 +113,38 @@ def bench_service_batches() -> float:
     return rate(BATCHES * BATCH_SIZE, time.perf_counter() - start)
 
 
+def fact_scope(embedder: str) -> world.Scope:
+    """A goal of its own for the fact appends under ``embedder``, the embedder loaded before timing."""
+    settings.NEXUM_EMBEDDER = embedder
+    configured_embedder()
+    project = project_create(slug=f"facts-{uuid.uuid4().hex[:12]}", name="Facts", actor="bench")
+    goal = goal_create(
+        project_id=str(project.id),
+        objective="Rotate the session keyring",
+        tasks=[{"key": "s1", "objective": "Find where the keyring lives"}],
+        actor="bench",
+    )
+    return world.scope_resolve(project_id=str(project.id), goal_id=str(goal.id))
+
+
+def bench_fact_single(embedders: tuple[str, ...]) -> dict[str, float]:
+    """Single fact appends through the world service (one event, its read model row, its vector) under each
+    of ``embedders``, taking turns by rounds of FACT_ROUND appends so a change of load on a shared machine
+    weighs on each alike. Returns the rate per embedder."""
+    scopes = {embedder: fact_scope(embedder) for embedder in embedders}
+    seconds = dict.fromkeys(embedders, 0.0)
+    for start in range(0, FACTS, FACT_ROUND):
+        for embedder, scope in scopes.items():
+            settings.NEXUM_EMBEDDER = embedder
+            began = time.perf_counter()
+            for index in range(start, min(FACTS, start + FACT_ROUND)):
+                world.fact_record(
+                    scope=scope, subject="session", text=FACT_TEXT.format(index=index), actor="bench"
+                )
+            seconds[embedder] += time.perf_counter() - began
+    return {embedder: rate(FACTS, spent) for embedder, spent in seconds.items()}
+
+
 def fill_for_rebuild() -> None:
     """A log of REBUILD_EVENTS events that all change a read model: projects, each with many agent tokens."""
     while store.head_position() < REBUILD_EVENTS:
@@ -145,6 +189,11 @@ def main() -> None:
         raw.commit()
     service_single = bench_service_single()
     service_batch = bench_service_batches()
+    fact_rates = bench_fact_single(("none", EMBEDDER))
+    facts_plain, facts_embedded = fact_rates["none"], fact_rates[EMBEDDER]
+    settings.NEXUM_EMBEDDER = EMBEDDER
+    embedder_name = configured_embedder_id()
+    settings.NEXUM_EMBEDDER = "none"
     fill_for_rebuild()
     log, replayed, seconds = bench_rebuild()
 
@@ -156,6 +205,10 @@ def main() -> None:
         f"batch append ({BATCH_SIZE:>3})    service {service_batch:9.0f}/s   "
         f"raw executemany {raw_batch:8.0f}/s   "
         f"ratio {service_batch / raw_batch:.2f} (goal >= 0.3)"
+    )
+    print(
+        f"single fact append    embedded {facts_embedded:8.0f}/s   NEXUM_EMBEDDER=none {facts_plain:8.0f}/s "
+        f"ratio {facts_embedded / facts_plain:.2f} (goal >= 0.4; embedder {embedder_name})"
     )
     print(
         f"rebuild_projections   log of {log} events, {replayed} projected: {log / seconds:.0f} log events/s, "

@@ -273,6 +273,10 @@ if NEXUM_EVENT_STREAMS_PER_TOKEN < 1 or NEXUM_EVENT_STREAMS_MAX < 1:
 # A fact is left out ("below_relevance") when it scores under this share of the best fact's score for the
 # step (compiler version 4; 0 turns the floor off). Recorded with every compile, so a change replays exactly.
 NEXUM_RELEVANCE_FLOOR = float(os.environ.get("NEXUM_RELEVANCE_FLOOR", "0.05"))
+# The embedder that gives world items their vectors when they are stored and a compile its query vector
+# (issue 24): "wordllama" (the default, shipped with its wheel), "none" (relevance by words alone) or
+# "package.module:factory". Recorded with every compile; vectors of an earlier embedder are kept.
+NEXUM_EMBEDDER = os.environ.get("NEXUM_EMBEDDER", "wordllama")
 NEXUM_DEMO_TOKEN = os.environ.get("NEXUM_DEMO_TOKEN", "nx_demo_local_development_only")
 NEXUM_DEMO_OPERATOR_TOKEN = os.environ.get(
     "NEXUM_DEMO_OPERATOR_TOKEN", "nx_demo_operator_local_development_only"

@@ -77,6 +77,9 @@ api_v1 = [
         resolution.EscalationResolveView.as_view(),
         name="escalation-resolve",
     ),
+    path(
+        "project/compile-settings", compilation.ProjectCompileSettingsView.as_view(), name="compile-settings"
+    ),
     path("tasks/<str:task_id>/compile", compilation.TaskCompileView.as_view(), name="task-compile"),
     path("tasks/<str:task_id>/contexts", compilation.TaskContextListView.as_view(), name="task-contexts"),
     path("compiles/<str:request_id>", compilation.CompileRequestView.as_view(), name="compile-request"),

@@ -19,6 +19,12 @@ class Project(models.Model):
     slug = models.SlugField(max_length=63, unique=True)
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True)
+    relevance_floor = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="the project's relevance floor for its compiles (0 to 1; 0: no floor); empty: the "
+        "service's NEXUM_RELEVANCE_FLOOR",
+    )
     created_at = models.DateTimeField()
     version = models.PositiveIntegerField()
 

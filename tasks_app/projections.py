@@ -2,7 +2,12 @@ from __future__ import annotations
 
 import uuid
 
-from nexum.core.projects import AgentTokenIssued, AgentTokenRevoked, ProjectCreated
+from nexum.core.projects import (
+    AgentTokenIssued,
+    AgentTokenRevoked,
+    ProjectCreated,
+    ProjectRelevanceFloorSet,
+)
 from nexum.core.tasks import (
     PENDING,
     GoalCreated,
@@ -32,6 +37,13 @@ class ProjectProjection(Projection):
             description=event.description,
             created_at=stored.recorded_at,
             version=stored.version,
+        )
+
+    @handles("ProjectRelevanceFloorSet")
+    def relevance_floor_set(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: ProjectRelevanceFloorSet = stored.event  # type: ignore[assignment]
+        rows.update(
+            Project, as_uuid(stored.project_id), relevance_floor=event.relevance_floor, version=stored.version
         )
 
     @handles("AgentTokenIssued")

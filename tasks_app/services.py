@@ -30,7 +30,9 @@ from nexum.core.projects import (
     AgentTokenIssued,
     AgentTokenRevoked,
     ProjectCreated,
+    ProjectRelevanceFloorSet,
     check_project_name,
+    check_relevance_floor,
     check_slug,
     check_token_name,
     project_stream,
@@ -84,6 +86,25 @@ def project_create(*, slug: str, name: str, description: str = "", actor: str) -
         project_id=project_id,
     )
     return Project.objects.get(id=project_id)
+
+
+def project_relevance_floor_set(*, project_id: str, relevance_floor: Any, actor: str) -> Project:
+    """Set the project's relevance floor (a number from 0 to 1, or ``None`` for ``NEXUM_RELEVANCE_FLOOR``),
+    as an event; the same value again writes nothing. Whether the caller may is the caller's check (an
+    operator's: the API's and the admin's)."""
+    project = selectors.project_get(project_id=project_id)
+    floor = check_relevance_floor(relevance_floor)
+    if floor == project.relevance_floor:
+        return project
+    store.append(
+        stream_id=project_stream(str(project.id)),
+        events=[ProjectRelevanceFloorSet(relevance_floor=floor, previous=project.relevance_floor)],
+        expected_version=project.version,
+        metadata={"actor": actor},
+        project_id=str(project.id),
+    )
+    project.refresh_from_db()
+    return project
 
 
 def agent_token_issue(

@@ -20,8 +20,9 @@ from context_app.catalog.models import CatalogAlias, CatalogCard, ModelOverlay, 
 from context_app.catalog.projections import word_row_id
 from nexum.core.catalog import decide_overlay_set
 from nexum.core.errors import DomainError
-from nexum.core.projects import check_project_name, check_slug
+from nexum.core.projects import check_project_name, check_relevance_floor, check_slug
 from nexum.eventstore.admin import ReadOnlyAdmin, admin_actor, checked_by
+from tasks_app import services as task_services
 from tasks_app.models import Project
 
 ADMIN_WHERE = "admin"
@@ -43,22 +44,60 @@ class ProjectCreateForm(forms.ModelForm):
         return checked_by(check_project_name, self.cleaned_data["name"])
 
 
+class ProjectSettingsForm(forms.ModelForm):
+    """What an operator may change on a project here: its relevance floor, checked by the service's rule."""
+
+    relevance_floor = forms.FloatField(
+        required=False,
+        help_text="0 to 1 (0: no floor); empty: the service's NEXUM_RELEVANCE_FLOOR",
+    )
+
+    class Meta:
+        model = Project
+        fields = ("relevance_floor",)
+
+    def clean_relevance_floor(self) -> float | None:
+        try:
+            return check_relevance_floor(self.cleaned_data["relevance_floor"])
+        except DomainError as error:
+            raise forms.ValidationError(error.message) from error
+
+
 @admin.register(Project)
 class ProjectAdmin(ReadOnlyAdmin):
-    """Projects; "Add" creates one with the default model catalog, as an event through the service."""
+    """Projects; "Add" creates one with the default model catalog, as an event through the service; a
+    project's relevance floor is changed the same way (an event, who and when in the log)."""
 
     form = ProjectCreateForm
-    list_display = ("slug", "name", "created_at", "version")
+    list_display = ("slug", "name", "relevance_floor", "created_at", "version")
     search_fields = ("slug", "name")
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return admin.ModelAdmin.has_add_permission(self, request)
 
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return admin.ModelAdmin.has_change_permission(self, request, obj)
+
+    def get_form(self, request: HttpRequest, obj: Project | None = None, change: bool = False, **kwargs: Any):  # type: ignore[no-untyped-def]
+        if obj is not None:
+            kwargs["form"] = ProjectSettingsForm
+        return super().get_form(request, obj, change=change, **kwargs)
+
     def get_fields(self, request: HttpRequest, obj: Project | None = None) -> tuple[str, ...]:
         create = ("slug", "name", "description")
-        return create if obj is None else (*create, "created_at", "version")
+        return create if obj is None else (*create, "relevance_floor", "created_at", "version")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Project | None = None) -> tuple[str, ...]:
+        return () if obj is None else ("slug", "name", "description", "created_at", "version")
 
     def save_model(self, request: HttpRequest, obj: Project, form: Any, change: bool) -> None:
+        if change:
+            task_services.project_relevance_floor_set(
+                project_id=str(obj.pk),
+                relevance_floor=form.cleaned_data["relevance_floor"],
+                actor=admin_actor(request),
+            )
+            return
         project, _ = services.project_setup(
             slug=obj.slug, name=obj.name, description=obj.description, actor=admin_actor(request)
         )

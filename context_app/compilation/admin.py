@@ -14,6 +14,7 @@ from django.urls import path, reverse
 
 from context_app.compilation import selectors, services
 from context_app.compilation.models import CompactionFold, ContextCompilation, StoredContext
+from nexum.core.errors import DomainError
 from nexum.eventstore.admin import ReadOnlyAdmin
 
 EXCLUDED_SHOWN = 500
@@ -21,7 +22,15 @@ EXCLUDED_SHOWN = 500
 
 @admin.register(StoredContext)
 class CompiledContextAdmin(ReadOnlyAdmin):
-    list_display = ("short_digest", "task_id", "model_word", "position", "total_tokens", "excluded_count")
+    list_display = (
+        "short_digest",
+        "task_id",
+        "model_word",
+        "position",
+        "total_tokens",
+        "excluded_count",
+        "embedder",
+    )
     list_filter = ("model_word", "project")
     search_fields = ("=digest", "=task_id")
     ordering = ("-position",)
@@ -71,7 +80,11 @@ class CompiledContextAdmin(ReadOnlyAdmin):
 
     def replay_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         context = get_object_or_404(StoredContext, pk=object_id)
-        outcome = services.context_replay(project_id=str(context.project_id), digest=context.digest)
+        outcome, refusal = None, None
+        try:
+            outcome = services.context_replay(project_id=str(context.project_id), digest=context.digest)
+        except DomainError as error:  # e.g. the embedder it was compiled with cannot be loaded here
+            refusal = error.message
         return TemplateResponse(
             request,
             "admin/compilation/storedcontext/replay.html",
@@ -79,6 +92,7 @@ class CompiledContextAdmin(ReadOnlyAdmin):
                 **self.admin_site.each_context(request),
                 "compiled": context,
                 "outcome": outcome,
+                "refusal": refusal,
                 "opts": self.model._meta,
             },
         )

@@ -2,7 +2,10 @@
 their rankings, sized by memory (issue 14 item 4, issue 15).
 
 A compile's candidates are metadata only (id, kind, the stored token count in the compile's encoding, line
-count, position, verified, trust, origin, relevance terms: ``CandidateRow``). ``CandidateCache.refresh``
+count, position, verified, trust, origin, relevance terms and named entities: ``CandidateRow``), and, for
+the kinds ranked by relevance, the item's vector by the compile's embedder, read for the rows that changed
+only (an item stored before vectors existed is embedded then, once, and the new vectors handed to the
+compile to store: ``NewVector``). ``CandidateCache.refresh``
 serves a task's list as the world stands: it reads the task's marks (the last log position that changed a
 row of its goal, and its last fold, each with the fingerprint of the event there); when they have not moved
 the kept list is served as is, when they moved forward only the rows changed since (and the folds made
@@ -43,11 +46,13 @@ from django.db.models.expressions import RawSQL
 
 from context_app.compilation.models import CompactionFold, FoldedItem
 from context_app.world.models import WorldItem
+from context_app.world.vectors import NewVector, embed_items, stored_vectors
 from nexum.core import world
 from nexum.core.compilation.compiler import ContextItem, RankedSection
 from nexum.core.compilation.rules import COMPACTED_KINDS
 from nexum.core.relevance import stems_of
 from nexum.core.tokens import TokenCounter
+from nexum.embedding import Embedder, embedder_id
 from nexum.eventstore.models import Event
 from tasks_app.models import Task
 
@@ -77,6 +82,8 @@ class CandidateRow(NamedTuple):
     ranked_terms: str
     """The relevance terms of the kinds ranked by relevance (``RANKED_KINDS``); empty for the others."""
     changed_position: int
+    ranked_entities: str = ""
+    """The named entities of the kinds ranked by relevance, joined by spaces; empty for the others."""
 
 
 class Marks(NamedTuple):
@@ -177,9 +184,19 @@ class CandidateCache:
 
     # --- refresh and eviction -------------------------------------------------------------------------
 
-    def refresh(self, *, task: Task, encoding: str, counter: TokenCounter) -> TaskCandidates:
-        """The candidates of ``task`` as the world stands for this connection, read incrementally."""
-        key = _key(task, encoding)
+    def refresh(
+        self,
+        *,
+        task: Task,
+        encoding: str,
+        counter: TokenCounter,
+        embedder: Embedder | None = None,
+        embedded: list[NewVector] | None = None,
+    ) -> TaskCandidates:
+        """The candidates of ``task`` as the world stands for this connection, read incrementally, their
+        ranked items carrying their vectors by ``embedder`` (none without one). Vectors made here for items
+        that had none are appended to ``embedded``, for the caller to store."""
+        key = _key(task, encoding, embedder_id(embedder))
         with self._lock:
             entry = self._entries.get(key)
         kept = EMPTY if entry is None else entry.candidates
@@ -198,14 +215,14 @@ class CandidateCache:
             return kept
         else:
             base = kept
-        fresh = self._refreshed(base, task, encoding, counter, now)
+        fresh = self._refreshed(base, task, encoding, counter, now, embedder, embedded)
         self._keep(key, fresh, examined=entry)
         return fresh
 
     def evict(self, *, task_id: str | None = None) -> None:
         """Drop the entries of one task (every encoding), or every entry."""
         with self._lock:
-            for key in [key for key in self._entries if task_id is None or key[3] == str(task_id)]:
+            for key in [key for key in self._entries if task_id is None or key[4] == str(task_id)]:
                 self._drop(key)
 
     def clear(self) -> None:
@@ -253,10 +270,11 @@ class CandidateCache:
         extra: tuple[ContextItem, ...],
         context: tuple[Hashable, ...],
         rank: Callable[[tuple[ContextItem, ...]], RankedSection],
+        embedder: str = "",
     ) -> RankedSection:
         """``rank(base + extra)``, kept for the task while ``base`` is the same tuple object, the ``extra``
         items and their texts are equal, and so is ``context`` (what else the ranking depends on)."""
-        key = _key(task, encoding)
+        key = _key(task, encoding, embedder)
         memo_key = (base, extra, tuple(item.text for item in extra), context)
         with self._lock:
             entry = self._entries.get(key)
@@ -274,7 +292,14 @@ class CandidateCache:
     # --- reading --------------------------------------------------------------------------------------
 
     def _refreshed(
-        self, base: TaskCandidates, task: Task, encoding: str, counter: TokenCounter, now: Marks
+        self,
+        base: TaskCandidates,
+        task: Task,
+        encoding: str,
+        counter: TokenCounter,
+        now: Marks,
+        embedder: Embedder | None,
+        embedded: list[NewVector] | None,
     ) -> TaskCandidates:
         """``base`` with the rows changed since its marks applied (and newly folded items taken out)."""
         folded = base.folded
@@ -300,7 +325,8 @@ class CandidateCache:
                 else:
                     changes[kind][row.id] = None
                     own.discard(row.id)
-            for row, item in zip(live, self.items_of(live, counter), strict=True):
+            items = self.items_of(live, counter, embedder=embedder, embedded=embedded)
+            for row, item in zip(live, items, strict=True):
                 changes[item.kind][item.id] = item
                 if row.own and row.kind in COMPACTED_KINDS and not task.is_goal:
                     own.add(item.id)
@@ -311,14 +337,36 @@ class CandidateCache:
         }
         return TaskCandidates(now, folded, sections, compacted)
 
-    def items_of(self, rows: Sequence[CandidateRow], counter: TokenCounter) -> list[ContextItem]:
-        """The items the metadata rows describe (the cache's own object when the item's state was seen)."""
+    def items_of(
+        self,
+        rows: Sequence[CandidateRow],
+        counter: TokenCounter,
+        *,
+        embedder: Embedder | None = None,
+        embedded: list[NewVector] | None = None,
+    ) -> list[ContextItem]:
+        """The items the metadata rows describe (the cache's own object when the item's state was seen),
+        the ranked ones with their vectors by ``embedder``: stored ones read in one query, missing ones made
+        in one ``embed`` call and appended to ``embedded``."""
         intern = sys.intern
+        name = embedder_id(embedder)
+        states = [(row.id, row.changed_position, row.tokens, name) for row in rows]
+        found = [
+            self._items.get(state) if row.tokens is not None else None
+            for row, state in zip(rows, states, strict=True)
+        ]
+        vectors = self._vectors(
+            [
+                row.id
+                for row, item in zip(rows, found, strict=True)
+                if item is None and row.kind in RANKED_KINDS
+            ],
+            embedder,
+            embedded,
+        )
         items: list[ContextItem] = []
         uncounted: list[int] = []
-        for row in rows:
-            state = (row.id, row.changed_position, row.tokens)
-            item = self._items.get(state) if row.tokens is not None else None
+        for row, state, item in zip(rows, states, found, strict=True):
             if item is None:
                 terms = tuple(map(intern, row.ranked_terms.split(" "))) if row.ranked_terms else ()
                 item = ContextItem(
@@ -334,6 +382,8 @@ class CandidateCache:
                     if row.kind == "tool_call"
                     else (intern(row.source) if row.source else None),
                     stems=stems_of(terms),
+                    vector=vectors.get(row.id),
+                    entities=tuple(map(intern, row.ranked_entities.split())),
                 )
                 if row.tokens is None:
                     uncounted.append(len(items))
@@ -344,6 +394,22 @@ class CandidateCache:
         if uncounted:
             _count_uncounted(items, uncounted, counter)
         return items
+
+    @staticmethod
+    def _vectors(
+        wanted: Sequence[str], embedder: Embedder | None, embedded: list[NewVector] | None
+    ) -> dict[str, bytes]:
+        """The vectors by ``embedder`` of the ``wanted`` items: stored, or made now in one call."""
+        if embedder is None or not wanted:
+            return {}
+        vectors = stored_vectors(wanted, embedder_id(embedder))
+        missing = [item_id for item_id in wanted if item_id not in vectors]
+        if missing:
+            made = embed_items(missing, embedder)
+            vectors.update((entry.item_id, entry.vector) for entry in made)
+            if embedded is not None:
+                embedded.extend(made)
+        return vectors
 
 
 def _applied(
@@ -358,11 +424,12 @@ def _newer(kept: Marks, fresh: Marks) -> bool:
     return kept.high > fresh.high or kept.fold_high > fresh.fold_high
 
 
-def _key(task: Task, encoding: str) -> tuple[Any, ...]:
+def _key(task: Task, encoding: str, embedder: str) -> tuple[Any, ...]:
     return (
         connection.alias,
         connection.settings_dict.get("NAME"),
         encoding,
+        embedder,
         str(task.id),
         str(task.project_id),
         str(task.goal_id),
@@ -422,6 +489,11 @@ def changed_rows(
             ranked_terms=Case(
                 When(kind__in=RANKED_KINDS, then=F("terms_text")), default=Value(""), output_field=TextField()
             ),
+            ranked_entities=Case(
+                When(kind__in=RANKED_KINDS, then=F("entities_text")),
+                default=Value(""),
+                output_field=TextField(),
+            ),
         )
         .values_list(
             "item_text_id",
@@ -436,6 +508,7 @@ def changed_rows(
             "status",
             "ranked_terms",
             "changed_position",
+            "ranked_entities",
         )
         .order_by()
     )

@@ -50,6 +50,13 @@ class StoredContext(models.Model):
     prompt_tokens = models.PositiveIntegerField()
     tool_tokens = models.PositiveIntegerField()
     compiler_version = models.PositiveIntegerField()
+    embedder = models.CharField(
+        max_length=300,
+        blank=True,
+        default="",
+        db_default="",  # rows written by a process still on the previous release get it too
+        help_text="name@version of the embedder the compile ranked by; empty: by words alone",
+    )
     stored_at = models.DateTimeField()
 
     class Meta:
@@ -115,6 +122,13 @@ class ContextCompilation(models.Model):
         help_text="the request's focus, kept with the request evidence",
     )
     digest = models.CharField(max_length=64, blank=True)
+    embedder = models.CharField(
+        max_length=300,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="name@version of the embedder the compile ranked by; empty: by words alone",
+    )
     position = models.BigIntegerField(null=True, blank=True, help_text="the log position compiled at")
     compiled_position = models.BigIntegerField(
         null=True, blank=True, help_text="the log position of the ContextCompiled event"

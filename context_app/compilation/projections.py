@@ -42,6 +42,7 @@ class CompilationProjection(Projection):
             "encoding": event.encoding,
             "bundle_digest": event.bundle_digest or "",
             "evidence_digest": event.evidence_digest or "",
+            "embedder": event.embedder or "",
             "prompt_tokens": event.prompt_tokens,
             "tool_tokens": event.tool_tokens,
             "included_count": event.included_count,

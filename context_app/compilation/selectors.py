@@ -8,12 +8,22 @@ agent loop reads the few items recorded since the last call, not the world, and 
 sections that changed. The texts of the items the compiler includes are fetched afterwards in one query
 (``item_text_loader``). Nothing is tokenized here but the texts that are not stored world-state items
 (check-run output, request and bundle evidence).
+
+Meaning (issue 24). From compiler version 5 (``VECTORS_FROM``) a compile names an embedder: the candidates
+carry their stored vectors by it, the items that are not stored world state (check-run output, bundle and
+request evidence) and the step's query text (``compiler.query_text``) are embedded in one call, and the
+vectors made for stored items that had none come back in ``TaskContextInput.embedded`` for the compile to
+store. Without an embedder (``NEXUM_EMBEDDER=none``, or an older version) relevance is by words alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,6 +43,7 @@ from context_app.compilation.models import (
 from context_app.resolution import selectors as resolution_selectors
 from context_app.world.models import WorldItem
 from context_app.world.selectors import tool_specs, tools_for_scope
+from context_app.world.vectors import NewVector
 from nexum.core import world
 from nexum.core.budgets import ModelBudget
 from nexum.core.compilation.compiler import (
@@ -50,13 +61,16 @@ from nexum.core.compilation.compiler import (
     Truncation,
     evidence_by_kind,
     query_of,
+    query_text,
     rank_section,
     verified_label_tokens,
 )
 from nexum.core.compilation.rules import ContextDiff, diff_contexts, folds_required
 from nexum.core.durations import human_age
+from nexum.core.entities import entities_of
 from nexum.core.errors import NotFound
 from nexum.core.tokens import TokenCounter
+from nexum.embedding import Embedder, embedder_id
 from nexum.ids import uuid_or_none
 from tasks_app.models import Task
 from verification_app import selectors as verification_selectors
@@ -65,6 +79,9 @@ CHECK_RUN_ORIGIN = "verification gate, latest completion request"
 REQUEST_EVIDENCE_ORIGIN = "supplied with the compile request"
 JUST_NOW_SECONDS = 60
 CHECK_OUTPUT_CHARS = 4000
+VECTORS_FROM = 5
+"""The first compiler version that ranks by meaning: older versions compile (and replay) without vectors."""
+EVIDENCE_VECTOR_MEMO = 4096
 
 
 @dataclass(frozen=True)
@@ -74,6 +91,8 @@ class TaskContextInput:
     compile_input: CompileInput
     sections: RankedSections
     bundle_digest: str | None
+    embedded: tuple[NewVector, ...] = ()
+    """Vectors made for stored items that had none by the compile's embedder: the compile stores them."""
 
 
 # --- the compiler's input ---------------------------------------------------------------------------------
@@ -89,27 +108,34 @@ def compile_input_for(
     version: int = COMPILER_VERSION,
     focus: str = "",
     relevance_floor: float = DEFAULT_RELEVANCE_FLOOR,
+    embedder: Embedder | None = None,
 ) -> TaskContextInput:
     """Goal, step, its parent step's objective, constraints and criteria from the task graph, the request's
-    ``focus`` and ``relevance_floor``; state items of the goal and task; the
+    ``focus`` and ``relevance_floor``; vectors by ``embedder`` from ``VECTORS_FROM`` (the items', the
+    query's); state items of the goal and task; the
     task's folds with the items they folded and their summaries (the compiler shows one or the other: the
     folds ``compaction_threshold`` needs as summaries, the others as their entries when they fit); tools
     as the task sees them; evidence from tool calls, the latest check runs, the resolver's bundle and
     ``extra_evidence``."""
     goal = task if task.is_goal else Task.objects.get(id=task.goal_id)
-    candidates = CANDIDATES.refresh(task=task, encoding=encoding, counter=counter)
+    embedder = embedder if version >= VECTORS_FROM else None
+    embedded: list[NewVector] = []
+    candidates = CANDIDATES.refresh(
+        task=task, encoding=encoding, counter=counter, embedder=embedder, embedded=embedded
+    )
     sections = candidates.sections
     folds, folded_progress, folded_calls, required = _folds(
-        task, candidates, encoding, counter, compaction_threshold
+        task, candidates, encoding, counter, compaction_threshold, embedder, embedded
     )
     bundle_digest, bundle_items = _bundle_items(str(task.id), counter)
-    bundle_facts = tuple(item for item in bundle_items if item.kind == "fact")
-    extra = (
-        *folded_calls,
+    unstored = (
         *_check_run_evidence(str(task.id), counter),
-        *(item for item in bundle_items if item.kind != "fact"),
+        *bundle_items,
         *request_evidence_items(extra_evidence, counter),
     )
+    unstored_texts = [item.text or "" for item in unstored]
+    bundle_facts = tuple(item for item in unstored if item.kind == "fact")
+    extra = (*folded_calls, *(item for item in unstored if item.kind != "fact"))
     constraints = list(dict.fromkeys([*goal.constraints, *(() if task.is_goal else task.constraints)]))
     parent_objective = (
         Task.objects.filter(id=task.parent_id).values_list("objective", flat=True).first() or ""
@@ -142,14 +168,59 @@ def compile_input_for(
             )
         ),
     )
+    if embedder is not None:
+        query_vector, *vectors = _evidence_vectors(embedder, [query_text(compile_input), *unstored_texts])
+        unstored = tuple(
+            dataclasses.replace(item, vector=vector, entities=entities_of(text))
+            for item, text, vector in zip(unstored, unstored_texts, vectors, strict=True)
+        )
+        bundle_facts = tuple(item for item in unstored if item.kind == "fact")
+        extra = (*folded_calls, *(item for item in unstored if item.kind != "fact"))
+        compile_input = dataclasses.replace(
+            compile_input,
+            facts=sections["fact"] + bundle_facts,
+            evidence=sections["diagnostic"] + extra,
+            query_vector=query_vector,
+            embedder=embedder_id(embedder),
+        )
     ranked = _ranked_sections(
         task, encoding, counter, compile_input, sections, bundle_facts, folded_progress, extra, version
     )
-    return TaskContextInput(compile_input, ranked, bundle_digest)
+    return TaskContextInput(compile_input, ranked, bundle_digest, tuple(embedded))
+
+
+_EVIDENCE_VECTORS: OrderedDict[tuple[str, bytes], bytes] = OrderedDict()
+"""Vectors by (embedder id, sha256 of the text): the memo keeps digests, not the texts themselves."""
+_EVIDENCE_VECTORS_LOCK = threading.Lock()
+
+
+def _evidence_vectors(embedder: Embedder, texts: Sequence[str]) -> list[bytes]:
+    """The vectors of ``texts`` by ``embedder``, the ones not seen lately made in one ``embed`` call (a
+    bundle's items and the latest check runs come back compile after compile; a text's vector never
+    changes)."""
+    name = embedder_id(embedder)
+    keys = [(name, hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()) for text in texts]
+    with _EVIDENCE_VECTORS_LOCK:
+        known = {key: _EVIDENCE_VECTORS.get(key) for key in keys}
+    missing = {key: text for key, text in zip(keys, texts, strict=True) if known[key] is None}
+    if missing:
+        made = dict(zip(missing, embedder.embed(list(missing.values())), strict=True))
+        known.update(made)
+        with _EVIDENCE_VECTORS_LOCK:
+            _EVIDENCE_VECTORS.update(made)
+            while len(_EVIDENCE_VECTORS) > EVIDENCE_VECTOR_MEMO:
+                _EVIDENCE_VECTORS.popitem(last=False)
+    return [known[key] for key in keys]  # type: ignore[misc]
 
 
 def _folds(
-    task: Task, candidates: TaskCandidates, encoding: str, counter: TokenCounter, threshold: int | None
+    task: Task,
+    candidates: TaskCandidates,
+    encoding: str,
+    counter: TokenCounter,
+    threshold: int | None,
+    embedder: Embedder | None = None,
+    embedded: list[NewVector] | None = None,
 ) -> tuple[tuple[Fold, ...], tuple[ContextItem, ...], tuple[ContextItem, ...], int]:
     """The task's folds (oldest first), the progress notes and tool calls they folded (which the candidate
     list leaves out), and how many folds ``threshold`` needs shown as summaries (``folds_required``)."""
@@ -160,7 +231,9 @@ def _folds(
         .order_by("position")
         .values_list("summary_id", "folded_ids")
     )
-    originals = CANDIDATES.items_of(changed_rows(task, encoding, -1, ids=candidates.folded), counter)
+    originals = CANDIDATES.items_of(
+        changed_rows(task, encoding, -1, ids=candidates.folded), counter, embedder=embedder, embedded=embedded
+    )
     own = {item.id: item for item in candidates.compacted_items()}
     own.update((item.id, item) for item in originals)
     folds = tuple(
@@ -210,8 +283,9 @@ def _ranked_sections(
             kind=kind,
             base=sections[kind],
             extra=joined,
-            context=(query, label, version, floor),
+            context=(query, label, version, floor, compile_input.embedder, compile_input.query_vector),
             rank=partial(rank, kind),
+            embedder=compile_input.embedder,
         )
 
     return RankedSections(

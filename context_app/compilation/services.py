@@ -21,6 +21,12 @@ a task over the threshold whose notes cannot be summarized usefully compiles wit
 
 Replay (C8) rebuilds the read models as of the stored position (``state_as_of``), recompiles with the budget
 and evidence the compile recorded, and compares digests.
+
+Embedders (issue 24). A compile of version 5 on names the embedder it ranked by (``NEXUM_EMBEDDER``,
+``name@version``), records it (``ContextCompiled.embedder``, ``StoredContext.embedder``) and stores, in the
+transaction that records it, the vectors it had to make for items stored without one. A replay ranks by
+the recorded embedder (the items' vectors and the query's made by it again: a vector is a pure function of
+text and embedder); when this process cannot load it, the replay says so rather than report a mismatch.
 """
 
 from __future__ import annotations
@@ -44,8 +50,10 @@ from context_app.catalog import selectors as catalog_selectors
 from context_app.compilation import selectors
 from context_app.compilation.candidates import CANDIDATES
 from context_app.compilation.models import CompileEvidence, ContextCompilation, StoredContext
+from context_app.world.embedder import configured_embedder, embedder_setting
 from context_app.world.models import WorldItem
 from context_app.world.services import Scope, progress_record
+from context_app.world.vectors import NewVector, store_vectors
 from nexum.core import world
 from nexum.core.budgets import ModelBudget
 from nexum.core.compilation import events as compilation_events
@@ -58,19 +66,27 @@ from nexum.core.compilation.compiler import (
 )
 from nexum.core.compilation.compiler import compile_context as run_compiler
 from nexum.core.digests import digest_of
-from nexum.core.errors import ConcurrencyError, DomainError, NotFound, ValidationFailed
+from nexum.core.errors import ConcurrencyError, DomainError, NotFound, PolicyRefused, ValidationFailed
 from nexum.core.text import require_storable
 from nexum.core.trust import TrustClass
+from nexum.embedding import DEFAULT_EMBEDDER, Embedder, embedder_id, embedder_named
 from nexum.eventstore import projections, store
 from nexum.tokenization import counter_for
 from tasks_app import selectors as task_selectors
-from tasks_app.models import Task
+from tasks_app.models import Project, Task
 
 _ID_NAMESPACE = uuid.UUID("2d0f3c6a-8f0e-4b7a-a4e2-5b1e6f1c9a37")
 DEFAULT_SUMMARIZER = "nexum.core.compilation.rules.extractive_summary"
 EVIDENCE_MAX_ITEMS = 200
 EVIDENCE_ID_MAX = 200
 SUMMARY_MAX_TOKENS = 4000
+
+
+class _Configured:
+    """``compile_task``'s default embedder: ``NEXUM_EMBEDDER``'s, from ``selectors.VECTORS_FROM``."""
+
+
+CONFIGURED = _Configured()
 
 
 @dataclass(frozen=True)
@@ -271,8 +287,16 @@ def _compile_and_record(
         )
         encoding = choice.card.encoding
         threshold = choice.auto_compact_tokens if choice.compaction_enabled else None
-        floor = relevance_floor()
-        folds = bool(threshold) and _fold_for(task=task, threshold=threshold, encoding=encoding) is not None
+        floor = relevance_floor(project_id)
+        embedder = compile_embedder(COMPILER_VERSION)
+        embedded: list[NewVector] = []
+        folds = (
+            bool(threshold)
+            and _fold_for(
+                task=task, threshold=threshold, encoding=encoding, embedder=embedder, embedded=embedded
+            )
+            is not None
+        )
         if not folds:
             result, bundle_digest = compile_task(
                 task=task,
@@ -282,6 +306,8 @@ def _compile_and_record(
                 compaction_threshold=threshold or None,
                 focus=focus,
                 relevance_floor=floor,
+                embedder=embedder,
+                embedded=embedded,
             )
     record = partial(
         _record,
@@ -293,6 +319,8 @@ def _compile_and_record(
         compaction_threshold=threshold or None,
         focus=focus,
         relevance_floor=floor,
+        embedder=embedder_id(embedder),
+        embedded=embedded,
     )
     if not folds:
         try:
@@ -310,7 +338,7 @@ def _compile_and_record(
         answered = _answered(project_id, request_id, expected_version)
         if answered is not None:
             return answered
-        task_compact(task=task, threshold=threshold, encoding=encoding, actor=actor)
+        task_compact(task=task, threshold=threshold, encoding=encoding, actor=actor, embedder=embedder)
         position = store.head_position()
         result, bundle_digest = compile_task(
             task=task,
@@ -320,6 +348,8 @@ def _compile_and_record(
             compaction_threshold=threshold,
             focus=focus,
             relevance_floor=floor,
+            embedder=embedder,
+            embedded=embedded,
         )
         return record(result=result, bundle_digest=bundle_digest, position=position, actor=actor)
 
@@ -349,9 +379,13 @@ def _record(
     compaction_threshold: int | None,
     focus: str,
     relevance_floor: float,
+    embedder: str,
+    embedded: Sequence[NewVector],
 ) -> CompileOutcome:
-    """Store the compiled context by digest and append ``ContextCompiled`` (the caller's transaction)."""
+    """Store the compiled context by digest, the vectors the compile made, and append ``ContextCompiled``
+    (the caller's transaction)."""
     project_id = str(task.project_id)
+    store_vectors(embedded)
     evidence_digest = _store_evidence(project_id, evidence)
     focus_digest = _store_focus(project_id, focus)
     context = _store_context(
@@ -362,6 +396,7 @@ def _record(
         position=position,
         bundle_digest=bundle_digest,
         evidence_digest=evidence_digest,
+        embedder=embedder,
     )
     store.append(
         stream_id=compilation_events.compile_stream(request_id),
@@ -384,6 +419,7 @@ def _record(
                 compaction_threshold=compaction_threshold,
                 focus_digest=focus_digest,
                 relevance_floor=relevance_floor,
+                embedder=embedder,
             )
         ],
         expected_version=expected_version,
@@ -405,13 +441,18 @@ def compile_task(
     compaction_threshold: int | None = None,
     focus: str = "",
     relevance_floor: float = DEFAULT_RELEVANCE_FLOOR,
+    embedder: Embedder | _Configured | None = CONFIGURED,
+    embedded: list[NewVector] | None = None,
 ) -> tuple[CompiledContext, str | None]:
     """Compile ``task`` with ``budget`` against the read models as they are (no writes), rendered by the
-    compiler's ``version`` (an older one to replay a context stored by it; by default the current one).
-    The task's folds that ``compaction_threshold`` needs show their summaries; the others show their
-    entries when those fit (C11: a fold is per model budget)."""
+    compiler's ``version`` (an older one to replay a context stored by it; by default the current one),
+    ranked by ``embedder`` (by default the configured one; from version 5). The task's folds that
+    ``compaction_threshold`` needs show their summaries; the others show their entries when those fit
+    (C11: a fold is per model budget). Vectors made for items that had none go to ``embedded``."""
     counter = counter_for(encoding)
     version = COMPILER_VERSION if version is None else version
+    if isinstance(embedder, _Configured):
+        embedder = compile_embedder(version)
     task_input = selectors.compile_input_for(
         task=task,
         encoding=encoding,
@@ -421,7 +462,10 @@ def compile_task(
         version=version,
         focus=focus,
         relevance_floor=relevance_floor,
+        embedder=embedder,
     )
+    if embedded is not None:
+        embedded.extend(task_input.embedded)
     result = run_compiler(
         task_input.compile_input,
         budget=budget,
@@ -442,6 +486,7 @@ def _store_context(
     position: int,
     bundle_digest: str | None,
     evidence_digest: str | None,
+    embedder: str,
 ) -> StoredContext:
     project_id = str(task.project_id)
     # Same digest, same canonical form: the stored row's large texts are what this compile holds already.
@@ -478,6 +523,7 @@ def _store_context(
         prompt_tokens=result.prompt_tokens,
         tool_tokens=result.tool_tokens,
         compiler_version=canonical["compiler_version"],
+        embedder=embedder,
         stored_at=timezone.now(),
     )
     try:
@@ -503,6 +549,7 @@ def context_replay(*, project_id: str, digest: str) -> ReplayOutcome:
     budget = ModelBudget(**context.budget)
     compiled = _recorded_compile(context)
     threshold = None if compiled is None else compiled.compaction_threshold
+    embedder = recorded_embedder(context.embedder or (compiled.embedder if compiled is not None else None))
     with projections.state_as_of(context.position):
         task = Task.objects.get(id=context.task_id)
         result, _ = compile_task(
@@ -516,6 +563,7 @@ def context_replay(*, project_id: str, digest: str) -> ReplayOutcome:
             relevance_floor=DEFAULT_RELEVANCE_FLOOR
             if compiled is None or compiled.relevance_floor is None
             else compiled.relevance_floor,
+            embedder=embedder,
         )
     return ReplayOutcome(
         digest=context.digest,
@@ -534,8 +582,40 @@ def _recorded_compile(context: StoredContext) -> compilation_events.ContextCompi
     return None
 
 
-def relevance_floor() -> float:
-    """The relevance floor compiles apply (``NEXUM_RELEVANCE_FLOOR``), checked: a number from 0 to 1."""
+def compile_embedder(version: int) -> Embedder | None:
+    """The embedder a compile of ``version`` ranks by: the configured one from ``VECTORS_FROM``."""
+    return configured_embedder() if version >= selectors.VECTORS_FROM else None
+
+
+def recorded_embedder(recorded: str | None) -> Embedder | None:
+    """The embedder a stored context was compiled with (``name@version``; empty or ``None``: none, as for
+    every context compiled before embedders), loaded: the configured one or the default when either is
+    it; otherwise refused (``embedder_unavailable``) naming both, since its vectors cannot be remade here."""
+    if not recorded:
+        return None
+    candidates = [embedder_setting(), DEFAULT_EMBEDDER]
+    for spec in dict.fromkeys(candidates):
+        with contextlib.suppress(DomainError):
+            embedder = embedder_named(spec)
+            if embedder is not None and embedder_id(embedder) == recorded:
+                return embedder
+    raise PolicyRefused(
+        f"this context was compiled with the embedder {recorded}, which this process cannot load "
+        f"(NEXUM_EMBEDDER is {embedder_setting()!r}): set NEXUM_EMBEDDER to that embedder to replay it",
+        field="embedder",
+        code="embedder_unavailable",
+        details={"embedder": recorded},
+    )
+
+
+def relevance_floor(project_id: str | None = None) -> float:
+    """The relevance floor compiles of the project apply: its own when set
+    (``PUT /api/v1/project/compile-settings``),
+    else ``NEXUM_RELEVANCE_FLOOR``, checked: a number from 0 to 1."""
+    if project_id is not None:
+        own = Project.objects.filter(id=project_id).values_list("relevance_floor", flat=True).first()
+        if own is not None:
+            return float(own)
     floor = getattr(settings, "NEXUM_RELEVANCE_FLOOR", DEFAULT_RELEVANCE_FLOOR)
     if isinstance(floor, bool) or not isinstance(floor, int | float) or not 0.0 <= floor <= 1.0:
         raise ValidationFailed("NEXUM_RELEVANCE_FLOOR must be a number from 0 to 1", field="relevance_floor")
@@ -549,14 +629,17 @@ def summarizer_path() -> str:
     return str(getattr(settings, "NEXUM_COMPACTION_SUMMARIZER", DEFAULT_SUMMARIZER))
 
 
-def task_compact(*, task: Task, threshold: int, encoding: str, actor: str) -> WorldItem | None:
+def task_compact(
+    *, task: Task, threshold: int, encoding: str, actor: str, embedder: Embedder | None = None
+) -> WorldItem | None:
     """Fold the oldest progress notes and tool calls of ``task`` into one summary when together they exceed
     ``threshold`` tokens (in ``encoding``). Returns the summary item, or ``None`` when nothing was folded.
+    ``embedder``: the one the compile that folds ranks by (its candidates are read once, with its vectors).
 
     The summary is a progress note of the task (trust: the lowest of the folded items'); the fold is a
     ``ContextCompacted`` event listing the folded ids. The folded items stay in the log and the world state.
     """
-    fold = _fold_for(task=task, threshold=threshold, encoding=encoding)
+    fold = _fold_for(task=task, threshold=threshold, encoding=encoding, embedder=embedder)
     if fold is None:
         return None
     folded, summary, trust_class = fold
@@ -619,16 +702,24 @@ _UNSUMMARIZABLE = _Unsummarizable()
 
 
 def _fold_for(
-    *, task: Task, threshold: int, encoding: str
+    *,
+    task: Task,
+    threshold: int,
+    encoding: str,
+    embedder: Embedder | None = None,
+    embedded: list[NewVector] | None = None,
 ) -> tuple[list[compilation_rules.FoldCandidate], str, str] | None:
     """The fold a compile would make now: what it folds, the summary and the summary's trust class; ``None``
     when none is due or the summarizer finds no useful summary for it. Pure reading: a compile decides with
     it, inside its snapshot and without the log's lock, whether it must fold, so a task whose notes are over
-    the threshold but cannot be summarized usefully compiles as any other."""
+    the threshold but cannot be summarized usefully compiles as any other. The candidates are read as the
+    compile reads them (by its ``embedder``: one read of the world, shared with the compile)."""
     if task.is_goal:
         return None
     counter = counter_for(encoding)
-    candidates = CANDIDATES.refresh(task=task, encoding=encoding, counter=counter)
+    candidates = CANDIDATES.refresh(
+        task=task, encoding=encoding, counter=counter, embedder=embedder, embedded=embedded
+    )
     own = candidates.compacted_items()
     planned = _fold_plan(own, threshold)
     if not planned:

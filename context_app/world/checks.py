@@ -1,5 +1,8 @@
 """Start-up checks of where content lives (``manage.py check``; ``runserver`` and ``migrate`` run them too).
 
+``NEXUM_EMBEDDER`` must name an embedder this process can load: items get their vectors when they are
+stored, so a typo must stop the server at start-up, not fail the first append.
+
 The artifact store holds every recorded artifact, check output and model answer of every project; a command
 check may write anywhere in its workspace. The two must not overlap, or a check could plant or rewrite
 stored content (reads verify digests, but a workspace must not even see the store).
@@ -14,6 +17,8 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import Error, register
 
+from context_app.world.embedder import configured_embedder
+from nexum.embedding import UnknownEmbedder
 from nexum.source_policy import HTTP_ALLOW_SETTING, HostEntry
 
 
@@ -49,3 +54,18 @@ def source_settings_are_well_formed(**kwargs: Any) -> list[Error]:
         except ValueError as error:
             errors.append(Error(f"{HTTP_ALLOW_SETTING}: {error}", id="nexum.E003"))
     return errors
+
+
+@register()
+def embedder_loads(**kwargs: Any) -> list[Error]:
+    try:
+        configured_embedder()
+    except UnknownEmbedder as error:
+        return [
+            Error(
+                str(error.message),
+                hint="set NEXUM_EMBEDDER to 'wordllama', 'none' or 'package.module:factory'",
+                id="nexum.E006",
+            )
+        ]
+    return []

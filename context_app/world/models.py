@@ -7,6 +7,9 @@ one indexed query. Goal and task ids are plain UUIDs (the task graph's read mode
 
 from __future__ import annotations
 
+import uuid
+from typing import Any
+
 from django.db import models
 
 from nexum.core.world import FACT_STATUSES, ITEM_KINDS
@@ -39,6 +42,10 @@ class WorldItem(models.Model):
     line_count = models.PositiveIntegerField(default=1)
     terms = models.JSONField(default=list)
     terms_text = models.TextField(default="", help_text="the terms joined by spaces: what the compiler reads")
+    entities_text = models.TextField(
+        default="",
+        help_text="the named entities of a fact or tool call (nexum.core.entities), joined by spaces",
+    )
     trust_class = models.CharField(max_length=32)
     source = models.CharField(max_length=500, blank=True)
     actor = models.CharField(max_length=200, blank=True)
@@ -90,6 +97,7 @@ class WorldItem(models.Model):
                     "source",
                     "token_counts",
                     "terms_text",
+                    "entities_text",
                 ],
             ),
         ]
@@ -99,6 +107,37 @@ class WorldItem(models.Model):
 
     def tokens(self, encoding: str) -> int | None:
         return self.token_counts.get(encoding)
+
+
+class ItemVector(models.Model):
+    """A fact's or tool call's int8 vector by one embedder (``name@version``), computed when the item was
+    stored. Kept per embedder: after a change of ``NEXUM_EMBEDDER`` the earlier vectors stay, so a context
+    compiled under the earlier embedder still replays (until a rebuild, which embeds by the current one)."""
+
+    id = models.UUIDField(primary_key=True)
+    """``item_vector_id(item_id, embedder)``: one row per item and embedder."""
+    project = models.ForeignKey(
+        "tasks_app.Project", on_delete=models.DO_NOTHING, related_name="+", db_constraint=False
+    )
+    item_id = models.UUIDField()
+    embedder = models.CharField(max_length=300)
+    vector = models.BinaryField()
+
+    class Meta:
+        ordering = ["item_id", "embedder"]
+        constraints = [
+            models.UniqueConstraint(fields=["item_id", "embedder"], name="item_vector_per_embedder")
+        ]
+
+    def __str__(self) -> str:
+        return f"vector of {self.item_id} by {self.embedder}"
+
+
+_VECTOR_NAMESPACE = uuid.UUID("8b7f2c1e-3d4a-4f6b-9c2d-1a5e7f9b3c60")
+
+
+def item_vector_id(item_id: Any, embedder: str) -> uuid.UUID:
+    return uuid.uuid5(_VECTOR_NAMESPACE, f"{item_id}/{embedder}")
 
 
 class Tool(models.Model):

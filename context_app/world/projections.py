@@ -1,4 +1,10 @@
-"""World-state read models from the log: items (with the current view of facts), tools and tool scopes."""
+"""World-state read models from the log: items (with the current view of facts), their vectors, tools and
+tool scopes.
+
+A fact or tool call (``world.MEANING_KINDS``) gets its named entities on its row and its vector by the
+configured embedder (``ItemVector``) when its row is written, in the same transaction: the texts of a batch of
+events (one append, or a thousand events of a rebuild) are embedded in one call (``settle``).
+"""
 
 from __future__ import annotations
 
@@ -7,25 +13,33 @@ from typing import Any
 
 from django.utils.dateparse import parse_datetime
 
-from context_app.world.models import Tool, ToolScope, WorldItem
+from context_app.world.embedder import configured_embedder
+from context_app.world.models import ItemVector, Tool, ToolScope, WorldItem, item_vector_id
 from nexum.core import world
+from nexum.core.entities import entities_of
 from nexum.core.events import event_to_data
+from nexum.embedding import embedder_id
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
 from nexum.eventstore.store import StoredEvent
 from nexum.ids import as_uuid
 
 
 class WorldProjection(Projection):
-    models = (WorldItem, Tool, ToolScope)
+    models = (WorldItem, ItemVector, Tool, ToolScope)
 
     def _recorded(self, stored: StoredEvent, rows: ReadModelRows, kind: str, **extra: Any) -> None:
         event: world._ItemRecorded = stored.event  # type: ignore[assignment]
         fields = {**event_to_data(event), **extra}
         rendered = world.render_item(kind, fields)
+        meaning = world.meaning_text(kind, fields)
+        item_id = as_uuid(event.item_id)
+        project_id = as_uuid(stored.project_id)
+        if meaning is not None:
+            self.defer((item_id, project_id, meaning))
         rows.insert(
             WorldItem,
-            id=as_uuid(event.item_id),
-            project_id=as_uuid(stored.project_id),
+            id=item_id,
+            project_id=project_id,
             goal_id=as_uuid(event.goal_id),
             task_id=as_uuid(event.task_id) if event.task_id else None,
             kind=kind,
@@ -35,6 +49,7 @@ class WorldProjection(Projection):
             line_count=world.line_count(rendered),
             terms=list(event.terms),
             terms_text=" ".join(event.terms),
+            entities_text=" ".join(entities_of(meaning)) if meaning is not None else "",
             trust_class=event.trust_class,
             source=fields.get("source") or "",
             actor=str(stored.metadata.get("actor", "")),
@@ -59,6 +74,25 @@ class WorldProjection(Projection):
             tool=fields.get("tool") or "",
             arguments_digest=fields.get("arguments_digest") or "",
         )
+
+    def settle(self, deferred: list[Any], rows: ReadModelRows) -> None:
+        """The vectors of the items recorded in the batch, by the configured embedder, in one call. A past
+        state's rows (``state_as_of``) get none: a replay embeds the few items its compile reads, by the
+        embedder that compile recorded."""
+        embedder = configured_embedder()
+        if embedder is None or getattr(rows, "transient", False):
+            return
+        name = embedder_id(embedder)
+        vectors = embedder.embed([text for _, _, text in deferred])
+        for (item_id, project_id, _), vector in zip(deferred, vectors, strict=True):
+            rows.insert(
+                ItemVector,
+                id=item_vector_id(item_id, name),
+                project_id=project_id,
+                item_id=item_id,
+                embedder=name,
+                vector=vector,
+            )
 
     @handles("FactRecorded")
     def fact_recorded(self, stored: StoredEvent, rows: ReadModelRows) -> None:

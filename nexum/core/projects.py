@@ -67,6 +67,29 @@ def _project_created_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "description": ""}
 
 
+def check_relevance_floor(value: Any, *, field: str = "relevance_floor") -> float | None:
+    """A project's relevance floor: a number from 0 to 1 (0: no floor), or ``None`` for the service's
+    ``NEXUM_RELEVANCE_FLOOR``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+        raise ValidationFailed(
+            "relevance_floor is a number from 0 to 1 (0: no floor), or null for the service's default",
+            field=field,
+        )
+    return float(value)
+
+
+@event_type("ProjectRelevanceFloorSet")
+@dataclass(frozen=True)
+class ProjectRelevanceFloorSet(Event):
+    """The project's relevance floor for its compiles (issue 24 item 3); ``None``: back to the service's
+    ``NEXUM_RELEVANCE_FLOOR``. Each compile records the floor it applied, so a replay is unaffected."""
+
+    relevance_floor: float | None
+    previous: float | None = None
+
+
 @event_type("AgentTokenIssued", version=2)
 @dataclass(frozen=True)
 class AgentTokenIssued(Event):

@@ -142,6 +142,21 @@ def render_item(kind: str, fields: Mapping[str, Any]) -> str:
     )
 
 
+MEANING_KINDS = ("fact", "tool_call")
+"""The item kinds ranked by relevance to the step: each gets a vector and its named entities when stored."""
+
+
+def meaning_text(kind: str, fields: Mapping[str, Any]) -> str | None:
+    """The text an item of ``kind`` is embedded and its entities read from: a fact's ``subject: text`` (its
+    source says where it came from, not what it is about), a tool call's rendered text; ``None`` for the
+    kinds ranked by recency."""
+    if kind == "fact":
+        return render_fact(fields["text"], subject=fields.get("subject") or "")
+    if kind == "tool_call":
+        return render_item(kind, fields)
+    return None
+
+
 def item_terms(*parts: str, limit: int = MAX_TERMS) -> tuple[str, ...]:
     """The first ``limit`` relevance terms of the parts, in order (subject first, then the text)."""
     terms: list[str] = []

@@ -5,6 +5,10 @@ A projection owns some tables and handles some event types. Handlers change rows
 inside the append's transaction (a reader never sees an event without its read model or the reverse); a
 rebuild gets ``BufferedRows``, which keeps every row in memory and writes each table once with
 ``bulk_create``, so replaying the log costs one pass over it, not one query per event.
+
+Work that is cheaper for many events at once (embedding the texts of the items recorded) is ``defer``-red by
+a handler and done by the projection's ``settle`` once per batch of events applied: once per append, once per
+thousand events of a rebuild.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -40,6 +45,8 @@ class ReadModelRows(Protocol):
 class OrmRows:
     """Writes through the ORM at once: used for live appends."""
 
+    transient = False
+
     def insert(self, model: type[models.Model], **fields: Any) -> None:
         model._base_manager.create(**fields)
 
@@ -54,10 +61,13 @@ class OrmRows:
 
 
 class BufferedRows:
-    """Keeps rows in memory during a rebuild and writes each table once at the end."""
+    """Keeps rows in memory during a rebuild and writes each table once at the end. ``transient``: the rows
+    are a past state's, rolled back after use (``state_as_of``), so work a reader can redo on demand for
+    the few rows it reads (embedding texts) may be skipped."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, transient: bool = False) -> None:
         self._tables: dict[type[models.Model], dict[Any, Row]] = {}
+        self.transient = transient
 
     def insert(self, model: type[models.Model], **fields: Any) -> None:
         pk = fields[model._meta.pk.attname]
@@ -151,6 +161,9 @@ def handles(event_type: str) -> Callable[[Handler], Handler]:
     return mark
 
 
+_DEFERRED: ContextVar[dict[Projection, list[Any]] | None] = ContextVar("projection_deferred", default=None)
+
+
 class Projection:
     """Subclasses list the ``models`` they own (parents first) and mark handlers with ``@handles``."""
 
@@ -174,6 +187,16 @@ class Projection:
         if handler is not None:
             handler(self, stored, rows)
 
+    def defer(self, work: Any) -> None:
+        """Leave ``work`` to ``settle``, called once when the batch of events being applied is done."""
+        deferred = _DEFERRED.get()
+        if deferred is None:
+            raise RuntimeError("Projection.defer is for handlers, called by projections.apply")
+        deferred.setdefault(self, []).append(work)
+
+    def settle(self, deferred: list[Any], rows: ReadModelRows) -> None:
+        """Do the work the handlers deferred during one batch (in order), with the same ``rows``."""
+
 
 @cache
 def registered() -> tuple[Projection, ...]:
@@ -193,10 +216,18 @@ _LIVE_ROWS = OrmRows()
 
 
 def apply(stored_events: Iterable[StoredEvent], rows: ReadModelRows = _LIVE_ROWS) -> None:
+    """Apply the events through their projections, then let each settle the work it deferred."""
     dispatch = _dispatch()
-    for stored in stored_events:
-        for projection in dispatch.get(stored.event_type, ()):
-            projection.apply(stored, rows)
+    deferred: dict[Projection, list[Any]] = {}
+    token = _DEFERRED.set(deferred)
+    try:
+        for stored in stored_events:
+            for projection in dispatch.get(stored.event_type, ()):
+                projection.apply(stored, rows)
+    finally:
+        _DEFERRED.reset(token)
+    for projection, work in deferred.items():
+        projection.settle(work, rows)
 
 
 def rebuild(*, until: int | None = None, progress: Callable[[int], None] | None = None) -> int:
@@ -210,11 +241,13 @@ def rebuild(*, until: int | None = None, progress: Callable[[int], None] | None 
         return _replay(until=until, progress=progress)
 
 
-def _replay(*, until: int | None, progress: Callable[[int], None] | None = None) -> int:
+def _replay(
+    *, until: int | None, progress: Callable[[int], None] | None = None, transient: bool = False
+) -> int:
     """Replay the log (up to ``until``) into empty read models; the number of events replayed."""
     from nexum.eventstore.store import iter_all
 
-    rows = BufferedRows()
+    rows = BufferedRows(transient=transient)
     replayed = 0
     batch: list[StoredEvent] = []
     # Only events some projection handles: the others cannot change a read model.
@@ -275,7 +308,7 @@ def state_as_of(position: int) -> Iterator[None]:
             _shadow_read_models()
         else:
             _clear_read_models()
-        _replay(until=position)
+        _replay(until=position, transient=True)
         yield
         transaction.set_rollback(True)
 

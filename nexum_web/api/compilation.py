@@ -26,11 +26,12 @@ from nexum.core.compilation import events as compilation_events
 from nexum.core.compilation import rules as compilation_rules
 from nexum.core.compilation.compiler import REASON_CODES, CompiledContext, Truncation
 from nexum.core.errors import NotFound
-from nexum_web.api.auth import CallerTrustField
+from nexum_web.api.auth import CallerTrustField, OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.pagination import LogListQuery, log_page, page_schema
 from nexum_web.api.strict import StrictInput, StrictQuery
-from tasks_app.selectors import task_get
+from tasks_app import services as task_services
+from tasks_app.selectors import project_get, task_get
 
 # --- input ------------------------------------------------------------------------------------------------
 
@@ -99,6 +100,7 @@ def context_fields(context: StoredContext) -> dict[str, Any]:
         "bundle_digest": context.bundle_digest or None,
         "evidence_digest": context.evidence_digest or None,
         "compiler_version": context.compiler_version,
+        "embedder": context.embedder or None,
     }
 
 
@@ -247,6 +249,10 @@ COMPILED_CONTEXT_FIELDS = {
     "bundle_digest": serializers.CharField(allow_null=True),
     "evidence_digest": serializers.CharField(allow_null=True),
     "compiler_version": serializers.IntegerField(),
+    "embedder": serializers.CharField(
+        allow_null=True,
+        help_text="name@version of the embedder the compile ranked by (NEXUM_EMBEDDER); null: by words alone",
+    ),
 }
 COMPILED_CONTEXT = inline_serializer("CompiledContext", COMPILED_CONTEXT_FIELDS)
 COMPILE_REQUEST_FIELDS = {
@@ -486,5 +492,63 @@ class ContextDiffView(APIView):
                 "to": after.digest,
                 "entered": [entry._asdict() for entry in diff.entered],
                 "left": [entry._asdict() for entry in diff.left],
+            }
+        )
+
+
+# --- the project's compile settings -----------------------------------------------------------------------
+
+
+class CompileSettingsInput(StrictInput):
+    relevance_floor = serializers.FloatField(
+        allow_null=True,
+        help_text="a number from 0 to 1 (0: no floor); null: the service's NEXUM_RELEVANCE_FLOOR",
+    )
+
+
+COMPILE_SETTINGS = inline_serializer(
+    "CompileSettings",
+    {
+        "relevance_floor": serializers.FloatField(
+            allow_null=True, help_text="the project's own floor; null: none set"
+        ),
+        "effective_relevance_floor": serializers.FloatField(
+            help_text="the floor the project's compiles apply now (its own, else NEXUM_RELEVANCE_FLOOR)"
+        ),
+        "version": serializers.IntegerField(help_text="the project's stream version"),
+    },
+)
+
+
+class ProjectCompileSettingsView(APIView):
+    """The project's compile settings: its relevance floor (issue 24 item 3). ``PUT`` (operator) sets it, as
+    an event; each compile records the floor it applied."""
+
+    operator_only = {"PUT": OperatorOnly("setting the project's relevance floor")}
+
+    @extend_schema(operation_id="project_compile_settings", responses=COMPILE_SETTINGS)
+    def get(self, request: Request) -> Response:
+        return self._answer(request.user.project_id)
+
+    @extend_schema(
+        operation_id="project_compile_settings_set", request=CompileSettingsInput, responses=COMPILE_SETTINGS
+    )
+    def put(self, request: Request) -> Response:
+        payload = CompileSettingsInput(data=request.data, context={"request": request})
+        payload.is_valid(raise_exception=True)
+        task_services.project_relevance_floor_set(
+            project_id=request.user.project_id,
+            relevance_floor=request.data.get("relevance_floor"),
+            actor=request.user.actor,
+        )
+        return self._answer(request.user.project_id)
+
+    def _answer(self, project_id: str) -> Response:
+        project = project_get(project_id=project_id)
+        return Response(
+            {
+                "relevance_floor": project.relevance_floor,
+                "effective_relevance_floor": services.relevance_floor(project_id),
+                "version": project.version,
             }
         )

@@ -79,6 +79,9 @@ class ContextCompiled(Event):
     it is part of the query, so a replay needs it (``None``: no focus)."""
     relevance_floor: float | None = None
     """The relevance floor the compile applied (version 4; ``None`` for a compile recorded before it)."""
+    embedder: str | None = None
+    """``name@version`` of the embedder the compile ranked by (version 5); empty: by words alone; ``None``
+    for a compile recorded before embedders (replayed by words alone)."""
 
 
 @event_type("ContextCompileFailed")

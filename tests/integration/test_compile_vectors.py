@@ -1,0 +1,213 @@
+"""Vectors and entities carried to the compiler (issue 24 items 1, 7): the candidate cache carries the stored
+vectors (read for changed rows only), a compile embeds its query and its request evidence, embeds once and
+stores the vectors of items stored before, records its embedder, and a replay ranks by the recorded one.
+
+Compiler version 5 is the first to rank by meaning (``selectors.VECTORS_FROM``); the tests that run the whole
+compile path lower it to the current version, whose digest does not cover the vectors."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from context_app.compilation import selectors, services
+from context_app.compilation.candidates import CandidateCache
+from context_app.compilation.models import ContextCompilation, StoredContext
+from context_app.world import services as world
+from context_app.world import vectors as world_vectors
+from context_app.world.embedder import configured_embedder, configured_embedder_id
+from context_app.world.models import ItemVector, WorldItem
+from nexum.core.compilation.compiler import COMPILER_VERSION, query_text
+from nexum.core.errors import PolicyRefused
+from nexum.embedding import embedder_named
+from nexum.eventstore import store
+from nexum.tokenization import counter_for
+from tests.integration.compile_world import build_auth_world
+
+pytestmark = pytest.mark.django_db
+
+ENCODING = "cl100k_base"
+
+
+@pytest.fixture
+def auth(project):
+    return build_auth_world(project, filler=10)
+
+
+@pytest.fixture
+def cache(monkeypatch):
+    """A candidate cache of the test's own, used by the selectors and the compile service."""
+    fresh = CandidateCache()
+    monkeypatch.setattr(selectors, "CANDIDATES", fresh)
+    monkeypatch.setattr(services, "CANDIDATES", fresh)
+    return fresh
+
+
+@pytest.fixture
+def ranked_by_meaning(monkeypatch, cache):
+    """Compiles of the current version name their embedder, as version 5 will."""
+    monkeypatch.setattr(selectors, "VECTORS_FROM", COMPILER_VERSION)
+
+
+class CountingEmbedder:
+    name = "counting"
+    version = "1"
+    dimensions = 4
+    calls: list[list[str]] = []
+
+    def embed(self, texts):
+        CountingEmbedder.calls.append(list(texts))
+        return [bytes([len(text) % 100, 1, 2, 3]) for text in texts]
+
+
+def counting() -> CountingEmbedder:
+    return CountingEmbedder()
+
+
+@pytest.fixture
+def counting_embedder(settings):
+    settings.NEXUM_EMBEDDER = "tests.integration.test_compile_vectors:counting"
+    embedder_named.cache_clear()
+    CountingEmbedder.calls.clear()
+    yield
+    embedder_named.cache_clear()
+
+
+def input_for(auth, version: int = 5, **kwargs):
+    return selectors.compile_input_for(
+        task=auth.task,
+        encoding=ENCODING,
+        counter=counter_for(ENCODING),
+        version=version,
+        embedder=configured_embedder(),
+        **kwargs,
+    )
+
+
+def compile_for(auth, **kwargs):
+    return services.context_compile(
+        project_id=auth.project_id, task_id=str(auth.task.id), model_word="quick", actor="test", **kwargs
+    )
+
+
+def test_a_version_5_input_carries_stored_vectors_entities_and_the_query_vector(auth, cache):
+    evidence = [{"kind": "code", "id": "auth.rb", "text": "def valid?\n  token.signed?\nend"}]
+    task_input = input_for(auth, extra_evidence=evidence, focus="the expiry check in app/auth.rb")
+    ci = task_input.compile_input
+    embedder = configured_embedder()
+    assert ci.embedder == configured_embedder_id() and ci.embedder.startswith("wordllama-")
+    assert ci.query_vector == embedder.embed([query_text(ci)])[0]
+    stored = dict(ItemVector.objects.values_list("item_id", "vector"))
+    assert ci.facts and all(bytes(stored[uuid.UUID(f.id)]) == f.vector for f in ci.facts)
+    call = next(item for item in ci.evidence if item.id == auth.tool_call_id)
+    assert call.vector is not None and "spec/auth_spec.rb:48" in call.entities
+    code = next(item for item in ci.evidence if item.id == "request:auth.rb")
+    assert code.vector == embedder.embed(["def valid?\n  token.signed?\nend"])[0]
+    assert all(item.vector is None for item in (*ci.progress, *ci.failures, *ci.decisions))
+    assert task_input.embedded == ()  # every stored item had its vector
+
+
+def test_an_older_version_and_no_embedder_compile_by_words_alone(auth, cache, settings):
+    ci = input_for(auth, version=4).compile_input
+    assert (ci.embedder, ci.query_vector) == ("", b"")
+    assert all(item.vector is None for item in ci.facts)
+    settings.NEXUM_EMBEDDER = "none"
+    ci = input_for(auth).compile_input
+    assert (ci.embedder, ci.query_vector) == ("", b"")
+    assert all(item.vector is None for item in ci.facts)
+
+
+def test_vectors_are_read_for_the_rows_that_changed_only(auth, cache, monkeypatch):
+    asked: list[list[str]] = []
+    read = world_vectors.stored_vectors
+
+    def recording(item_ids, embedder):
+        asked.append(list(item_ids))
+        return read(item_ids, embedder)
+
+    monkeypatch.setattr("context_app.compilation.candidates.stored_vectors", recording)
+    input_for(auth)
+    assert (
+        len(asked) == 1 and len(asked[0]) == WorldItem.objects.filter(kind__in=("fact", "tool_call")).count()
+    )
+    asked.clear()
+    input_for(auth)
+    assert asked == []  # nothing changed: nothing read
+    scope = world.scope_resolve(project_id=auth.project_id, goal_id=str(auth.goal.id))
+    fact = world.fact_record(scope=scope, text="Tokens expire after 15 minutes", actor="test")
+    facts = input_for(auth).compile_input.facts
+    assert asked == [[str(fact.id)]]
+    assert next(item for item in facts if item.id == str(fact.id)).vector is not None
+
+
+def test_a_compile_embeds_items_stored_without_a_vector_once_and_stores_them(
+    auth, counting_embedder, ranked_by_meaning
+):
+    facts = WorldItem.objects.filter(kind__in=("fact", "tool_call")).count()
+    assert not ItemVector.objects.filter(embedder="counting@1").exists()  # stored under another embedder
+    outcome = compile_for(auth)
+    item_batches = [batch for batch in CountingEmbedder.calls if len(batch) == facts]
+    assert len(item_batches) == 1  # every item without a vector, in one call
+    assert ItemVector.objects.filter(embedder="counting@1").count() == facts
+    assert outcome.context.embedder == "counting@1"
+    CountingEmbedder.calls.clear()
+    selectors.CANDIDATES.clear()  # a fresh process: the vectors are read, not made
+    compile_for(auth)
+    assert all(len(batch) < facts for batch in CountingEmbedder.calls)
+
+
+def test_the_embedder_is_recorded_shown_and_replayed(auth, ranked_by_meaning, api):
+    outcome = compile_for(auth, focus="why auth_spec.rb fails at line 48")
+    name = configured_embedder_id()
+    assert outcome.context.embedder == name
+    assert ContextCompilation.objects.get(request_id=outcome.request_id).embedder == name
+    recorded = [stored.event for stored in store.read_stream(f"compile-{outcome.request_id}")][-1]
+    assert recorded.embedder == name
+    body = api.get(f"/api/v1/contexts/{outcome.context.digest}").json()
+    assert body["embedder"] == name
+    replay = services.context_replay(project_id=auth.project_id, digest=outcome.context.digest)
+    assert replay.matches
+
+
+def test_a_replay_whose_embedder_cannot_be_loaded_says_so(auth, ranked_by_meaning, settings, api):
+    outcome = compile_for(auth)
+    StoredContext.objects.filter(pk=outcome.context.pk).update(embedder="retired-model@7")
+    settings.NEXUM_EMBEDDER = "none"
+    with pytest.raises(PolicyRefused, match="retired-model@7") as refused:
+        services.context_replay(project_id=auth.project_id, digest=outcome.context.digest)
+    assert refused.value.code == "embedder_unavailable"
+    answer = api.post(f"/api/v1/contexts/{outcome.context.digest}/replay")
+    assert answer.status_code == 422 and answer.json()["error"]["code"] == "embedder_unavailable"
+
+
+def test_contexts_compiled_before_embedders_replay_by_words_alone(auth, cache, monkeypatch):
+    with monkeypatch.context() as earlier:
+        earlier.setattr(services, "COMPILER_VERSION", 4)  # a compile of the release before embedders
+        before = compile_for(auth)
+    assert (before.context.embedder, before.context.compiler_version) == ("", 4)
+    assert services.context_replay(project_id=auth.project_id, digest=before.context.digest).matches
+
+
+def test_with_no_embedder_the_compile_records_none_and_is_lexical(auth, ranked_by_meaning, settings, api):
+    settings.NEXUM_EMBEDDER = "none"
+    outcome = compile_for(auth)
+    assert outcome.context.embedder == ""
+    assert api.get(f"/api/v1/contexts/{outcome.context.digest}").json()["embedder"] is None
+    assert services.context_replay(project_id=auth.project_id, digest=outcome.context.digest).matches
+
+
+def test_evidence_and_the_query_are_embedded_in_one_call_and_not_again(auth, cache, counting_embedder):
+    evidence = [{"kind": "diagnostic", "id": "lint", "text": "auth.rb:12 unused variable"}]
+    input_for(auth)  # the candidates' vectors made (they were stored under the default embedder)
+    CountingEmbedder.calls.clear()
+    selectors._EVIDENCE_VECTORS.clear()
+    first = input_for(auth, extra_evidence=evidence, focus="the unused variable").compile_input
+    assert len(CountingEmbedder.calls) == 1
+    assert CountingEmbedder.calls[0] == [query_text(first), "auth.rb:12 unused variable"]
+    CountingEmbedder.calls.clear()
+    again = input_for(auth, extra_evidence=evidence, focus="the unused variable").compile_input
+    assert CountingEmbedder.calls == []
+    assert again.query_vector == first.query_vector
+    lint = next(item for item in again.evidence if item.id == "request:lint")
+    assert lint.vector == bytes([len("auth.rb:12 unused variable") % 100, 1, 2, 3])
