@@ -270,9 +270,10 @@ NEXUM_EVENT_STREAMS_MAX = _env_int(
 )
 if NEXUM_EVENT_STREAMS_PER_TOKEN < 1 or NEXUM_EVENT_STREAMS_MAX < 1:
     raise RuntimeError("NEXUM_EVENT_STREAMS_PER_TOKEN and NEXUM_EVENT_STREAMS_MAX must be at least 1")
-# A fact is left out ("below_relevance") when it scores under this share of the best fact's score for the
-# step (compiler version 4; 0 turns the floor off). Recorded with every compile, so a change replays exactly.
-NEXUM_RELEVANCE_FLOOR = float(os.environ.get("NEXUM_RELEVANCE_FLOOR", "0.05"))
+# A fact or evidence item is left out ("below_relevance") when it scores under this share of the way from the
+# typical candidate's score to the best of its section (compiler version 5; 0 turns the floor off). Recorded
+# with every compile, so a change replays exactly.
+NEXUM_RELEVANCE_FLOOR = float(os.environ.get("NEXUM_RELEVANCE_FLOOR", "0.2"))
 # The embedder that gives world items their vectors when they are stored and a compile its query vector
 # (issue 24): "wordllama" (the default, shipped with its wheel), "none" (relevance by words alone) or
 # "package.module:factory". Recorded with every compile; vectors of an earlier embedder are kept.

@@ -7,12 +7,10 @@ two int8 vectors is an exact integer whatever the order of the sum, so the cosin
 two exact squared norms (one correctly rounded square root and one correctly rounded division) is the same
 float on every machine, in every process and in replay.
 
-Averaged token vectors share a large common direction (every text is "about words"), which makes every
-cosine high and tells little apart. ``cosines`` therefore centers: it subtracts the candidates' mean vector
-from them and from the query before comparing, so what is compared is how a text differs from the world it
-is ranked in. The mean is an integer (the exact sum floor-divided by the count plus ``CENTER_PRIOR``: a few
-candidates are barely centered, thousands fully), a function of the candidate set alone, like BM25's
-document frequencies.
+Cosines are not centered on the candidates: subtracting their mean sharpens a world of many topics, but in a
+world of one topic (a project's) it makes every off-topic text look like the step, since both then differ
+from the mean in the same direction. The embedder centers its own token table instead (``nexum.embedding``),
+and the compiler judges a score against the typical candidate's (``compiler._relevant_first``).
 """
 
 from __future__ import annotations
@@ -23,8 +21,6 @@ from collections.abc import Sequence
 import numpy as np
 
 INT8_MAX = 127
-CENTER_PRIOR = 10
-"""Zero vectors the mean is taken as if among: how far a small candidate set is from being centered."""
 
 
 def quantize(values: Sequence[int]) -> bytes:
@@ -50,18 +46,13 @@ def as_matrix(vectors: Sequence[bytes], dimensions: int) -> np.ndarray:
 
 
 def cosines(query: bytes, vectors: Sequence[bytes]) -> list[float]:
-    """The cosine of ``query`` with each of ``vectors``, both centered on the mean of the non-zero vectors of
-    ``query``'s length (the others score 0.0, and so does a vector equal to the mean), from exact integer dot
-    products and squared norms (int64). Each score depends on the set of vectors, never on their order."""
+    """The cosine of ``query`` with each of ``vectors`` (0.0 for a zero vector or one of another length, and
+    for all of them when ``query`` is zero), from exact integer dot products and squared norms (int64)."""
     dimensions = len(query)
     if not vectors or not any(query):
         return [0.0] * len(vectors)
-    present = [len(vector) == dimensions and any(vector) for vector in vectors]
     matrix = as_matrix(vectors, dimensions).astype(np.int64)
-    mean = matrix.sum(axis=0) // (sum(present) + CENTER_PRIOR)
-    matrix -= mean
-    matrix[np.logical_not(present)] = 0
-    query_row = np.frombuffer(query, dtype=np.int8).astype(np.int64) - mean
+    query_row = np.frombuffer(query, dtype=np.int8).astype(np.int64)
     query_norm = int(query_row @ query_row)
     if not query_norm:
         return [0.0] * len(vectors)

@@ -124,7 +124,13 @@ def test_async_compile_and_poll(api, auth, django_capture_on_commit_callbacks):
 def test_a_focus_sync_or_queued_ranks_the_facts_is_shown_and_replays(
     api, auth, django_capture_on_commit_callbacks
 ):
-    body = {"model": "local", "focus": "is Redis required"}
+    recorded = api.post(
+        f"/api/v1/tasks/{auth.task.id}/facts",
+        {"text": "The office kitchen is cleaned on Fridays"},
+        format="json",
+    )
+    assert recorded.status_code == 201, recorded.json()
+    body = {"model": "local", "focus": "who cleans the office kitchen"}
     sync = api.post(compile_url(auth), body, format="json")
     assert sync.status_code == 200, sync.json()
     with django_capture_on_commit_callbacks(execute=True):
@@ -133,11 +139,11 @@ def test_a_focus_sync_or_queued_ranks_the_facts_is_shown_and_replays(
     context = sync.json()["context"]
     assert polled["status"] == "done" and polled["digest"] == context["digest"]
     assert (
-        "focus: is Redis required" in context["prompt_block"]
-        and "Redis is required" in context["prompt_block"]
+        "focus: who cleans the office kitchen" in context["prompt_block"]
+        and "The office kitchen is cleaned on Fridays" in context["prompt_block"]
     )
     plain = api.post(compile_url(auth), {"model": "local"}, format="json").json()["context"]
-    assert "Redis is required" not in plain["prompt_block"]
+    assert "The office kitchen is cleaned on Fridays" not in plain["prompt_block"]
     assert plain["exclusions"]["by_reason"]["below_relevance"] >= 1
     replay = api.post(f"/api/v1/contexts/{context['digest']}/replay")
     assert replay.status_code == 200 and replay.json()["matches"] is True

@@ -138,31 +138,38 @@ def test_a_context_stored_by_the_previous_renderer_still_replays_to_its_digest(a
         assert services.context_replay(project_id=auth.project_id, digest=context.digest).matches
 
 
+KITCHEN = "The office kitchen is cleaned on Fridays"
+
+
 def test_an_unrelated_verified_fact_is_below_relevance_while_a_relevant_unverified_one_is_included(auth):
     scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
     seeded = world.fact_record(
         scope=scope, text="The authentication specs need a seeded user with a signed token", actor="test"
     )
+    kitchen = world.fact_record(scope=scope, text=KITCHEN, actor="test")
+    world.fact_verify(project_id=auth.project_id, fact_id=str(kitchen.id), actor="test")
     context = compile_for(auth, "frontier").context
     included = {tuple(pair) for pair in context.included}
     assert ("fact", str(seeded.id)) in included
-    assert ("fact", auth.redis_fact_id) not in included and "Redis" not in context.prompt_block
+    assert ("fact", str(kitchen.id)) not in included and "kitchen" not in context.prompt_block
     result = selectors.compiled_result(context)
     below = [record for record in result.excluded if record.reason == "below the relevance floor"]
-    assert ("fact", auth.redis_fact_id) in {(record.kind, record.id) for record in below}
+    assert ("fact", str(kitchen.id)) in {(record.kind, record.id) for record in below}
     assert result.exclusion_summary()["by_reason"]["below_relevance"] == len(below)
     assert context.total_tokens < context.budget["context_tokens"] // 2  # room left, not filled with noise
 
 
 def test_focus_changes_the_ranking_is_shown_and_replays(auth):
+    scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    kitchen = world.fact_record(scope=scope, text=KITCHEN, actor="test")
     plain = compile_for(auth, "frontier").context
-    focused = compile_for(auth, "frontier", focus="  checking whether Redis is required  ").context
-    assert ("fact", auth.redis_fact_id) not in {tuple(pair) for pair in plain.included}
-    assert ("fact", auth.redis_fact_id) in {tuple(pair) for pair in focused.included}
-    assert "focus: checking whether Redis is required\n" in focused.prompt_block
+    focused = compile_for(auth, "frontier", focus="  checking who cleans the office kitchen  ").context
+    assert ("fact", str(kitchen.id)) not in {tuple(pair) for pair in plain.included}
+    assert ("fact", str(kitchen.id)) in {tuple(pair) for pair in focused.included}
+    assert "focus: checking who cleans the office kitchen\n" in focused.prompt_block
     assert focused.digest != plain.digest
     recorded = EventRow.objects.filter(event_type="ContextCompiled", data__digest=focused.digest).get()
-    assert recorded.data["focus_digest"] and "Redis" not in str(recorded.data)  # events carry no text
+    assert recorded.data["focus_digest"] and "kitchen" not in str(recorded.data)  # events carry no text
     for context in (plain, focused):
         assert services.context_replay(project_id=auth.project_id, digest=context.digest).matches
 

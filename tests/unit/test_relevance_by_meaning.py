@@ -20,17 +20,21 @@ SMALL = ModelBudget("small", 8_000, 6, "low", 2_048, 32_768)
 GOAL = "Keep the platform healthy"
 STEP = Step("s1", "Rotate the database password without downtime", ("deploy/db.yaml",))
 
-SERVICES = ("billing-api", "search-indexer", "media-resizer", "geo-router", "report-builder", "chat-relay")
-SETTINGS = ("retry policy", "cache TTL", "log level", "batch size", "health check", "rate limiter")
-UNRELATED = tuple(
-    f"The {setting} of {service} is set to {number} since the spring release."
-    for number, (service, setting) in enumerate(
-        ((service, setting) for service in SERVICES for setting in SETTINGS), start=2
-    )
+UNRELATED = (
+    "The quarterly offsite is in Lisbon this year.",
+    "Design reviews happen on Tuesday afternoons.",
+    "The marketing site uses the brand's new color palette.",
+    "New hires get a laptop and a welcome kit on their first day.",
+    "The support team answers tickets within four hours.",
+    "Expense reports are approved by the team lead.",
+    "The mobile app's onboarding has three screens.",
+    "Customer interviews are summarized in the research wiki.",
+    "The sales dashboard shows revenue by region.",
+    "Holiday schedules are posted in the team calendar.",
+    "The newsletter goes out on the first Monday of the month.",
+    "Office plants are watered on Wednesdays.",
 )
-OTHER_WORDING = (
-    "Postgres logins accept two credentials at once while a change rolls out, so swaps need no outage."
-)
+OTHER_WORDING = "The Postgres user secret changes with zero outage for clients."
 RELEVANT = (
     "Rotating the database password needs the new secret in deploy/db.yaml before the old one is dropped."
 )

@@ -16,8 +16,9 @@ Allocation order (each step spends what the previous ones left):
 
 From version 4 the query is the whole step (goal, the parent step's objective, objective, inputs,
 constraints, success criteria and the request's ``focus``), words are normalized (``relevance.stems_of``), and
-the budget is a ceiling, not a target: a fact scoring below ``relevance_floor`` times the best fact's score is
-left out with reason ``below_relevance`` however much room is left. Among the relevant facts relevance
+the budget is a ceiling, not a target: a fact scoring below ``relevance_floor`` times the best fact's score
+(from version 5: that share of the way from the typical candidate's score to the best) is left out with
+reason ``below_relevance`` however much room is left. Among the relevant facts relevance
 orders and verification only breaks near-ties (``VERIFIED_BOOST``): a verified fact never displaces a clearly
 more relevant one. The pinned sections, failures, decisions, artifacts and progress have no floor.
 
@@ -89,10 +90,11 @@ MEANING_FROM = 5
 """The first version that ranks by meaning, floors evidence and follows named entities."""
 
 DEFAULT_RELEVANCE_FLOOR = 0.2
-"""A fact (from version 5, an evidence item too) is relevant when its score is at least this share of the best
-score of its section (and above 0). Chosen on bench/context_quality.py (README: the relevance floor): at
-``quick`` 0.2 keeps 81 % of the needed facts in 5,900 prompt tokens where no floor keeps 83 % in 7,400, and
-0.3 keeps 70 % in 2,400; at ``frontier`` it keeps the prompt near 7,000 tokens instead of filling 44,000."""
+"""A fact (from version 5, an evidence item too) is relevant when its score is above 0 and at least this
+share of the way from the typical candidate's score to the best one of its section (version 4: this share of
+the best score). Chosen on bench/context_quality.py (README: Context quality): at ``quick`` 0.2 keeps 72 % of
+the needed facts in 5,800 prompt tokens where 0.15 keeps 72 % in 6,700 and 0.25 keeps 67 % in 2,900; at
+``frontier`` it keeps the prompt near 7,300 tokens instead of filling 44,000."""
 VERIFIED_BOOST = 0.1
 """A verified fact ranks as if its score were this much higher (a tie-breaker among near-equals)."""
 BELOW_RELEVANCE = "below the relevance floor"
@@ -100,6 +102,9 @@ LEXICAL_WEIGHT = 0.2
 """From version 5, an item's relevance is this share of its BM25 score (as a share of the best one) plus the
 rest of its cosine with the step (negative cosines count as 0); without an embedder, BM25 alone. Chosen on
 bench/context_quality.py: words still find exact names, meaning finds what is worded differently."""
+TYPICAL_PRIOR = 10
+"""Zero scores the typical candidate's score is taken among (``_typical_score``): a section of a few items has
+no typical candidate, so its floor is a share of the best score alone."""
 LINK_WEIGHT = 0.5
 """A fact let in through a named entity ranks as if its score were this share of the score of what linked
 it (a relevant fact's, or the best score for an entity of the step's own inputs and focus), if that is more
@@ -1373,7 +1378,8 @@ def relevance_scores(items: Sequence[ContextItem], query: Query) -> dict[str, fl
 def _relevant_first(
     items: Sequence[ContextItem], query: Query, floor: float, *, follow_links: bool
 ) -> tuple[tuple[ContextItem, ...], int, dict[str, str]]:
-    """Version 5: the items scoring at least ``floor`` times the best score (``relevance_scores``), with,
+    """Version 5: the items scoring at least ``floor`` of the way from the typical score (``_typical_score``)
+    to the best (``relevance_scores``), with,
     when ``follow_links``, the items that share a named entity with one of them or with the step's inputs
     and focus (an entity at most ``LINK_FANOUT`` items name; one hop), and every item ``given`` for this
     compile; most relevant first (a linked item
@@ -1381,7 +1387,9 @@ def _relevant_first(
     ``VERIFIED_BOOST``), then the others by id; how many are relevant; and why each linked one is there. A
     floor of 0 makes every item relevant. Ties by id."""
     scores = relevance_scores(items, query)
-    threshold = floor * max(scores.values(), default=0.0)
+    best = max(scores.values(), default=0.0)
+    typical = _typical_score(items, scores)
+    threshold = typical + floor * (best - typical)
     ranked: dict[str, float] = {
         item.id: scores.get(item.id, 0.0)
         for item in items
@@ -1395,6 +1403,13 @@ def _relevant_first(
     relevant.sort(key=lambda item: (ranked[item.id] or tie) * (boost if item.verified else 1.0), reverse=True)
     rest = sorted((item for item in items if item.id not in ranked), key=_by_id)
     return (*relevant, *rest), len(relevant), links
+
+
+def _typical_score(items: Sequence[ContextItem], scores: Mapping[str, float]) -> float:
+    """The median score of ``items`` counted with ``TYPICAL_PRIOR`` items that score 0: in a large world the
+    score of an unrelated candidate (by meaning every text scores a little), in a small one 0."""
+    values = sorted([scores.get(item.id, 0.0) for item in items] + [0.0] * TYPICAL_PRIOR)
+    return values[(len(values) - 1) // 2]
 
 
 def _linked(
