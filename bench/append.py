@@ -3,12 +3,15 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/nexum_bench .venv/bin/python bench/append.py
 
 Compares, in one run: single-event appends through the service layer with raw psycopg single-row insert
-transactions on a similar table; batch appends with raw ``executemany``; and ``rebuild_projections``
-throughput. Prints each rate and each ratio. Uses (and resets) the database named by DATABASE_URL.
+transactions on a similar table; batch appends with raw ``executemany``; cross-project concurrency
+(``WRITERS`` processes appending, each in its own project, against one, beside the same number of raw inserting
+processes against one); and ``rebuild_projections`` throughput. Prints each rate and each ratio. Uses (and resets) the
+database named by DATABASE_URL.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
 import time
@@ -35,6 +38,8 @@ BATCHES = int(os.environ.get("BENCH_BATCHES", 100))
 BATCH_SIZE = int(os.environ.get("BENCH_BATCH_SIZE", 100))
 REBUILD_EVENTS = int(os.environ.get("BENCH_REBUILD_EVENTS", 50_000))
 TOKENS_PER_PROJECT = int(os.environ.get("BENCH_TOKENS_PER_PROJECT", 500))
+WRITERS = int(os.environ.get("BENCH_WRITERS", 4))
+PER_WRITER = int(os.environ.get("BENCH_PER_WRITER", 1000))
 
 
 def rate(count: int, seconds: float) -> float:
@@ -101,6 +106,69 @@ def bench_service_batches() -> float:
     return rate(BATCHES * BATCH_SIZE, time.perf_counter() - start)
 
 
+def _raw_writer(start_gate: multiprocessing.synchronize.Barrier) -> None:
+    """One process inserting PER_WRITER rows, one transaction per row, into its own stream."""
+    with raw_connection() as raw:
+        stream = f"raw-{uuid.uuid4()}"
+        start_gate.wait()
+        for i in range(PER_WRITER):
+            with raw.transaction():
+                raw.execute(RAW_INSERT, (stream, i + 1, f'{{"ping_id": "{i}"}}'))
+
+
+def _service_writer(project_id: str, start_gate: multiprocessing.synchronize.Barrier) -> None:
+    """One process appending PER_WRITER single-event appends through ``store.append`` in ``project_id``."""
+    stream = f"svc-{uuid.uuid4()}"
+    start_gate.wait()
+    for i in range(PER_WRITER):
+        store.append(
+            stream_id=stream,
+            events=[HealthPinged(ping_id=str(i))],
+            expected_version=i,
+            project_id=project_id,
+        )
+
+
+def concurrent_rate(target, argument_lists: list[tuple]) -> float:  # type: ignore[no-untyped-def]
+    """Events per second of ``len(argument_lists)`` processes running ``target`` together, from the moment
+    all are connected and ready until the last one ends."""
+    connection.close()  # a forked child must not share the parent's connection
+    context = multiprocessing.get_context("fork")
+    gate = context.Barrier(len(argument_lists) + 1)
+    workers = [context.Process(target=target, args=(*arguments, gate)) for arguments in argument_lists]
+    for worker in workers:
+        worker.start()
+    gate.wait()
+    start = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    seconds = time.perf_counter() - start
+    if any(worker.exitcode != 0 for worker in workers):
+        sys.exit("a bench writer failed (see its traceback above)")
+    return rate(PER_WRITER * len(argument_lists), seconds)
+
+
+def bench_cross_project() -> dict[str, float]:
+    """Raw inserts and service appends, one process against ``WRITERS`` processes, each in its own project."""
+    projects = [
+        str(project_create(slug=f"writer-{uuid.uuid4().hex[:12]}", name="Bench", actor="bench").id)
+        for _ in range(WRITERS)
+    ]
+    with raw_connection() as raw:
+        raw.execute(RAW_TABLE)
+        raw.commit()
+    figures = {
+        "raw_one": concurrent_rate(_raw_writer, [()]),
+        "raw_many": concurrent_rate(_raw_writer, [()] * WRITERS),
+        "service_one": concurrent_rate(_service_writer, [(projects[0],)]),
+        "service_many": concurrent_rate(_service_writer, [(project,) for project in projects]),
+    }
+    with raw_connection() as raw:
+        raw.execute("DROP TABLE bench_raw_event")
+        raw.commit()
+    return figures
+
+
 def fill_for_rebuild() -> None:
     """A log of REBUILD_EVENTS events that all change a read model: projects, each with many agent tokens."""
     while store.head_position() < REBUILD_EVENTS:
@@ -145,6 +213,7 @@ def main() -> None:
         raw.commit()
     service_single = bench_service_single()
     service_batch = bench_service_batches()
+    cross = bench_cross_project()
     fill_for_rebuild()
     log, replayed, seconds = bench_rebuild()
 
@@ -156,6 +225,16 @@ def main() -> None:
         f"batch append ({BATCH_SIZE:>3})    service {service_batch:9.0f}/s   "
         f"raw executemany {raw_batch:8.0f}/s   "
         f"ratio {service_batch / raw_batch:.2f} (goal >= 0.3)"
+    )
+    print(
+        f"one writer, one project   service {cross['service_one']:9.0f}/s   "
+        f"raw insert txn {cross['raw_one']:9.0f}/s   ratio {cross['service_one'] / cross['raw_one']:.2f}"
+    )
+    print(
+        f"{WRITERS} writers, {WRITERS} projects service {cross['service_many']:9.0f}/s   "
+        f"raw insert txn {cross['raw_many']:9.0f}/s   "
+        f"service {cross['service_many'] / cross['service_one']:.2f}x one writer (goal >= 3), "
+        f"raw {cross['raw_many'] / cross['raw_one']:.2f}x"
     )
     print(
         f"rebuild_projections   log of {log} events, {replayed} projected: {log / seconds:.0f} log events/s, "
