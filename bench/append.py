@@ -4,9 +4,9 @@
 
 Compares, in one run: single-event appends through the service layer with raw psycopg single-row insert
 transactions on a similar table; batch appends with raw ``executemany``; cross-project concurrency
-(``WRITERS`` processes appending, each in its own project, against one, beside the same number of raw inserting
-processes against one); and ``rebuild_projections`` throughput. Prints each rate and each ratio. Uses (and resets) the
-database named by DATABASE_URL.
+(``WRITERS`` processes appending, each in its own project, against one, beside as many raw inserting
+processes against one); and ``rebuild_projections`` throughput. Prints each rate and each ratio. Uses (and
+resets) the database named by DATABASE_URL.
 """
 
 from __future__ import annotations
