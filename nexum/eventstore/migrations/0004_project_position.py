@@ -54,6 +54,8 @@ def guard_sqlite_again(apps, schema_editor):
 class Migration(migrations.Migration):
     dependencies = [("eventstore", "0003_owner_only_maintenance")]
     operations = [
+        # Undone last when the migration is reversed: the copies of the table it makes lose the triggers.
+        migrations.RunPython(migrations.RunPython.noop, guard_sqlite_again),
         migrations.AddField(
             model_name="event", name="project_position", field=models.BigIntegerField(null=True)
         ),
