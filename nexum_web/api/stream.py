@@ -143,7 +143,9 @@ class EventStreamView(APIView):
         )
         limit = settings.NEXUM_EVENT_STREAM_MAX_S
         timeout = 0 if request.method == "HEAD" else min(request.query.get("timeout", limit), limit)
-        slot = stream_slot_take(token_id=request.user.token_id, lasts_s=timeout)
+        slot = stream_slot_take(
+            token_id=request.user.token_id, project_id=request.user.project_id, lasts_s=timeout
+        )
         if request.method == "HEAD":  # answered as GET would be (429 when full), but no body holds the place
             slot.release()
         frames = _frames(request.user.project_id, request.user.token_id, after, time.monotonic() + timeout)

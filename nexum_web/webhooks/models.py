@@ -100,6 +100,7 @@ class WebhookDelivery(models.Model):
 
 class WebhookAttempt(models.Model):
     delivery = models.ForeignKey(WebhookDelivery, on_delete=models.CASCADE, related_name="attempt_log")
+    project_id = models.UUIDField(help_text="the delivery's project: every row knows its project")
     number = models.PositiveIntegerField()
     attempted_at = models.DateTimeField()
     status_code = models.IntegerField(null=True, blank=True, help_text="none: no answer")

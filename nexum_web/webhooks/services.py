@@ -209,7 +209,9 @@ def delivery_attempt(*, delivery_id: str, lease: Lease | None = None) -> str:
         if not counted.update(attempts=number):
             return "raced"  # another run counted this attempt: it sends it
         delivery.attempt_log.filter(duration_ms=None).update(error=INTERRUPTED)
-        attempt = WebhookAttempt.objects.create(delivery=delivery, number=number, attempted_at=started)
+        attempt = WebhookAttempt.objects.create(
+            delivery=delivery, project_id=delivery.project_id, number=number, attempted_at=started
+        )
     timestamp = int(time.time())
     headers = {
         "Content-Type": "application/json",

@@ -242,7 +242,7 @@ def test_the_server_and_each_process_serve_a_bounded_number_of_streams(api, othe
 HOLD_STREAMS = """
 import pathlib, time
 from nexum_web.api.stream_slots import stream_slot_take
-slots = [stream_slot_take(token_id=%r, lasts_s=1) for _ in range(2)]
+slots = [stream_slot_take(token_id=%r, project_id=%r, lasts_s=1) for _ in range(2)]
 pathlib.Path(%r).touch()
 time.sleep(600)
 """
@@ -256,8 +256,9 @@ def test_streams_are_counted_across_processes_and_a_dead_processs_expire(api, pr
     token_id = str(AgentToken.objects.get(project=project, name="agent-1").id)
     held = tmp_path / "held"
     env = {**os.environ, "DATABASE_URL": database_url_for_worker(), "PYTHONPATH": str(ROOT)}
+    hold = HOLD_STREAMS % (token_id, str(project.id), str(held))
     holder = subprocess.Popen(
-        [sys.executable, str(ROOT / "manage.py"), "shell", "-c", HOLD_STREAMS % (token_id, str(held))],
+        [sys.executable, str(ROOT / "manage.py"), "shell", "-c", hold],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
     )  # fmt: skip
     try:

@@ -370,6 +370,7 @@ def test_an_attempt_is_on_the_record_before_its_request_is_sent_and_a_redelivery
     assert delivery.attempts == 1 and delivery.state == "pending"
     attempt = WebhookAttempt.objects.get(delivery=delivery)
     assert (attempt.number, attempt.duration_ms, attempt.status_code) == (1, None, None)  # no outcome yet
+    assert attempt.project_id == delivery.project_id
 
     monkeypatch.undo()
     assert services.delivery_attempt(delivery_id=str(delivery.id)) == DELIVERED
