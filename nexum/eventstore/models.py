@@ -50,7 +50,6 @@ class Event(models.Model):
         ]
         indexes = [
             models.Index(fields=["stream_id", "idempotency_key"], name="nexum_event_idempotency"),
-            models.Index(fields=["project_id", "position"], name="nexum_event_project_feed"),
         ]
 
     def __str__(self) -> str:

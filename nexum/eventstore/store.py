@@ -186,18 +186,36 @@ def iter_all(
     chunk_size: int = 2000,
     event_types: Iterable[str] | None = None,
 ) -> Iterator[StoredEvent]:
+    """Events with position > ``after`` in position order. One project's are read on its
+    ``(project_id, project_position)`` index, which orders them as their positions do: ``until`` becomes the
+    project's place of its last event at or below it."""
     rows = EventRow.objects.filter(position__gt=after)
     if event_types is not None:
         rows = rows.filter(event_type__in=sorted(event_types))
-    if project_id is not None:
+    if project_id is None:
+        if until is not None:
+            rows = rows.filter(position__lte=until)
+        rows = rows.order_by("position")
+    else:
         rows = rows.filter(project_id=project_id)
-    if until is not None:
-        rows = rows.filter(position__lte=until)
-    rows = rows.order_by("position")
+        if until is not None:
+            rows = rows.filter(project_position__lte=_place_at_or_below(project_id, until))
+        rows = rows.order_by("project_position")
     if limit is not None:
         rows = rows[:limit]
     for values in rows.values_list(*_COLUMNS).iterator(chunk_size=chunk_size):
         yield _stored(values)
+
+
+def _place_at_or_below(project_id: str, position: int) -> int:
+    """The project's place of its last event at or below log ``position`` (0: none)."""
+    place = (
+        EventRow.objects.filter(project_id=project_id, position__lte=position)
+        .order_by("-project_position")
+        .values_list("project_position", flat=True)
+        .first()
+    )
+    return place or 0
 
 
 def read_project(project_id: str | None, *, after: int = 0, limit: int | None = None) -> list[StoredEvent]:
