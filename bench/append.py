@@ -4,9 +4,9 @@
 
 Compares, in one run: single-event appends through the service layer with raw psycopg single-row insert
 transactions on a similar table; batch appends with raw ``executemany``; cross-project concurrency
-(``WRITERS`` processes appending, each in its own project, against one, beside as many raw inserting
-processes against one); and ``rebuild_projections`` throughput. Prints each rate and each ratio. Uses (and
-resets) the database named by DATABASE_URL.
+(``WRITERS`` processes appending, each in its own project, against one and against ``WRITERS`` in one
+project, beside as many raw inserting processes against one); and ``rebuild_projections`` throughput.
+Prints each rate and each ratio. Uses (and resets) the database named by DATABASE_URL.
 """
 
 from __future__ import annotations
@@ -161,12 +161,19 @@ def bench_cross_project() -> dict[str, float]:
     with raw_connection() as raw:
         raw.execute(RAW_TABLE)
         raw.commit()
-    rounds: dict[str, list[float]] = {"raw_one": [], "raw_many": [], "service_one": [], "service_many": []}
+    rounds: dict[str, list[float]] = {
+        "raw_one": [],
+        "raw_many": [],
+        "service_one": [],
+        "service_many": [],
+        "service_one_project": [],
+    }
     for _ in range(ROUNDS):
         rounds["raw_one"].append(concurrent_rate(_raw_writer, [()]))
         rounds["raw_many"].append(concurrent_rate(_raw_writer, [()] * WRITERS))
         rounds["service_one"].append(concurrent_rate(_service_writer, [(projects[0],)]))
         rounds["service_many"].append(concurrent_rate(_service_writer, [(project,) for project in projects]))
+        rounds["service_one_project"].append(concurrent_rate(_service_writer, [(projects[0],)] * WRITERS))
     figures = {name: statistics.median(rates) for name, rates in rounds.items()}
     with raw_connection() as raw:
         raw.execute("DROP TABLE bench_raw_event")
@@ -240,6 +247,11 @@ def main() -> None:
         f"raw insert txn {cross['raw_many']:9.0f}/s   "
         f"service {cross['service_many'] / cross['service_one']:.2f}x one writer (goal >= 3), "
         f"raw {cross['raw_many'] / cross['raw_one']:.2f}x (medians of {ROUNDS} rounds)"
+    )
+    print(
+        f"{WRITERS} writers, one project  service {cross['service_one_project']:9.0f}/s   "
+        f"{cross['service_one_project'] / cross['service_one']:.2f}x one writer (one project's appends are "
+        "serialized)"
     )
     print(
         f"rebuild_projections   log of {log} events, {replayed} projected: {log / seconds:.0f} log events/s, "
