@@ -47,6 +47,13 @@ class Event(models.Model):
             models.UniqueConstraint(
                 fields=["project_id", "project_position"], name="nexum_event_project_position"
             ),
+            # The events without a project: NULLs are distinct in the index above, so this one keeps their
+            # log's places unique and gives its head in one probe.
+            models.UniqueConstraint(
+                fields=["project_position"],
+                condition=models.Q(project_id__isnull=True),
+                name="nexum_event_no_project_position",
+            ),
         ]
         indexes = [
             models.Index(fields=["stream_id", "idempotency_key"], name="nexum_event_idempotency"),

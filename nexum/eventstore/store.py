@@ -296,17 +296,20 @@ _INSERT_BATCH = {
     " %(key)s, %(project)s::uuid, %(at)s::timestamptz, head.p + b.n"
     " FROM jsonb_array_elements(%(batch)s::jsonb) WITH ORDINALITY AS b(item, n),"
     " (SELECT COALESCE(MAX(version), 0) AS v FROM nexum_event WHERE stream_id = %(stream)s) AS cur,"
-    " (SELECT COALESCE(MAX(project_position), 0) AS p FROM nexum_event WHERE {project}) AS head"
+    " (SELECT COALESCE((SELECT project_position FROM nexum_event WHERE {project}"
+    " ORDER BY project_position DESC LIMIT 1), 0) AS p) AS head"
     " {guard} ORDER BY b.n RETURNING position, version, project_position",
     "sqlite": _INSERT_COLUMNS
     + "SELECT cur.v + b.key + 1, %(stream)s, json_extract(b.value, '$[0]'), json_extract(b.value, '$[1]'),"
     " json_extract(b.value, '$[2]'), %(metadata)s, %(key)s, %(project)s, %(at)s, head.p + b.key + 1"
     " FROM json_each(%(batch)s) AS b,"
     " (SELECT COALESCE(MAX(version), 0) AS v FROM nexum_event WHERE stream_id = %(stream)s) AS cur,"
-    " (SELECT COALESCE(MAX(project_position), 0) AS p FROM nexum_event WHERE {project}) AS head"
+    " (SELECT COALESCE((SELECT project_position FROM nexum_event WHERE {project}"
+    " ORDER BY project_position DESC LIMIT 1), 0) AS p) AS head"
     " {guard} ORDER BY b.key RETURNING position, version, project_position",
 }
-# An equality or IS NULL (not IS NOT DISTINCT FROM) so that the project's head is read from the index.
+# The project's head: an equality or IS NULL (not IS NOT DISTINCT FROM), newest first, LIMIT 1, so that it is
+# one probe of the (project_id, project_position) index whatever the planner estimates.
 _PROJECT_MATCH = {
     "postgresql": ("project_id = %(project)s::uuid", "project_id IS NULL"),
     "sqlite": ("project_id = %(project)s", "project_id IS NULL"),
