@@ -7,12 +7,13 @@ project's log, gapless from 1 (events without a project form one more log of the
 project's lock, a transaction-scoped advisory lock keyed by the project, before it numbers its events and
 holds it until commit: within a project, appends are serialized, both numbers increase in commit order and
 the committed events are at every instant a prefix of the project's log. That is the tailing-reader
-guarantee (``tests/integration/test_event_store.py``: a reader following ``after=`` while writers append
-concurrently sees every event exactly once, in order), per project; every reader that needs it reads one
-project: the event feed, the SSE stream and webhooks page by ``project_position`` (``read_project``).
-Appends in different projects never wait for each other. Reads of the whole log (``read_all`` without a
-project, the admin, a rebuild in one transaction) see a consistent snapshot, but tailing the whole log by
-``position`` may miss an event committed late: nothing a client relies on does that.
+guarantee, per project (``tests/integration/test_project_ordering.py``: a reader following ``after=``
+through one project's events while writers append in several projects sees each exactly once, in order).
+Every reader that needs it reads one project: the event feed, the SSE stream and webhooks page by
+``project_position`` (``read_project``). Appends in different projects never wait for each other. Reads of
+the whole log (``read_all`` without a project, the admin, a rebuild in one transaction) see a consistent
+snapshot, but tailing the whole log by ``position`` may miss an event committed late: nothing a client
+relies on does that.
 
 Within a project ``position`` is ordered as ``project_position`` is, so read models keep keying rows and
 marks by ``position`` (a unique key across projects), and a mark compared within one project means what it
