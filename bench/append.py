@@ -5,13 +5,17 @@
 Compares, in one run: single-event appends through the service layer with raw psycopg single-row insert
 transactions on a similar table; batch appends with raw ``executemany``; single fact appends through the
 world service with embeddings on (``NEXUM_EMBEDDER``, default ``wordllama``: the fact's vector stored in the
-append's transaction) and with ``NEXUM_EMBEDDER=none``; and ``rebuild_projections`` throughput. Prints each
-rate and each ratio. Uses (and resets) the database named by DATABASE_URL.
+append's transaction) and with ``NEXUM_EMBEDDER=none``; cross-project concurrency (``WRITERS`` processes
+appending, each in its own project, against one and against ``WRITERS`` in one project, beside as many raw
+inserting processes against one); and ``rebuild_projections`` throughput. Prints each rate and each ratio.
+Uses (and resets) the database named by DATABASE_URL.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import statistics
 import sys
 import time
 import uuid
@@ -47,6 +51,10 @@ FACT_TEXT = (
     "The session middleware refreshes the signed token on every request and writes the rotated value back "
     "to the cookie store (app/auth/session.py, SESSION_KEYRING); observation {index} of the staging logs."
 )
+
+WRITERS = int(os.environ.get("BENCH_WRITERS", 4))
+PER_WRITER = int(os.environ.get("BENCH_PER_WRITER", 1000))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", 3))
 
 
 def rate(count: int, seconds: float) -> float:
@@ -145,6 +153,79 @@ def bench_fact_single(embedders: tuple[str, ...]) -> dict[str, float]:
     return {embedder: rate(FACTS, spent) for embedder, spent in seconds.items()}
 
 
+def _raw_writer(start_gate: multiprocessing.synchronize.Barrier) -> None:
+    """One process inserting PER_WRITER rows, one transaction per row, into its own stream."""
+    with raw_connection() as raw:
+        stream = f"raw-{uuid.uuid4()}"
+        start_gate.wait()
+        for i in range(PER_WRITER):
+            with raw.transaction():
+                raw.execute(RAW_INSERT, (stream, i + 1, f'{{"ping_id": "{i}"}}'))
+
+
+def _service_writer(project_id: str, start_gate: multiprocessing.synchronize.Barrier) -> None:
+    """One process appending PER_WRITER single-event appends through ``store.append`` in ``project_id``."""
+    stream = f"svc-{uuid.uuid4()}"
+    start_gate.wait()
+    for i in range(PER_WRITER):
+        store.append(
+            stream_id=stream,
+            events=[HealthPinged(ping_id=str(i))],
+            expected_version=i,
+            project_id=project_id,
+        )
+
+
+def concurrent_rate(target, argument_lists: list[tuple]) -> float:  # type: ignore[no-untyped-def]
+    """Events per second of ``len(argument_lists)`` processes running ``target`` together, from the moment
+    all are connected and ready until the last one ends."""
+    connection.close()  # a forked child must not share the parent's connection
+    context = multiprocessing.get_context("fork")
+    gate = context.Barrier(len(argument_lists) + 1)
+    workers = [context.Process(target=target, args=(*arguments, gate)) for arguments in argument_lists]
+    for worker in workers:
+        worker.start()
+    gate.wait()
+    start = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    seconds = time.perf_counter() - start
+    if any(worker.exitcode != 0 for worker in workers):
+        sys.exit("a bench writer failed (see its traceback above)")
+    return rate(PER_WRITER * len(argument_lists), seconds)
+
+
+def bench_cross_project() -> dict[str, float]:
+    """Raw inserts and service appends, one process against ``WRITERS`` processes, each in its own project:
+    ``ROUNDS`` rounds of the four, interleaved so that a neighbour's load falls on all of them; the median
+    rate of each."""
+    projects = [
+        str(project_create(slug=f"writer-{uuid.uuid4().hex[:12]}", name="Bench", actor="bench").id)
+        for _ in range(WRITERS)
+    ]
+    with raw_connection() as raw:
+        raw.execute(RAW_TABLE)
+        raw.commit()
+    rounds: dict[str, list[float]] = {
+        "raw_one": [],
+        "raw_many": [],
+        "service_one": [],
+        "service_many": [],
+        "service_one_project": [],
+    }
+    for _ in range(ROUNDS):
+        rounds["raw_one"].append(concurrent_rate(_raw_writer, [()]))
+        rounds["raw_many"].append(concurrent_rate(_raw_writer, [()] * WRITERS))
+        rounds["service_one"].append(concurrent_rate(_service_writer, [(projects[0],)]))
+        rounds["service_many"].append(concurrent_rate(_service_writer, [(project,) for project in projects]))
+        rounds["service_one_project"].append(concurrent_rate(_service_writer, [(projects[0],)] * WRITERS))
+    figures = {name: statistics.median(rates) for name, rates in rounds.items()}
+    with raw_connection() as raw:
+        raw.execute("DROP TABLE bench_raw_event")
+        raw.commit()
+    return figures
+
+
 def fill_for_rebuild() -> None:
     """A log of REBUILD_EVENTS events that all change a read model: projects, each with many agent tokens."""
     while store.head_position() < REBUILD_EVENTS:
@@ -194,6 +275,8 @@ def main() -> None:
     settings.NEXUM_EMBEDDER = EMBEDDER
     embedder_name = configured_embedder_id()
     settings.NEXUM_EMBEDDER = "none"
+
+    cross = bench_cross_project()
     fill_for_rebuild()
     log, replayed, seconds = bench_rebuild()
 
@@ -209,6 +292,19 @@ def main() -> None:
     print(
         f"single fact append    embedded {facts_embedded:8.0f}/s   NEXUM_EMBEDDER=none {facts_plain:8.0f}/s "
         f"ratio {facts_embedded / facts_plain:.2f} (goal >= 0.4; embedder {embedder_name})"
+        f"one writer, one project   service {cross['service_one']:9.0f}/s   "
+        f"raw insert txn {cross['raw_one']:9.0f}/s   ratio {cross['service_one'] / cross['raw_one']:.2f}"
+    )
+    print(
+        f"{WRITERS} writers, {WRITERS} projects service {cross['service_many']:9.0f}/s   "
+        f"raw insert txn {cross['raw_many']:9.0f}/s   "
+        f"service {cross['service_many'] / cross['service_one']:.2f}x one writer (goal >= 3), "
+        f"raw {cross['raw_many'] / cross['raw_one']:.2f}x (medians of {ROUNDS} rounds)"
+    )
+    print(
+        f"{WRITERS} writers, one project  service {cross['service_one_project']:9.0f}/s   "
+        f"{cross['service_one_project'] / cross['service_one']:.2f}x one writer (one project's appends are "
+        "serialized)"
     )
     print(
         f"rebuild_projections   log of {log} events, {replayed} projected: {log / seconds:.0f} log events/s, "

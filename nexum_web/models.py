@@ -18,6 +18,7 @@ class EventStreamLease(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4)
     token_id = models.UUIDField(db_index=True)
+    project_id = models.UUIDField(help_text="the token's project")
     holder = models.CharField(max_length=200, help_text="host:pid of the process serving the stream")
     opened_at = models.DateTimeField()
     closes_at = models.DateTimeField(db_index=True, help_text="the stream's deadline")

@@ -3,7 +3,7 @@ digest, record the compile as an event, replay it, and fold old progress into a 
 
 A compile reads, then records (issue 15: no log-wide lock around the read):
 
-1. inside ``store.consistent_read`` (a REPEATABLE READ snapshot on PostgreSQL) it takes the head position,
+1. inside ``store.consistent_read`` (a REPEATABLE READ snapshot on PostgreSQL) it takes the project's head,
    the live budget for the model word (catalog and overlay as they are now: O2) and the world state as of
    that position, and runs the compiler on item metadata, loading only the included texts (``selectors``);
    appends and other compiles go on meanwhile;
@@ -278,7 +278,7 @@ def _compile_and_record(
     actor: str,
 ) -> CompileOutcome:
     project_id = str(task.project_id)
-    with store.consistent_read() as position:
+    with store.consistent_read(project_id) as position:
         answered = _answered(project_id, request_id, expected_version)
         if answered is not None:
             return answered
@@ -334,12 +334,12 @@ def _compile_and_record(
             return answered
     with transaction.atomic():
         # The fold and the read see one state: no event lands between them (see the module docstring).
-        store.lock_log()
+        store.lock_project(project_id)
         answered = _answered(project_id, request_id, expected_version)
         if answered is not None:
             return answered
         task_compact(task=task, threshold=threshold, encoding=encoding, actor=actor, embedder=embedder)
-        position = store.head_position()
+        position = store.project_head(project_id)[0]
         result, bundle_digest = compile_task(
             task=task,
             budget=choice.budget,
@@ -550,7 +550,7 @@ def context_replay(*, project_id: str, digest: str) -> ReplayOutcome:
     compiled = _recorded_compile(context)
     threshold = None if compiled is None else compiled.compaction_threshold
     embedder = recorded_embedder(context.embedder or (compiled.embedder if compiled is not None else None))
-    with projections.state_as_of(context.position):
+    with projections.state_as_of(context.position, project_id=project_id):
         task = Task.objects.get(id=context.task_id)
         result, _ = compile_task(
             task=task,

@@ -50,7 +50,16 @@ class ReadOnlyInline(_NoChanges, admin.TabularInline):
 
 @admin.register(Event)
 class EventAdmin(ReadOnlyAdmin):
-    list_display = ("position", "event_type", "stream_id", "version", "actor", "recorded_at")
+    list_display = (
+        "position",
+        "project_id",
+        "project_position",
+        "event_type",
+        "stream_id",
+        "version",
+        "actor",
+        "recorded_at",
+    )
     list_filter = ("event_type",)
     search_fields = ("=position", "stream_id", "event_type")
     ordering = ("-position",)

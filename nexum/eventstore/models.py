@@ -18,7 +18,12 @@ class EventQuerySet(models.QuerySet):
 
 
 class Event(models.Model):
-    """One stored event. Written only by ``nexum.eventstore.store.append``; never updated or deleted."""
+    """One stored event. Written only by ``nexum.eventstore.store.append``; never updated or deleted.
+
+    ``position`` is the event's identity in the whole log: increasing, but across projects neither gapless nor
+    in commit order. ``project_position`` is its place in its project's log (events without a project form one
+    more log of their own): gapless from 1 and committed in order, the cursor of every project-scoped reader.
+    """
 
     position = models.BigAutoField(primary_key=True)
     stream_id = models.CharField(max_length=200)
@@ -29,6 +34,7 @@ class Event(models.Model):
     metadata = models.JSONField(default=dict)
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
     project_id = models.UUIDField(null=True, blank=True)
+    project_position = models.BigIntegerField()
     recorded_at = models.DateTimeField()
 
     objects = EventQuerySet.as_manager()
@@ -38,10 +44,19 @@ class Event(models.Model):
         ordering = ["position"]
         constraints = [
             models.UniqueConstraint(fields=["stream_id", "version"], name="nexum_event_stream_version"),
+            models.UniqueConstraint(
+                fields=["project_id", "project_position"], name="nexum_event_project_position"
+            ),
+            # The events without a project: NULLs are distinct in the index above, so this one keeps their
+            # log's places unique and gives its head in one probe.
+            models.UniqueConstraint(
+                fields=["project_position"],
+                condition=models.Q(project_id__isnull=True),
+                name="nexum_event_no_project_position",
+            ),
         ]
         indexes = [
             models.Index(fields=["stream_id", "idempotency_key"], name="nexum_event_idempotency"),
-            models.Index(fields=["project_id", "position"], name="nexum_event_project_feed"),
         ]
 
     def __str__(self) -> str:

@@ -242,16 +242,22 @@ def rebuild(*, until: int | None = None, progress: Callable[[int], None] | None 
 
 
 def _replay(
-    *, until: int | None, progress: Callable[[int], None] | None = None, transient: bool = False
+    *,
+    until: int | None,
+    progress: Callable[[int], None] | None = None,
+    transient: bool = False,
+    project_id: str | None = None,
 ) -> int:
-    """Replay the log (up to ``until``) into empty read models; the number of events replayed."""
+    """Replay the log (up to ``until``; only ``project_id``'s events when given) into empty read models; the
+    number of events replayed."""
     from nexum.eventstore.store import iter_all
 
     rows = BufferedRows(transient=transient)
     replayed = 0
     batch: list[StoredEvent] = []
     # Only events some projection handles: the others cannot change a read model.
-    for stored in iter_all(until=until, chunk_size=5000, event_types=_dispatch()):
+    events = iter_all(until=until, chunk_size=5000, event_types=_dispatch(), project_id=project_id)
+    for stored in events:
         batch.append(stored)
         if len(batch) == 1000:
             apply(batch, rows)
@@ -297,8 +303,10 @@ def _shadow_read_models() -> None:
 
 
 @contextmanager
-def state_as_of(position: int) -> Iterator[None]:
+def state_as_of(position: int, *, project_id: str | None = None) -> Iterator[None]:
     """Inside the block, every read model shows the state as of log ``position``; afterwards, nothing changed.
+    With ``project_id``, the project's state as of its event at ``position`` (only its events are replayed:
+    another project's event below ``position`` may have committed after it).
 
     The rebuild happens in a transaction that is always rolled back, so the live read models are untouched
     (on PostgreSQL it fills temporary stand-ins, ``_shadow_read_models``: other requests go on meanwhile).
@@ -308,7 +316,7 @@ def state_as_of(position: int) -> Iterator[None]:
             _shadow_read_models()
         else:
             _clear_read_models()
-        _replay(until=position, transient=True)
+        _replay(until=position, transient=True, project_id=project_id)
         yield
         transaction.set_rollback(True)
 

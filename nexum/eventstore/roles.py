@@ -1,9 +1,9 @@
 """The least-privilege runtime role of a PostgreSQL deployment (issue 12, SPEC E4).
 
-Two roles. The owner runs migrations (and ``rebuild_projections``, ``flush``): it owns every table, the
-append-only triggers and ``nexum_event_lock()``. The runtime role is what the web server and the workers
-connect as: it may connect, read and append to the event log (SELECT, INSERT, the sequences, EXECUTE on
-``nexum_event_lock()`` to take the append lock), read and write every other table (projections keep the read
+Two roles. The owner runs migrations (and ``rebuild_projections``, ``flush``): it owns every table and the
+append-only triggers. The runtime role is what the web server and the workers connect as: it may connect,
+read and append to the event log (SELECT, INSERT, the sequences; a project's append lock is an advisory
+lock, which needs no privilege), read and write every other table (projections keep the read
 models in the append's transaction; sessions, the admin log), and read ``django_migrations``. It holds no
 UPDATE, DELETE or TRUNCATE on the log, owns nothing (so it cannot ALTER a table, drop or disable a trigger),
 is neither superuser (so it cannot set ``session_replication_role``) nor able to create roles or databases,
@@ -23,7 +23,6 @@ from typing import Any
 
 EVENT_TABLE = "nexum_event"
 MIGRATIONS_TABLE = "django_migrations"
-LOCK_FUNCTION = "nexum_event_lock()"
 ROLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
@@ -61,7 +60,6 @@ def runtime_role_statements(
         Statement(f"GRANT CONNECT ON DATABASE {quote(database)} TO {name}"),
         Statement(f"GRANT USAGE ON SCHEMA {where} TO {name}"),
         Statement(f"GRANT SELECT, INSERT ON TABLE {where}.{quote(EVENT_TABLE)} TO {name}"),
-        Statement(f"GRANT EXECUTE ON FUNCTION {where}.{LOCK_FUNCTION} TO {name}"),
         Statement(f"GRANT SELECT ON TABLE {where}.{quote(MIGRATIONS_TABLE)} TO {name}"),
         Statement(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {where} TO {name}"),
     ]

@@ -1,25 +1,30 @@
 """Appending to and reading from the one event log (SPEC E1–E3, E5, E7).
 
-Global order. Positions come from the table's identity sequence, and PostgreSQL hands out sequence values
-in call order, not commit order: without care, a reader tailing ``after=P`` could read position 12 while
-position 11 is still uncommitted, move on, and never see 11. We serialize appends with a table lock
-(``LOCK TABLE … IN EXCLUSIVE MODE``, as the ``eventsourcing`` library's PostgreSQL recorder does): the lock
-is held from before the sequence is called until commit, so positions become visible strictly in order. It
-blocks only other appends, never readers. On SQLite every write transaction begins with ``BEGIN IMMEDIATE``
-(settings), which is the same serialization.
+Ordering per project (issue 26). Every event has two numbers: ``position``, its identity in the whole log
+(the table's identity sequence: increasing, but sequence values are handed out in call order, not commit
+order, so across projects a reader can see 12 before 11 commits), and ``project_position``, its place in its
+project's log, gapless from 1 (events without a project form one more log of their own). An append takes its
+project's lock, a transaction-scoped advisory lock keyed by the project, before it numbers its events and
+holds it until commit: within a project, appends are serialized, both numbers increase in commit order and
+the committed events are at every instant a prefix of the project's log. That is the tailing-reader
+guarantee, per project (``tests/integration/test_project_ordering.py``: a reader following ``after=``
+through one project's events while writers append in several projects sees each exactly once, in order).
+Every reader that needs it reads one project: the event feed, the SSE stream and webhooks page by
+``project_position`` (``read_project``). Appends in different projects never wait for each other. Reads of
+the whole log (``read_all`` without a project, the admin, a rebuild in one transaction) see a consistent
+snapshot, but tailing the whole log by ``position`` may miss an event committed late: nothing a client
+relies on does that.
 
-Why a lock held to commit rather than a sequence plus a committed high-water mark (issue 15). The tailing
-reader (``tests/integration/test_event_store.py``: a reader following ``after=`` while writers append
-concurrently must see every event exactly once, in order) needs the committed positions to be a prefix at
-every instant. A high-water mark gives that only to readers that consult it: every ``read_all``/``iter_all``
-caller, the feed and the projections' rebuild would read up to a mark computed per read, lagging the log,
-and a writer that dies between taking its position and committing stalls the mark until it is noticed. The
-lock costs an append only the other appends' insert, projections and commit (a few milliseconds, see
-bench/append.py); what made it a bottleneck was the compiles that held it through a whole read and compile.
-Those no longer take it: ``consistent_read`` gives a compile the world as of one position from a
-REPEATABLE READ snapshot, and the compile's own ``ContextCompiled`` is then an ordinary short append. Since
-appends commit in position order, the events any snapshot sees are exactly those up to its highest
-position, and the read models it sees (written in the same transactions) are the state as of that position.
+Within a project ``position`` is ordered as ``project_position`` is, so read models keep keying rows and
+marks by ``position`` (a unique key across projects), and a mark compared within one project means what it
+did when the whole log was serialized.
+
+A compile reads the world without any lock: ``consistent_read`` gives it the world as of its project's head
+from a REPEATABLE READ snapshot, and the compile's own ``ContextCompiled`` is then an ordinary short append.
+Since a project's appends commit in order, the project's events a snapshot sees are exactly those up to the
+project's highest position in it, and the read models it sees (written in the same transactions) are the
+project's state as of that position. On SQLite every write transaction begins with ``BEGIN IMMEDIATE``
+(settings), which serializes every append anyway.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ class StoredEvent:
     metadata: Mapping[str, Any]
     recorded_at: datetime
     project_id: str | None
+    project_position: int
 
     @property
     def event_type(self) -> str:
@@ -74,6 +80,9 @@ class StoredEvent:
 class AppendResult:
     stream_id: str
     positions: tuple[int, ...]
+    """The events' positions in the whole log."""
+    project_positions: tuple[int, ...]
+    """The events' places in their project's log."""
     stream_version: int
     replayed: bool
     """True when the idempotency key had been used: nothing was written, the original positions returned."""
@@ -100,7 +109,7 @@ def append(
     with transaction.atomic():
         if idempotency_key is not None:
             # The lookup must happen under the lock; otherwise the insert takes the lock itself.
-            lock_log()
+            lock_project(project_id)
             previous = _previous_append(stream_id, idempotency_key, typed)
             if previous is not None:
                 return previous
@@ -127,11 +136,17 @@ def append(
                 },
             )
         stored = [
-            StoredEvent(position, stream_id, version, event, stored_metadata, recorded_at, project_id)
-            for (position, version), event in zip(inserted, typed, strict=True)
+            StoredEvent(position, stream_id, version, event, stored_metadata, recorded_at, project_id, place)
+            for (position, version, place), event in zip(inserted, typed, strict=True)
         ]
         projections.apply(stored)
-    return AppendResult(stream_id, tuple(p for p, _ in inserted), inserted[-1][1], replayed=False)
+    return AppendResult(
+        stream_id,
+        tuple(row[0] for row in inserted),
+        tuple(row[2] for row in inserted),
+        inserted[-1][1],
+        replayed=False,
+    )
 
 
 def append_data(*, stream_id: str, event_type: str, data: Any, **kwargs: Any) -> AppendResult:
@@ -172,22 +187,64 @@ def iter_all(
     chunk_size: int = 2000,
     event_types: Iterable[str] | None = None,
 ) -> Iterator[StoredEvent]:
+    """Events with position > ``after`` in position order. One project's are read on its
+    ``(project_id, project_position)`` index, which orders them as their positions do: ``until`` becomes the
+    project's place of its last event at or below it."""
     rows = EventRow.objects.filter(position__gt=after)
     if event_types is not None:
         rows = rows.filter(event_type__in=sorted(event_types))
-    if project_id is not None:
+    if project_id is None:
+        if until is not None:
+            rows = rows.filter(position__lte=until)
+        rows = rows.order_by("position")
+    else:
         rows = rows.filter(project_id=project_id)
-    if until is not None:
-        rows = rows.filter(position__lte=until)
-    rows = rows.order_by("position")
+        if until is not None:
+            rows = rows.filter(project_position__lte=_place_at_or_below(project_id, until))
+        rows = rows.order_by("project_position")
     if limit is not None:
         rows = rows[:limit]
     for values in rows.values_list(*_COLUMNS).iterator(chunk_size=chunk_size):
         yield _stored(values)
 
 
+def _place_at_or_below(project_id: str, position: int) -> int:
+    """The project's place of its last event at or below log ``position`` (0: none)."""
+    place = (
+        EventRow.objects.filter(project_id=project_id, position__lte=position)
+        .order_by("-project_position")
+        .values_list("project_position", flat=True)
+        .first()
+    )
+    return place or 0
+
+
+def read_project(project_id: str | None, *, after: int = 0, limit: int | None = None) -> list[StoredEvent]:
+    """One project's events with ``project_position`` > ``after``, in order (``None``: the events without a
+    project). A reader that follows ``after=`` sees every event of the project exactly once, in order."""
+    rows = EventRow.objects.filter(project_id=project_id, project_position__gt=after).order_by(
+        "project_position"
+    )
+    if limit is not None:
+        rows = rows[:limit]
+    return [_stored(values) for values in rows.values_list(*_COLUMNS)]
+
+
 def head_position() -> int:
+    """The highest position in the whole log (not a point every lower position has reached: see above)."""
     return EventRow.objects.order_by("-position").values_list("position", flat=True).first() or 0
+
+
+def project_head(project_id: str | None) -> tuple[int, int]:
+    """The project's last event as ``(position, project_position)``, ``(0, 0)`` for an empty project. Every
+    event of the project up to it is committed: appends in one project commit in order."""
+    last = (
+        EventRow.objects.filter(project_id=project_id)
+        .order_by("-project_position")
+        .values_list("position", "project_position")
+        .first()
+    )
+    return last or (0, 0)
 
 
 _COLUMNS = (
@@ -200,11 +257,14 @@ _COLUMNS = (
     "metadata",
     "recorded_at",
     "project_id",
+    "project_position",
 )
 
 
 def _stored(values: tuple[Any, ...]) -> StoredEvent:
-    position, stream_id, version, name, schema_version, data, metadata, recorded_at, project_id = values
+    (position, stream_id, version, name, schema_version, data, metadata, recorded_at, project_id, place) = (
+        values
+    )
     event = event_from_data(name, upcast(name, schema_version, data))
     return StoredEvent(
         position,
@@ -214,33 +274,46 @@ def _stored(values: tuple[Any, ...]) -> StoredEvent:
         metadata,
         recorded_at,
         str(project_id) if project_id is not None else None,
+        place,
     )
 
 
-# ``LOCK TABLE nexum_event IN EXCLUSIVE MODE``, through the owner's SECURITY DEFINER function: the runtime
-# role holds no UPDATE, DELETE or TRUNCATE on the log, which PostgreSQL requires for that lock mode (see
-# migration 0003).
-LOCK_LOG = "SELECT nexum_event_lock()"
+# The project's append lock: a transaction-scoped advisory lock, keyed by a constant for Nexum's event log and
+# a hash of the project id ('' for the events without a project). Two projects whose hashes collide share a
+# lock, which only serializes them. Advisory locks need no privilege on the table.
+PROJECT_LOCK_CLASS = 26_0001
+LOCK_PROJECT = "SELECT pg_advisory_xact_lock(%(lock_class)s, hashtext(COALESCE(%(project)s::text, '')))"
 
 _INSERT_COLUMNS = (
     "INSERT INTO nexum_event (version, stream_id, event_type, schema_version, data, metadata,"
-    " idempotency_key, project_id, recorded_at) "
+    " idempotency_key, project_id, recorded_at, project_position) "
 )
 # The batch travels as one JSON array of [type, schema version, data]; the statement numbers it after the
-# stream's current version and, when a version is expected, inserts nothing unless the stream is at it.
+# stream's current version and after the project's last place and, when a version is expected, inserts
+# nothing unless the stream is at it.
 _INSERT_BATCH = {
     "postgresql": _INSERT_COLUMNS
     + "SELECT cur.v + b.n, %(stream)s, b.item->>0, (b.item->>1)::smallint, b.item->2, %(metadata)s::jsonb,"
-    " %(key)s, %(project)s::uuid, %(at)s::timestamptz"
+    " %(key)s, %(project)s::uuid, %(at)s::timestamptz, head.p + b.n"
     " FROM jsonb_array_elements(%(batch)s::jsonb) WITH ORDINALITY AS b(item, n),"
-    " (SELECT COALESCE(MAX(version), 0) AS v FROM nexum_event WHERE stream_id = %(stream)s) AS cur"
-    " {guard} ORDER BY b.n RETURNING position, version",
+    " (SELECT COALESCE(MAX(version), 0) AS v FROM nexum_event WHERE stream_id = %(stream)s) AS cur,"
+    " (SELECT COALESCE((SELECT project_position FROM nexum_event WHERE {project}"
+    " ORDER BY project_position DESC LIMIT 1), 0) AS p) AS head"
+    " {guard} ORDER BY b.n RETURNING position, version, project_position",
     "sqlite": _INSERT_COLUMNS
     + "SELECT cur.v + b.key + 1, %(stream)s, json_extract(b.value, '$[0]'), json_extract(b.value, '$[1]'),"
-    " json_extract(b.value, '$[2]'), %(metadata)s, %(key)s, %(project)s, %(at)s"
+    " json_extract(b.value, '$[2]'), %(metadata)s, %(key)s, %(project)s, %(at)s, head.p + b.key + 1"
     " FROM json_each(%(batch)s) AS b,"
-    " (SELECT COALESCE(MAX(version), 0) AS v FROM nexum_event WHERE stream_id = %(stream)s) AS cur"
-    " {guard} ORDER BY b.key RETURNING position, version",
+    " (SELECT COALESCE(MAX(version), 0) AS v FROM nexum_event WHERE stream_id = %(stream)s) AS cur,"
+    " (SELECT COALESCE((SELECT project_position FROM nexum_event WHERE {project}"
+    " ORDER BY project_position DESC LIMIT 1), 0) AS p) AS head"
+    " {guard} ORDER BY b.key RETURNING position, version, project_position",
+}
+# The project's head: an equality or IS NULL (not IS NOT DISTINCT FROM), newest first, LIMIT 1, so that it is
+# one probe of the (project_id, project_position) index whatever the planner estimates.
+_PROJECT_MATCH = {
+    "postgresql": ("project_id = %(project)s::uuid", "project_id IS NULL"),
+    "sqlite": ("project_id = %(project)s", "project_id IS NULL"),
 }
 
 
@@ -254,14 +327,16 @@ def _insert(
     recorded_at: datetime,
     *,
     lock: bool,
-) -> list[tuple[int, int]] | None:
+) -> list[tuple[int, int, int]] | None:
     """Insert the batch in one statement; ``None`` when the stream is not at ``expected_version``.
 
-    On PostgreSQL, ``lock`` sends the table lock in the same round trip as the insert. Returns
-    (position, version) per event, in batch order.
+    On PostgreSQL, ``lock`` sends the project's lock in the same round trip as the insert. Returns
+    (position, version, project_position) per event, in batch order.
     """
+    in_project, without_project = _PROJECT_MATCH[connection.vendor]
     sql = _INSERT_BATCH[connection.vendor].format(
-        guard="WHERE cur.v = %(expected)s" if expected_version is not None else ""
+        guard="WHERE cur.v = %(expected)s" if expected_version is not None else "",
+        project=in_project if project_id is not None else without_project,
     )
     field = EventRow._meta.get_field
     params = {
@@ -274,44 +349,45 @@ def _insert(
             [[event.event_type, event.schema_version, event_to_data(event)] for event in typed]
         ),
         "expected": expected_version,
+        "lock_class": PROJECT_LOCK_CLASS,
     }
     with connection.cursor() as cursor:
         if lock and connection.vendor == "postgresql":
-            cursor.execute(f"{LOCK_LOG}; {sql}", params)
+            cursor.execute(f"{LOCK_PROJECT}; {sql}", params)
             cursor.nextset()
         else:
             cursor.execute(sql, params)
-        rows = [(position, version) for position, version in cursor.fetchall()]
+        rows = [tuple(row) for row in cursor.fetchall()]
     return sorted(rows, key=lambda row: row[1]) or None
 
 
 @contextlib.contextmanager
-def consistent_read() -> Iterator[int]:
-    """A read-only view of the log and every read model as of one log position, yielded, taken without the
-    append lock: appends go on meanwhile, unseen.
+def consistent_read(project_id: str | None) -> Iterator[int]:
+    """A read-only view of one project's log and read models as of its last event, whose ``position`` is
+    yielded, taken without the project's lock: appends go on meanwhile, unseen.
 
     On PostgreSQL outside any transaction, a ``REPEATABLE READ READ ONLY`` transaction (its snapshot is
-    taken by its first query, which reads the head position). Inside a caller's transaction the isolation
-    level can no longer be chosen, so the append lock is taken instead (until that transaction ends, as
-    before issue 15). On SQLite the transaction's ``BEGIN IMMEDIATE`` already keeps every writer out.
+    taken by its first query, which reads the project's head). Inside a caller's transaction the isolation
+    level can no longer be chosen, so the project's lock is taken instead (until that transaction ends). On
+    SQLite the transaction's ``BEGIN IMMEDIATE`` already keeps every writer out.
     """
     if connection.vendor == "postgresql" and not connection.in_atomic_block:
         with transaction.atomic():
             with connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            yield head_position()
+            yield project_head(project_id)[0]
         return
     with transaction.atomic():
-        lock_log()
-        yield head_position()
+        lock_project(project_id)
+        yield project_head(project_id)[0]
 
 
-def lock_log() -> None:
-    """Hold the log's append lock until commit, so no event lands meanwhile (PostgreSQL; on SQLite the
-    transaction already began with ``BEGIN IMMEDIATE``)."""
+def lock_project(project_id: str | None) -> None:
+    """Hold the project's append lock until commit, so no event of the project lands meanwhile (PostgreSQL;
+    on SQLite the transaction already began with ``BEGIN IMMEDIATE``)."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute(LOCK_LOG)
+            cursor.execute(LOCK_PROJECT, {"lock_class": PROJECT_LOCK_CLASS, "project": project_id})
 
 
 def appended_with_key(stream_id: str, idempotency_key: str) -> list[tuple[int, int, str, Any]]:
@@ -326,17 +402,23 @@ def appended_with_key(stream_id: str, idempotency_key: str) -> list[tuple[int, i
 
 
 def _previous_append(stream_id: str, idempotency_key: str, typed: Sequence[Event]) -> AppendResult | None:
-    rows = appended_with_key(stream_id, idempotency_key)
+    rows = list(
+        EventRow.objects.filter(stream_id=stream_id, idempotency_key=idempotency_key)
+        .order_by("position")
+        .values_list("position", "version", "event_type", "data", "project_position")
+    )
     if not rows:
         return None
     sent = [(event.event_type, canonical_json(event_to_data(event))) for event in typed]
-    kept = [(name, canonical_json(data)) for _, _, name, data in rows]
+    kept = [(name, canonical_json(data)) for _, _, name, data, _ in rows]
     if sent != kept:
         raise IdempotencyKeyReused(
             f"idempotency key {idempotency_key!r} was used in stream {stream_id} for different events",
             field="idempotency_key",
         )
-    return AppendResult(stream_id, tuple(row[0] for row in rows), rows[-1][1], replayed=True)
+    return AppendResult(
+        stream_id, tuple(row[0] for row in rows), tuple(row[4] for row in rows), rows[-1][1], replayed=True
+    )
 
 
 def _check_arguments(

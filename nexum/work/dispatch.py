@@ -162,7 +162,16 @@ def requeue(kind: WorkKind, request_id: str, *, now: datetime | None = None) -> 
     paced = {"sends": sends, "sent_at": now, "next_send_at": now + timedelta(seconds=wait)}
     if not Work.objects.filter(key=key).update(**paced):
         Work.objects.bulk_create(
-            [Work(key=key, kind=kind.name, request_id=request_id, **paced)], ignore_conflicts=True
+            [
+                Work(
+                    key=key,
+                    kind=kind.name,
+                    request_id=request_id,
+                    project_id=kind.project_of(request_id),
+                    **paced,
+                )
+            ],
+            ignore_conflicts=True,
         )
     if send(kind, request_id):
         return True

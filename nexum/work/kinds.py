@@ -44,6 +44,14 @@ class WorkKind:
     def key(self, request_id: object) -> str:
         return f"{self.name}:{request_id}"
 
+    def project_of(self, request_id: object) -> Any:
+        """The request's project (``None`` when the request is not recorded): a ``Work`` row's project."""
+        return (
+            self.model._base_manager.filter(**{self.id_field: request_id})
+            .values_list("project_id", flat=True)
+            .first()
+        )
+
     @property
     def admin_change_url_name(self) -> str:
         meta = self.model._meta

@@ -124,7 +124,11 @@ def acquire(kind: WorkKind, request_id: str) -> Lease:
             try:
                 with transaction.atomic():
                     Work.objects.create(
-                        key=key, kind=kind.name, request_id=request_id, **_lease_fields(owner, now)
+                        key=key,
+                        kind=kind.name,
+                        request_id=request_id,
+                        project_id=kind.project_of(request_id),
+                        **_lease_fields(owner, now),
                     )
             except IntegrityError:  # another delivery created it a moment ago: it holds a fresh lease
                 raise Busy(f"{key} was just leased by another delivery", settings.NEXUM_LEASE_TTL_S) from None

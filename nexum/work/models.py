@@ -17,6 +17,7 @@ class Work(models.Model):
     key = models.CharField(primary_key=True, max_length=80, help_text="<kind>:<request id>")
     kind = models.CharField(max_length=32)
     request_id = models.UUIDField()
+    project_id = models.UUIDField(null=True, blank=True, help_text="the request's project")
 
     # The lease: blank ``owner`` means nobody holds it.
     owner = models.CharField(max_length=200, blank=True, help_text="host:pid:token of the holding process")

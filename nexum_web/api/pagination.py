@@ -28,6 +28,7 @@ from rest_framework import serializers
 
 from nexum.core.errors import NotFound
 from nexum.core.text import is_storable
+from nexum.eventstore import store
 from nexum_web.api.strict import StrictQuery
 
 DEFAULT_LIMIT = 50
@@ -91,6 +92,20 @@ def log_page(
     shown = rows[:limit]
     more = len(rows) > limit
     return page(serialize(shown), str(position(shown[-1])) if more else None)
+
+
+def check_project_cursor(project_id: str, after: int, *, field: str) -> None:
+    """Refuse a cursor past the project's last event: no answer of this project gave it. Positions are
+    counted per project since issue 26, so a cursor kept from before is a whole-log position, usually past
+    the project's head; it is 404 ``not_found`` naming ``field`` with how to go on, never a silent skip."""
+    head = store.project_head(project_id)[1]
+    if after > head:
+        raise NotFound(
+            f"position {after} is past this project's last event ({head}): positions are counted per project;"
+            " a cursor kept from before that is a log-wide position, so start again from 0 (or from the"
+            " position of the last event you handled, as the feed shows it now)",
+            field=field,
+        )
 
 
 def keyset_page(

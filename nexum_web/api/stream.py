@@ -1,11 +1,13 @@
 """The event stream: the project's events pushed as Server-Sent Events (issue 18).
 
 ``GET /api/v1/events/stream`` sends every event of the caller's project after a position, in log order, as
-one SSE message each (``id:`` the log position, ``event:`` its type, ``data:`` the event as the feed shows
-it), then keeps polling the log and sends what is appended. Where it starts: the ``Last-Event-ID`` header (a
-reconnecting client's last id), else ``?after=`` (default 0, the log's start). Positions are given in commit
-order (the append lock), so a reader resuming after position P misses nothing committed later: across
-reconnects each event arrives once, in order.
+one SSE message each (``id:`` the event's position in the project's log, ``event:`` its type, ``data:`` the
+event as the feed shows it), then keeps polling the log and sends what is appended. Where it starts: the
+``Last-Event-ID`` header (a reconnecting client's last id), else ``?after=`` (default 0, the log's start); one
+past the project's last event is 404 ``not_found`` (a position kept from before positions were counted per
+project, issue 26). A project's positions are gapless and committed in order (its append lock), so a reader
+resuming after position P misses nothing committed later: across reconnects each event arrives once, in
+order.
 
 A connection is bounded: it closes after ``?timeout=`` seconds, at most (and by default)
 ``NEXUM_EVENT_STREAM_MAX_S``, so a gunicorn thread is never held for good; ``timeout=0`` sends what is there
@@ -48,7 +50,7 @@ from nexum.core.errors import ValidationFailed
 from nexum.eventstore import store
 from nexum_web.api.auth import AgentTokenAuthentication
 from nexum_web.api.errors import database_outage, database_unavailable, error_body
-from nexum_web.api.pagination import MAX_POSITION
+from nexum_web.api.pagination import MAX_POSITION, check_project_cursor
 from nexum_web.api.stream_slots import StreamSlot, stream_slot_take
 from nexum_web.api.stream_tickets import TICKET_PARAMETER, StreamTicketAuthentication, stream_ticket_issue
 from nexum_web.api.strict import StrictQuery
@@ -76,7 +78,7 @@ class EventStreamRenderer(renderers.BaseRenderer):
 SSE_EVENT = {
     "type": "object",
     "properties": {
-        "id": {"type": "string", "description": "the event's log position"},
+        "id": {"type": "string", "description": "the event's position in the project's log"},
         "event": {"type": "string", "description": "the event's type"},
         "data": {"type": "string", "description": "the event as the feed shows it, JSON"},
         "retry": {"type": "integer", "description": "how long a client waits before reconnecting, in ms"},
@@ -89,7 +91,7 @@ class EventStreamQuery(StrictQuery):
         min_value=0,
         max_value=MAX_POSITION,
         default=0,
-        help_text="start after this log position (Last-Event-ID wins)",
+        help_text="start after this position in the project's log (Last-Event-ID wins)",
     )
     timeout = serializers.IntegerField(
         min_value=0,
@@ -109,7 +111,8 @@ def _last_event_id(request: Request) -> int | None:
         return None
     if not header.isascii() or not header.isdigit() or int(header) > MAX_POSITION:
         raise ValidationFailed(
-            f"{LAST_EVENT_ID} is a log position (a non-negative integer)", field=LAST_EVENT_ID
+            f"{LAST_EVENT_ID} is a position in the project's log (a non-negative integer)",
+            field=LAST_EVENT_ID,
         )
     return int(header)
 
@@ -133,7 +136,8 @@ class EventStreamView(APIView):
                 {"type": "integer", "minimum": 0, "maximum": MAX_POSITION},
                 OpenApiParameter.HEADER,
                 required=False,
-                description="resume after this log position (the last `id:` received); wins over `after`",
+                description="resume after this position in the project's log (the last `id:` received); "
+                "wins over `after`",
             ),
         ],
         responses={
@@ -148,9 +152,14 @@ class EventStreamView(APIView):
     def get(self, request: Request) -> StreamingHttpResponse:
         resume = _last_event_id(request)
         after = request.query["after"] if resume is None else resume
+        check_project_cursor(
+            request.user.project_id, after, field="after" if resume is None else LAST_EVENT_ID
+        )
         limit = settings.NEXUM_EVENT_STREAM_MAX_S
         timeout = 0 if request.method == "HEAD" else min(request.query.get("timeout", limit), limit)
-        slot = stream_slot_take(token_id=request.user.token_id, lasts_s=timeout)
+        slot = stream_slot_take(
+            token_id=request.user.token_id, project_id=request.user.project_id, lasts_s=timeout
+        )
         if request.method == "HEAD":  # answered as GET would be (429 when full), but no body holds the place
             slot.release()
         frames = _frames(request.user.project_id, request.user.token_id, after, time.monotonic() + timeout)
@@ -235,11 +244,11 @@ def _events(project_id: str, token_id: str, after: int, deadline: float) -> Iter
         if not token_in_force(token_id=token_id):
             yield _error_frame("authentication_failed", "the token was revoked; the stream is closed")
             return
-        events = store.read_all(after=position, limit=BATCH, project_id=project_id)
+        events = store.read_project(project_id, after=position, limit=BATCH)
         for event in events:
             data = json.dumps(StoredEventSerializer(event).data, ensure_ascii=False, separators=(",", ":"))
-            yield f"id: {event.position}\nevent: {event.event_type}\ndata: {data}\n\n"
-            position = event.position
+            yield f"id: {event.project_position}\nevent: {event.event_type}\ndata: {data}\n\n"
+            position = event.project_position
         now = time.monotonic()
         if events:
             idle_since = now

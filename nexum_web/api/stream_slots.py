@@ -77,12 +77,12 @@ class StreamSlot:
             logger.warning("the lease of a closed event stream stays until it expires: %s", error)
 
 
-def stream_slot_take(*, token_id: str, lasts_s: float) -> StreamSlot:
+def stream_slot_take(*, token_id: str, project_id: str, lasts_s: float) -> StreamSlot:
     """A place for a stream of ``token_id`` lasting at most ``lasts_s`` seconds, or ``TooManyStreams`` /
     ``StreamsAtCapacity`` when a bound is reached (nothing is taken then)."""
     _process_take()
     try:
-        return StreamSlot(_lease_take(token_id, lasts_s))
+        return StreamSlot(_lease_take(token_id, project_id, lasts_s))
     except BaseException:
         _process_give_back()
         raise
@@ -116,7 +116,7 @@ def _live(now: datetime) -> QuerySet[EventStreamLease]:
     return EventStreamLease.objects.filter(closes_at__gte=now - timedelta(seconds=LEASE_GRACE_S))
 
 
-def _lease_take(token_id: str, lasts_s: float) -> uuid.UUID:
+def _lease_take(token_id: str, project_id: str, lasts_s: float) -> uuid.UUID:
     now = timezone.now()
     with transaction.atomic():
         if connection.vendor == "postgresql":
@@ -140,7 +140,11 @@ def _lease_take(token_id: str, lasts_s: float) -> uuid.UUID:
                 details={"open": open_now, "limit": limit, "retry_after_s": _until_first_closes(live, now)},
             )
         lease = EventStreamLease.objects.create(
-            token_id=token_id, holder=HOLDER, opened_at=now, closes_at=now + timedelta(seconds=lasts_s)
+            token_id=token_id,
+            project_id=project_id,
+            holder=HOLDER,
+            opened_at=now,
+            closes_at=now + timedelta(seconds=lasts_s),
         )
     return lease.id
 

@@ -17,7 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from nexum.eventstore import store
-from nexum_web.api.pagination import LogListQuery, log_page, page_schema
+from nexum_web.api.pagination import LogListQuery, check_project_cursor, log_page, page_schema
 
 
 class HealthView(APIView):
@@ -69,7 +69,12 @@ def _broker_health() -> dict[str, object]:
 
 
 class StoredEventSerializer(serializers.Serializer):
-    position = serializers.IntegerField()
+    position = serializers.IntegerField(
+        source="project_position", help_text="the event's place in its project's log: gapless, the cursor"
+    )
+    log_position = serializers.IntegerField(
+        source="position", help_text="the event's identity in the whole log (orders nothing across projects)"
+    )
     stream_id = serializers.CharField()
     version = serializers.IntegerField()
     type = serializers.CharField(source="event_type")
@@ -81,19 +86,23 @@ class StoredEventSerializer(serializers.Serializer):
 
 class EventFeedView(APIView):
     """The project's events in position order, for subscribers tailing the log (SPEC E8): the cursor is a
-    log position, so ``?cursor=<last position seen>`` gives what was appended since."""
+    position in the project's log, so ``?cursor=<last position seen>`` gives what was appended since."""
 
     query_serializers = {"GET": LogListQuery}
 
     @extend_schema(responses=page_schema("EventPage", StoredEventSerializer))
     def get(self, request: Request) -> Response:
         project_id = request.user.project_id
+        cursor = request.query.get("cursor")
+        if cursor is not None:
+            check_project_cursor(project_id, cursor, field="cursor")
         return Response(
             log_page(
-                lambda after, count: store.read_all(after=after, limit=count, project_id=project_id),
+                lambda after, count: store.read_project(project_id, after=after, limit=count),
                 limit=request.query["limit"],
-                cursor=request.query.get("cursor"),
+                cursor=cursor,
                 serialize=lambda rows: StoredEventSerializer(rows, many=True).data,
+                position=lambda row: row.project_position,
             )
         )
 

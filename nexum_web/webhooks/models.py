@@ -45,7 +45,8 @@ class Webhook(models.Model):
     secret = models.CharField(max_length=200, editable=False)
     active = models.BooleanField(default=True)
     cursor = models.BigIntegerField(
-        default=0, help_text="log position up to which this webhook's deliveries are recorded"
+        default=0,
+        help_text="position in the project's log up to which this webhook's deliveries are recorded",
     )
     created_by = models.CharField(max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -69,7 +70,9 @@ class WebhookDelivery(models.Model):
     webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
     project_id = models.UUIDField()
     task_id = models.UUIDField(null=True, blank=True, help_text="unused: work kinds list one")
-    position = models.BigIntegerField(help_text="the event's log position: its id for receivers")
+    position = models.BigIntegerField(
+        help_text="the event's position in the project's log: its id for receivers"
+    )
     event_type = models.CharField(max_length=100)
     state = models.CharField(max_length=16, choices=DELIVERY_STATES, default=PENDING)
     attempts = models.PositiveIntegerField(default=0)
@@ -97,6 +100,7 @@ class WebhookDelivery(models.Model):
 
 class WebhookAttempt(models.Model):
     delivery = models.ForeignKey(WebhookDelivery, on_delete=models.CASCADE, related_name="attempt_log")
+    project_id = models.UUIDField(help_text="the delivery's project: every row knows its project")
     number = models.PositiveIntegerField()
     attempted_at = models.DateTimeField()
     status_code = models.IntegerField(null=True, blank=True, help_text="none: no answer")

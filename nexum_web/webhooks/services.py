@@ -89,7 +89,8 @@ def webhook_register(*, project_id: str, url: str, actor: str, description: str 
         url=url,
         description=description,
         secret=signing.new_secret(),
-        cursor=store.head_position(),  # appends are serialized: none commits later below the head
+        # The project's appends commit in order: none commits later below its head.
+        cursor=store.project_head(project_id)[1],
         created_by=actor,
     )
     logger.info("webhook %s registered for project %s by %s: %s", webhook.id, project.slug, actor, url)
@@ -132,7 +133,7 @@ def deliveries_record(*, now: datetime | None = None, batch: int = 500) -> int:
             webhook = Webhook.objects.select_for_update().filter(id=webhook_id, active=True).first()
             if webhook is None:
                 continue
-            events = store.read_all(after=webhook.cursor, limit=batch, project_id=str(webhook.project_id))
+            events = store.read_project(str(webhook.project_id), after=webhook.cursor, limit=batch)
             if not events:
                 continue
             WebhookDelivery.objects.bulk_create(
@@ -140,7 +141,7 @@ def deliveries_record(*, now: datetime | None = None, batch: int = 500) -> int:
                     WebhookDelivery(
                         webhook=webhook,
                         project_id=webhook.project_id,
-                        position=event.position,
+                        position=event.project_position,
                         event_type=event.event_type,
                         requested_at=now,
                     )
@@ -148,7 +149,7 @@ def deliveries_record(*, now: datetime | None = None, batch: int = 500) -> int:
                 ],
                 ignore_conflicts=True,
             )
-            Webhook.objects.filter(id=webhook.id).update(cursor=events[-1].position)
+            Webhook.objects.filter(id=webhook.id).update(cursor=events[-1].project_position)
             recorded += len(events)
     return recorded
 
@@ -172,8 +173,8 @@ class Answer:
 
 def delivery_body(delivery: WebhookDelivery) -> bytes:
     """What is POSTed: the event as the feed shows it, with its id, the delivery's and the webhook's."""
-    found = store.read_all(after=delivery.position - 1, limit=1, project_id=str(delivery.project_id))
-    if not found or found[0].position != delivery.position:
+    found = store.read_project(str(delivery.project_id), after=delivery.position - 1, limit=1)
+    if not found or found[0].project_position != delivery.position:
         raise NotFound(f"event {delivery.position} is not in the project's log")
     document = {
         "event_id": str(delivery.position),
@@ -208,7 +209,9 @@ def delivery_attempt(*, delivery_id: str, lease: Lease | None = None) -> str:
         if not counted.update(attempts=number):
             return "raced"  # another run counted this attempt: it sends it
         delivery.attempt_log.filter(duration_ms=None).update(error=INTERRUPTED)
-        attempt = WebhookAttempt.objects.create(delivery=delivery, number=number, attempted_at=started)
+        attempt = WebhookAttempt.objects.create(
+            delivery=delivery, project_id=delivery.project_id, number=number, attempted_at=started
+        )
     timestamp = int(time.time())
     headers = {
         "Content-Type": "application/json",

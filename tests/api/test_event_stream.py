@@ -1,6 +1,6 @@
-"""The SSE event stream (issue 18): ids are log positions, resumable with Last-Event-ID, scoped to the
-caller's project, bounded per connection; with 4 writers appending, a client that reconnects with
-Last-Event-ID gets every event exactly once, in order."""
+"""The SSE event stream (issue 18): ids are positions in the project's log, resumable with Last-Event-ID,
+scoped to the caller's project, bounded per connection; with 4 writers appending, a client that
+reconnects with Last-Event-ID gets every event exactly once, in order."""
 
 from __future__ import annotations
 
@@ -55,7 +55,8 @@ def test_the_stream_resumes_after_last_event_id_within_the_project(api, other_ap
     other_api.post(
         "/api/v1/goals", {"objective": "Theirs", "tasks": [{"key": "x", "objective": "B"}]}, format="json"
     )
-    mine = [event.position for event in store.read_all(project_id=str(project.id))]
+    mine = [event.project_position for event in store.read_project(str(project.id))]
+    assert mine == list(range(1, len(mine) + 1))  # the project's own positions, gapless
 
     response = api.get(STREAM, {"timeout": 0}, HTTP_ACCEPT="text/event-stream", HTTP_ACCEPT_ENCODING="gzip")
     assert response.status_code == 200 and response["Content-Type"].startswith("text/event-stream")
@@ -118,7 +119,7 @@ def test_every_event_once_in_order_across_reconnects_while_four_writers_append(
         project_id=project_id, objective="Ship", tasks=[{"key": "s1", "objective": "A"}], actor="t"
     )
     task_id = str(goal_tasks(goal=goal).get().id)
-    start = store.head_position()
+    start = store.project_head(project_id)[1]
     failures: list[BaseException] = []
 
     def write(writer: int) -> None:
@@ -160,7 +161,7 @@ def test_every_event_once_in_order_across_reconnects_while_four_writers_append(
         thread.join(timeout=60)
 
     assert not failures, failures
-    expected = [event.position for event in store.read_all(after=start, project_id=project_id)]
+    expected = [event.project_position for event in store.read_project(project_id, after=start)]
     assert len(expected) == WRITERS * EVENTS_PER_WRITER
     assert received == expected  # every event, exactly once, in log order
     assert connections_while_writing >= 2  # the reader reconnected while events were being appended
@@ -241,7 +242,7 @@ def test_the_server_and_each_process_serve_a_bounded_number_of_streams(api, othe
 HOLD_STREAMS = """
 import pathlib, time
 from nexum_web.api.stream_slots import stream_slot_take
-slots = [stream_slot_take(token_id=%r, lasts_s=1) for _ in range(2)]
+slots = [stream_slot_take(token_id=%r, project_id=%r, lasts_s=1) for _ in range(2)]
 pathlib.Path(%r).touch()
 time.sleep(600)
 """
@@ -255,8 +256,9 @@ def test_streams_are_counted_across_processes_and_a_dead_processs_expire(api, pr
     token_id = str(AgentToken.objects.get(project=project, name="agent-1").id)
     held = tmp_path / "held"
     env = {**os.environ, "DATABASE_URL": database_url_for_worker(), "PYTHONPATH": str(ROOT)}
+    hold = HOLD_STREAMS % (token_id, str(project.id), str(held))
     holder = subprocess.Popen(
-        [sys.executable, str(ROOT / "manage.py"), "shell", "-c", HOLD_STREAMS % (token_id, str(held))],
+        [sys.executable, str(ROOT / "manage.py"), "shell", "-c", hold],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
     )  # fmt: skip
     try:

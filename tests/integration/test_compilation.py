@@ -3,6 +3,8 @@ digest, replay at a past position, live overlays, idempotent workers, compaction
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from django.db import transaction
 
@@ -22,6 +24,7 @@ from nexum.core.budgets import ModelBudget
 from nexum.core.compilation.compiler import BudgetTooSmall, ContextItem, Query, rank_section
 from nexum.core.compilation.events import compile_stream
 from nexum.core.errors import NotFound, ValidationFailed
+from nexum.core.projects import HealthPinged
 from nexum.eventstore import projections, store
 from nexum.eventstore.models import Event as EventRow
 from nexum.tokenization import counter_for
@@ -124,6 +127,25 @@ def test_replay_at_an_older_position_yields_the_older_digest(auth):
     assert replay.matches and replay.replayed_digest == older.digest and replay.position == older.position
     assert services.context_replay(project_id=auth.project_id, digest=newer.digest).matches
     assert projections.snapshot() == live  # replay wrote nothing
+
+
+def test_a_context_compiled_at_a_log_wide_head_replays_to_its_digest(auth):
+    """Before per-project ordering a compile recorded the whole log's head, often another project's event: its
+    replay reads its own project's events up to that position, not a project place of that number."""
+    older = compile_for(auth, "local").context
+    foreign = store.append(
+        stream_id=f"other-{uuid.uuid4()}",
+        events=[HealthPinged(ping_id="elsewhere")],
+        expected_version=0,
+        project_id=str(uuid.uuid4()),
+    )
+    scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    world.failure_record(scope=scope, text="second attempt: the cookie store drops the token", actor="test")
+    assert compile_for(auth, "local").context.digest != older.digest
+    StoredContext.objects.filter(project_id=auth.project_id, digest=older.digest).update(
+        position=foreign.positions[0]  # as a compile of before recorded it: the log's head then
+    )
+    assert services.context_replay(project_id=auth.project_id, digest=older.digest).matches
 
 
 def test_a_context_stored_by_the_previous_renderer_still_replays_to_its_digest(auth, monkeypatch):

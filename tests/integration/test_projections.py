@@ -145,6 +145,7 @@ def test_an_old_schema_version_in_the_log_is_upcast_on_read_and_rebuild():
         data={"project_id": "5b0b1c1e-0000-4000-8000-000000000001", "slug": "legacy", "name": "Legacy"},
         metadata={"actor": "v1"},
         project_id="5b0b1c1e-0000-4000-8000-000000000001",
+        project_position=1,
         recorded_at=timezone.now(),
     )
     (stored,) = store.read_stream("project-5b0b1c1e-0000-4000-8000-000000000001")
@@ -174,6 +175,7 @@ def test_a_token_issued_before_roles_rebuilds_as_an_agents_token():
         },
         metadata={"actor": "v1"},
         project_id=str(project.id),
+        project_position=store.project_head(str(project.id))[1] + 1,
         recorded_at=timezone.now(),
     )
     projections.rebuild()

@@ -121,10 +121,11 @@ def test_each_event_reaches_the_receiver_once_signed_despite_a_failed_attempt(
 
     webhook = register(operator_api, receiver.url)
     receiver.secret = webhook["secret"]
-    assert webhook["secret"].startswith("whsec_") and webhook["cursor"] == store.head_position()
+    assert webhook["secret"].startswith("whsec_")
+    assert webhook["cursor"] == store.project_head(str(project.id))[1]
     write_some_events(api)
     expected = [
-        event.position for event in store.read_all(after=webhook["cursor"], project_id=str(project.id))
+        event.project_position for event in store.read_project(str(project.id), after=webhook["cursor"])
     ]
     assert len(expected) >= 5
 
@@ -369,6 +370,7 @@ def test_an_attempt_is_on_the_record_before_its_request_is_sent_and_a_redelivery
     assert delivery.attempts == 1 and delivery.state == "pending"
     attempt = WebhookAttempt.objects.get(delivery=delivery)
     assert (attempt.number, attempt.duration_ms, attempt.status_code) == (1, None, None)  # no outcome yet
+    assert attempt.project_id == delivery.project_id
 
     monkeypatch.undo()
     assert services.delivery_attempt(delivery_id=str(delivery.id)) == DELIVERED
@@ -548,7 +550,9 @@ def test_a_projects_backlog_of_deliveries_delays_neither_another_projects_comple
     assert took <= 5, f"the quiet project's completion took {took:.1f} s behind {BACKLOG} deliveries"
 
     # The quiet project's deliveries, its gate decision's included, pass the flooded project's backlog.
-    decision = EventRow.objects.get(event_type="GateDecided", data__request_id=str(request.id)).position
+    decision = EventRow.objects.get(
+        event_type="GateDecided", data__request_id=str(request.id)
+    ).project_position
     delivered = WebhookDelivery.objects.filter(webhook=quiet, state=DELIVERED)
     assert wait_for(lambda: decision in quick.event_ids(), timeout=30), processes.log("webhook worker")
     reached = time.monotonic() - asked

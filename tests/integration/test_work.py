@@ -122,6 +122,7 @@ def test_a_completion_accepted_while_the_broker_is_down_is_202_and_the_dispatche
     assert broker.sent == [("nexum.verification.run_completion", (request_id,), None)]  # the id alone
     work = Work.objects.get(key=key)
     assert work.sends == 1 and work.next_send_at == due + timedelta(seconds=settings.NEXUM_DISPATCH_AFTER_S)
+    assert work.project_id == project.id  # every row knows its project
     assert dispatch_due(now=due + timedelta(seconds=1)).sent == []  # paced
     second = work.next_send_at + timedelta(seconds=1)
     assert dispatch_due(now=second).sent == [key]
@@ -357,6 +358,7 @@ def test_a_run_whose_lease_is_taken_over_midway_writes_nothing(project, workspac
         ).request
         assert request is not None
         lease = leases.acquire(COMPLETION, str(request.id))
+        assert Work.objects.get().project_id == project.id  # every row knows its project
         with pytest.raises(leases.LeaseLost):
             services.completion_run(request_id=str(request.id), lease=lease)
         lease.close(answered=False)

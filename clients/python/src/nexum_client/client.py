@@ -449,9 +449,9 @@ class Nexum:
         poll_interval_s: float = 1.0,
         idle_timeout_s: float | None = None,
     ) -> Iterator[Event]:
-        """The project's events in log order after ``cursor`` (a log position; none: from the start),
-        following ``next_cursor`` page by page. With ``follow`` it then waits for new events, polling every
-        ``poll_interval_s``, until ``idle_timeout_s`` passes without one (forever when None)."""
+        """The project's events in order after ``cursor`` (a position in the project's log; none: from the
+        start), following ``next_cursor`` page by page. With ``follow`` it then waits for new events, polling
+        every ``poll_interval_s``, until ``idle_timeout_s`` passes without one (forever when None)."""
         position = cursor
         idle_since = time.monotonic()
         while True:

@@ -8,8 +8,8 @@ Each delivery is one event, POSTed as JSON with these headers:
   ``delivery_id``, which the signature covers): receivers deduplicate on it, since a delivery can arrive
   more than once (at least once is what is promised; a worker that dies before it records the answer sends
   it again);
-- ``Nexum-Event-Id``: the event's log position (the same event sent to two webhooks has one event id and two
-  delivery ids);
+- ``Nexum-Event-Id``: the event's position in its project's log, gapless (the same event sent to two
+  webhooks has one event id and two delivery ids);
 - ``Nexum-Webhook-Id`` and ``Nexum-Delivery-Attempt`` (1, 2 …: every attempt that may have reached the
   receiver is counted, so a redelivery carries the next number).
 """
