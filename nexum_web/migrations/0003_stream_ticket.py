@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("nexum_web", "0001_initial"),
+        ("nexum_web", "0002_stream_lease_project"),
     ]
 
     operations = [
