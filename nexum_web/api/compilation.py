@@ -502,6 +502,8 @@ class ContextDiffView(APIView):
 class CompileSettingsInput(StrictInput):
     relevance_floor = serializers.FloatField(
         allow_null=True,
+        min_value=0.0,
+        max_value=1.0,
         help_text="a number from 0 to 1 (0: no floor); null: the service's NEXUM_RELEVANCE_FLOOR",
     )
 
@@ -526,13 +528,11 @@ class ProjectCompileSettingsView(APIView):
 
     operator_only = {"PUT": OperatorOnly("setting the project's relevance floor")}
 
-    @extend_schema(operation_id="project_compile_settings", responses=COMPILE_SETTINGS)
+    @extend_schema(responses=COMPILE_SETTINGS)
     def get(self, request: Request) -> Response:
         return self._answer(request.user.project_id)
 
-    @extend_schema(
-        operation_id="project_compile_settings_set", request=CompileSettingsInput, responses=COMPILE_SETTINGS
-    )
+    @extend_schema(request=CompileSettingsInput, responses=COMPILE_SETTINGS)
     def put(self, request: Request) -> Response:
         payload = CompileSettingsInput(data=request.data, context={"request": request})
         payload.is_valid(raise_exception=True)

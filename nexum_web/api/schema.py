@@ -70,6 +70,8 @@ API_PREFIX = "/api/v1"
 # (``goal``, ``tasks``), a verb and a noun for what one does (``verify_fact``, ``create_source``); a goal's
 # copy of a task's record operation names the goal (``record_goal_fact``).
 OPERATION_IDS: dict[tuple[str, str], str] = {
+    ("GET", "/project/compile-settings"): "compile_settings",
+    ("PUT", "/project/compile-settings"): "set_compile_settings",
     ("GET", "/artifacts/{item_id}/content"): "artifact_content",
     ("GET", "/bundles/{digest}"): "bundle",
     ("GET", "/compiles/{request_id}"): "compile_request",

@@ -8,6 +8,7 @@ import pytest
 from context_app.compilation import services
 from context_app.compilation.models import StoredContext
 from context_app.world import services as world
+from nexum.core.compilation.compiler import DEFAULT_RELEVANCE_FLOOR
 from nexum.eventstore import store
 from nexum.eventstore.models import Event as EventRow
 from tasks_app.models import Project
@@ -77,23 +78,24 @@ def test_the_compile_uses_the_projects_floor_records_it_and_replays(api, operato
         scope=scope, text="Make auth_spec.rb pass: spec/auth_spec.rb fails at line 48", actor="test"
     )
     before = compile_quick(api, auth)
-    assert recorded_floor(before["digest"]) == 0.05
-    answer = operator_api.put(URL, {"relevance_floor": 0.6}, format="json")
+    assert recorded_floor(before["digest"]) == DEFAULT_RELEVANCE_FLOOR
+    assert before["exclusions"]["by_reason"].get("below_relevance", 0) > 0
+    answer = operator_api.put(URL, {"relevance_floor": 0}, format="json")  # this project wants no floor
     assert answer.status_code == 200
-    assert answer.json()["relevance_floor"] == 0.6 and answer.json()["effective_relevance_floor"] == 0.6
+    assert answer.json()["relevance_floor"] == 0 and answer.json()["effective_relevance_floor"] == 0
     assert floor_events(project) == 1
-    assert operator_api.put(URL, {"relevance_floor": 0.6}, format="json").status_code == 200
+    assert operator_api.put(URL, {"relevance_floor": 0}, format="json").status_code == 200
     assert floor_events(project) == 1  # the same value again writes nothing
-    raised = compile_quick(api, auth)
-    assert recorded_floor(raised["digest"]) == 0.6
-    below = raised["exclusions"]["by_reason"].get("below_relevance", 0)
-    assert below > before["exclusions"]["by_reason"].get("below_relevance", 0)
-    assert len(raised["included"]) < len(before["included"])
-    for digest in (before["digest"], raised["digest"]):
+    lowered = compile_quick(api, auth)
+    assert recorded_floor(lowered["digest"]) == 0
+    assert lowered["exclusions"]["by_reason"].get("below_relevance", 0) == 0
+    assert len(lowered["included"]) > len(before["included"])
+    for digest in (before["digest"], lowered["digest"]):
         assert services.context_replay(project_id=auth.project_id, digest=digest).matches
     cleared = operator_api.put(URL, {"relevance_floor": None}, format="json").json()
-    assert cleared["relevance_floor"] is None and cleared["effective_relevance_floor"] == 0.05
-    assert recorded_floor(compile_quick(api, auth)["digest"]) == 0.05
+    assert cleared["relevance_floor"] is None
+    assert cleared["effective_relevance_floor"] == DEFAULT_RELEVANCE_FLOOR
+    assert recorded_floor(compile_quick(api, auth)["digest"]) == DEFAULT_RELEVANCE_FLOOR
 
 
 def test_the_admin_shows_and_sets_the_floor_as_an_event(admin_client, project):

@@ -38,7 +38,7 @@ def test_a_ticket_opens_its_projects_stream_once(api, other_api, project):
 
     response = browser.get(issued["stream_url"] + "&timeout=0", HTTP_ACCEPT="text/event-stream")
     assert response.status_code == 200
-    mine = [event.position for event in store.read_all(project_id=str(project.id))]
+    mine = [event.project_position for event in store.read_all(project_id=str(project.id))]
     assert [message["id"] for message in parse(read(response))] == mine
 
     again = browser.get(STREAM, {"ticket": issued["ticket"], "timeout": 0})

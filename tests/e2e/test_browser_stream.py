@@ -110,7 +110,7 @@ def test_a_page_of_an_allowed_origin_follows_the_stream_with_eventsource_and_a_t
     received = page.evaluate("window.received")
     assert page.evaluate("window.failures") == []
     logged = list(store.read_all(project_id=str(project.id)))
-    assert [message["id"] for message in received] == [event.position for event in logged]
+    assert [message["id"] for message in received] == [event.project_position for event in logged]
     assert [message["type"] for message in received] == [*created, *["ProgressRecorded"] * 4]
     assert received[-1]["data"]["data"]["text"] == "after a reconnect"
 

@@ -139,15 +139,22 @@ def test_a_post_whose_answer_was_lost_is_retried_and_written_once(live_server, w
 
 
 def test_a_compile_with_a_focus_ranks_by_it_and_shows_it(live_server, world):
+    release = "Doing the thing means shipping it from the release branch"
+    certificates = "The staging cluster rotates its certificates weekly"
     with Nexum(live_server.url, world["agent"]) as agent:
         task_id = _goal_task(agent)
         agent.start(task_id)
-        agent.record_fact("The staging cluster rotates its certificates weekly", task_id=task_id)
+        agent.record_fact(release, task_id=task_id)
+        agent.record_fact(certificates, task_id=task_id)
         plain = agent.compile(task_id, "quick")
         focused = agent.compile(task_id, "quick", focus="renewing the staging certificates")
-    assert "certificates weekly" not in plain.prompt_block
+
+    def rank(block: str, text: str) -> int:
+        return block.index(text) if text in block else len(block)
+
+    assert rank(plain.prompt_block, release) < rank(plain.prompt_block, certificates)
     assert "focus: renewing the staging certificates" in focused.prompt_block
-    assert "certificates weekly" in focused.prompt_block
+    assert rank(focused.prompt_block, certificates) < rank(focused.prompt_block, release)
 
 
 def test_errors_arrive_typed_with_code_field_and_request_id(live_server, world):

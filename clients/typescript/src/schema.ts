@@ -204,7 +204,7 @@ export interface paths {
         };
         /**
          * @description The project's events in position order, for subscribers tailing the log (SPEC E8): the cursor is a
-         *     log position, so ``?cursor=<last position seen>`` gives what was appended since.
+         *     position in the project's log, so ``?cursor=<last position seen>`` gives what was appended since.
          */
         get: operations["events"];
         put?: never;
@@ -614,6 +614,32 @@ export interface paths {
          *     Needs an operator token (replacing the model catalog); an agent token gets 403 `forbidden`.
          */
         put: operations["replace_model_catalog"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/project/compile-settings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description The project's compile settings: its relevance floor (issue 24 item 3). ``PUT`` (operator) sets it, as
+         *     an event; each compile records the floor it applied.
+         */
+        get: operations["compile_settings"];
+        /**
+         * @description The project's compile settings: its relevance floor (issue 24 item 3). ``PUT`` (operator) sets it, as
+         *     an event; each compile records the floor it applied.
+         *
+         *     Needs an operator token (setting the project's relevance floor); an agent token gets 403 `forbidden`.
+         */
+        put: operations["set_compile_settings"];
         post?: never;
         delete?: never;
         options?: never;
@@ -1570,6 +1596,27 @@ export interface components {
          * @enum {string}
          */
         CompileRequestStatusEnum: "queued" | "done" | "failed";
+        CompileSettings: {
+            /**
+             * Format: double
+             * @description the project's own floor; null: none set
+             */
+            relevance_floor: number | null;
+            /**
+             * Format: double
+             * @description the floor the project's compiles apply now (its own, else NEXUM_RELEVANCE_FLOOR)
+             */
+            effective_relevance_floor: number;
+            /** @description the project's stream version */
+            version: number;
+        };
+        CompileSettingsInputRequest: {
+            /**
+             * Format: double
+             * @description a number from 0 to 1 (0: no floor); null: the service's NEXUM_RELEVANCE_FLOOR
+             */
+            relevance_floor: number | null;
+        };
         CompiledContext: {
             exclusions: components["schemas"]["ExclusionSummary"];
             /** @description sha256 of the context's canonical form */
@@ -1602,6 +1649,8 @@ export interface components {
             bundle_digest: string | null;
             evidence_digest: string | null;
             compiler_version: number;
+            /** @description name@version of the embedder the compile ranked by (NEXUM_EMBEDDER); null: by words alone */
+            embedder: string | null;
         };
         CompleteRequestRequest: {
             /**
@@ -1735,7 +1784,7 @@ export interface components {
             event_id: string;
             /**
              * Format: int64
-             * @description the event's log position: its id for receivers
+             * @description the event's position in the project's log: its id for receivers
              */
             position: number;
             event_type: string;
@@ -2485,7 +2534,10 @@ export interface components {
             next_cursor: string | null;
         };
         StoredEvent: {
+            /** @description the event's place in its project's log: gapless, the cursor */
             position: number;
+            /** @description the event's identity in the whole log (orders nothing across projects) */
+            log_position: number;
             stream_id: string;
             version: number;
             type: string;
@@ -2737,7 +2789,7 @@ export interface components {
             active?: boolean;
             /**
              * Format: int64
-             * @description log position up to which this webhook's deliveries are recorded
+             * @description position in the project's log up to which this webhook's deliveries are recorded
              */
             cursor?: number;
             created_by: string;
@@ -2762,7 +2814,7 @@ export interface components {
             active?: boolean;
             /**
              * Format: int64
-             * @description log position up to which this webhook's deliveries are recorded
+             * @description position in the project's log up to which this webhook's deliveries are recorded
              */
             cursor?: number;
             created_by: string;
@@ -3662,13 +3714,13 @@ export interface operations {
     event_stream: {
         parameters: {
             query?: {
-                /** @description start after this log position (Last-Event-ID wins) */
+                /** @description start after this position in the project's log (Last-Event-ID wins) */
                 after?: number;
                 /** @description seconds before the stream closes (0: send what is there and close); at most, and by default, NEXUM_EVENT_STREAM_MAX_S */
                 timeout?: number;
             };
             header?: {
-                /** @description resume after this log position (the last `id:` received); wins over `after` */
+                /** @description resume after this position in the project's log (the last `id:` received); wins over `after` */
                 "Last-Event-ID"?: number;
             };
             path?: never;
@@ -3683,7 +3735,7 @@ export interface operations {
                 };
                 content: {
                     "text/event-stream": {
-                        /** @description the event's log position */
+                        /** @description the event's position in the project's log */
                         id?: string;
                         /** @description the event's type */
                         event?: string;
@@ -5543,6 +5595,147 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["CatalogChange"];
+                };
+            };
+            /** @description bad input: malformed, unknown member or parameter, wrong type, out of range */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no token, or an unknown or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description forbidden to this token (an operator's operation, or a trust class above its ceiling) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not found in the token's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description conflicts with the current state (version, transition, idempotency key, existing name) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the request body or a member of it is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a service it needs (the database, the broker, a share of the server) is unavailable; nothing was written; Retry-After says when to try again */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    compile_settings: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CompileSettings"];
+                };
+            };
+            /** @description bad input: malformed, unknown member or parameter, wrong type, out of range */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no token, or an unknown or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not found in the token's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a service it needs (the database, the broker, a share of the server) is unavailable; nothing was written; Retry-After says when to try again */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    set_compile_settings: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CompileSettingsInputRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CompileSettings"];
                 };
             };
             /** @description bad input: malformed, unknown member or parameter, wrong type, out of range */
