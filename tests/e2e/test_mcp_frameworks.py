@@ -173,3 +173,11 @@ def test_a_pydantic_ai_run_over_its_mcp_toolset_reads_the_refusal_and_completes(
     worker = Agent(FunctionModel(respond), toolsets=[nexum])
     result = worker.run_sync(f"Work on task {world['task_id']}.")
     assert_went_on_and_completed(world["task_id"], result.output, script.seen)
+    # PydanticAI retries with the isError result's structured content, the API's error object (a protocol
+    # error would reach the model as its message alone).
+    refused = json.loads(script.seen[2][1])
+    assert (refused["status"], refused["error"]["code"], refused["error"]["field"]) == (
+        403,
+        "forbidden",
+        "trust_class",
+    )
