@@ -10,11 +10,17 @@ PORT ?= 8000
 .PHONY: run demo-reset serve serve-environment demo-agent demo-frameworks test contract typescript-client lint format bench clean
 
 # The Python client (clients/python) is installed beside the service, with its framework adapters' extras:
-# their tests run against a live server.
-$(STAMP): pyproject.toml clients/python/pyproject.toml
+# their tests run against a live server. langchain-mcp-adapters gets an interpreter of its own inside the venv
+# (every release needs mcp<2, the server mcp 2.x): tests/e2e/test_mcp_frameworks.py runs its agent there.
+LANGCHAIN_MCP_VENV := $(VENV)/langchain-mcp
+LANGCHAIN_MCP_REQUIREMENTS := tests/e2e/langchain_mcp/requirements.txt
+$(STAMP): pyproject.toml clients/python/pyproject.toml $(LANGCHAIN_MCP_REQUIREMENTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]" -e "./clients/python[langchain,openai-agents,pydantic-ai]"
+	test -x $(LANGCHAIN_MCP_VENV)/bin/python || $(PYTHON) -m venv $(LANGCHAIN_MCP_VENV)
+	$(LANGCHAIN_MCP_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LANGCHAIN_MCP_VENV)/bin/python -m pip install --quiet -r $(LANGCHAIN_MCP_REQUIREMENTS)
 	touch $(STAMP)
 
 run: $(STAMP)
