@@ -454,8 +454,9 @@ class CandidateCache:
 def _collection_paused() -> Iterator[None]:
     """The cyclic garbage collector held off while a list is read and built: building a goal's items makes
     tens of thousands of objects, none in a cycle, and each full collection they trigger walks every object
-    of the process (a third of a cold compile's time at 10k items). Reference counting still frees
-    everything; the collector runs again afterwards (unless it was off before)."""
+    of the process (about a fifth of a cold compile's time at 10k items). Reference counting still frees
+    everything; the collector runs again afterwards, unless it was off before (a thread that finds it
+    paused by another thread leaves it to that one)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
