@@ -232,7 +232,10 @@ def _folds(
         .values_list("summary_id", "folded_ids")
     )
     originals = CANDIDATES.items_of(
-        changed_rows(task, encoding, -1, ids=candidates.folded), counter, embedder=embedder, embedded=embedded
+        changed_rows(task, encoding, -1, ids=candidates.folded, embedder=embedder_id(embedder)),
+        counter,
+        embedder=embedder,
+        embedded=embedded,
     )
     own = {item.id: item for item in candidates.compacted_items()}
     own.update((item.id, item) for item in originals)

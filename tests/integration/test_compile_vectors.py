@@ -11,11 +11,10 @@ import uuid
 
 import pytest
 
-from context_app.compilation import selectors, services
+from context_app.compilation import candidates, selectors, services
 from context_app.compilation.candidates import CandidateCache
 from context_app.compilation.models import ContextCompilation, StoredContext
 from context_app.world import services as world
-from context_app.world import vectors as world_vectors
 from context_app.world.embedder import configured_embedder, configured_embedder_id
 from context_app.world.models import ItemVector, WorldItem
 from nexum.core.compilation.compiler import COMPILER_VERSION, query_text
@@ -119,25 +118,27 @@ def test_an_older_version_and_no_embedder_compile_by_words_alone(auth, cache, se
 
 
 def test_vectors_are_read_for_the_rows_that_changed_only(auth, cache, monkeypatch):
-    asked: list[list[str]] = []
-    read = world_vectors.stored_vectors
+    """The stored vectors come with the changed rows, in the candidate query itself: every ranked item's on
+    the first read, none when nothing changed, the new fact's alone after it is recorded."""
+    read: list[dict[str, bool]] = []
+    changed_rows = candidates.changed_rows
 
-    def recording(item_ids, embedder):
-        asked.append(list(item_ids))
-        return read(item_ids, embedder)
+    def recording(*args, **kwargs):
+        rows = changed_rows(*args, **kwargs)
+        read.append({row.id: row.vector is not None for row in rows if row.kind in ("fact", "tool_call")})
+        return rows
 
-    monkeypatch.setattr("context_app.compilation.candidates.stored_vectors", recording)
+    monkeypatch.setattr("context_app.compilation.candidates.changed_rows", recording)
     input_for(auth)
-    assert (
-        len(asked) == 1 and len(asked[0]) == WorldItem.objects.filter(kind__in=("fact", "tool_call")).count()
-    )
-    asked.clear()
+    ranked = WorldItem.objects.filter(kind__in=("fact", "tool_call")).count()
+    assert len(read) == 1 and len(read[0]) == ranked and all(read[0].values())
+    read.clear()
     input_for(auth)
-    assert asked == []  # nothing changed: nothing read
+    assert read == []  # nothing changed: nothing read
     scope = world.scope_resolve(project_id=auth.project_id, goal_id=str(auth.goal.id))
     fact = world.fact_record(scope=scope, text="Tokens expire after 15 minutes", actor="test")
     facts = input_for(auth).compile_input.facts
-    assert asked == [[str(fact.id)]]
+    assert read == [{str(fact.id): True}]
     assert next(item for item in facts if item.id == str(fact.id)).vector is not None
 
 
