@@ -28,7 +28,7 @@ from agent_loop import (
     plan_task,
 )
 
-__all__ = ["Script", "ScriptStep", "command_line", "file_tools", "plan_task"]
+__all__ = ["Script", "ScriptStep", "command_line", "example_main", "file_tools", "plan_task"]
 
 OBJECTIVE = "Make verify_token refuse expired tokens"
 ANSWER = "verify_token now refuses expired tokens: it raises InvalidToken once now >= expires_at"
@@ -96,3 +96,18 @@ def command_line(description: str, argv: list[str] | None = None) -> argparse.Na
     )
     parser.add_argument("--model", default="local", help="the catalog word to compile for")
     return parser.parse_args(argv)
+
+
+def example_main(description: str, run: Any, compiles: Any, argv: list[str] | None = None) -> int:
+    """What each framework example's ``main`` does: plan the demo task as the operator, work it as the agent
+    through ``run(agent, task_id, checkout=, model_word=)``, say how many compiles (``compiles(result)``) and
+    what the gate decided; 0 when it completed the task."""
+    from nexum_client import Nexum
+
+    args = command_line(description, argv)
+    with Nexum(args.url, args.operator_token) as operator:
+        task_id, checkout = plan_task(operator, workspace=args.workspace.resolve())
+    with Nexum(args.url, args.token) as agent:
+        result = run(agent, task_id, checkout=checkout, model_word=args.model)
+    print(f"task {task_id}: {compiles(result)} compiles; gate: {result.completion.outcome}")
+    return 0 if result.completion.outcome == "completed" else 1

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from framework_script import Script, command_line, file_tools, plan_task
+from framework_script import Script, example_main, file_tools
 from langchain.agents import create_agent
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
@@ -85,13 +85,7 @@ def run(agent: Nexum, task_id: str, *, checkout: Path, model_word: str = "local"
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = command_line(__doc__.split("\n\n")[0], argv)
-    with Nexum(args.url, args.operator_token) as operator:
-        task_id, checkout = plan_task(operator, workspace=args.workspace.resolve())
-    with Nexum(args.url, args.token) as agent:
-        result = run(agent, task_id, checkout=checkout, model_word=args.model)
-    print(f"task {task_id}: {len(result.middleware.contexts)} compiles; gate: {result.completion.outcome}")
-    return 0 if result.completion.outcome == "completed" else 1
+    return example_main(__doc__.split("\n\n")[0], run, lambda result: len(result.middleware.contexts), argv)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from framework_script import Script, command_line, file_tools, plan_task
+from framework_script import Script, example_main, file_tools
 from nexum_client import Completion, Nexum
 from nexum_client.adapters.pydantic_ai import NexumContext
 from pydantic_ai import Agent
@@ -75,13 +75,9 @@ def run(agent: Nexum, task_id: str, *, checkout: Path, model_word: str = "local"
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = command_line(__doc__.split("\n\n")[0], argv)
-    with Nexum(args.url, args.operator_token) as operator:
-        task_id, checkout = plan_task(operator, workspace=args.workspace.resolve())
-    with Nexum(args.url, args.token) as agent:
-        result = run(agent, task_id, checkout=checkout, model_word=args.model)
-    print(f"task {task_id}: {len(result.nexum_context.contexts)} compiles; gate: {result.completion.outcome}")
-    return 0 if result.completion.outcome == "completed" else 1
+    return example_main(
+        __doc__.split("\n\n")[0], run, lambda result: len(result.nexum_context.contexts), argv
+    )
 
 
 if __name__ == "__main__":
