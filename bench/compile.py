@@ -44,9 +44,6 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-# The modules beside this script (worlds) come after the installed packages: bench/mcp.py must not hide the
-# MCP SDK that the REST endpoint's URLs import.
-sys.path.append(sys.path.pop(0))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nexum.settings")
 

@@ -1,6 +1,6 @@
 """MCP's cost per call beside REST's, in the same run (issue 29). Run by hand; not a test.
 
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/nexum_mcp_bench .venv/bin/python bench/mcp.py
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/nexum_mcp_bench .venv/bin/python bench/mcp_overhead.py
 
 Builds a project of ``BENCH_ITEMS`` items (1,000) with one running task (bench/worlds.py), resets the
 database named by DATABASE_URL (use one of your own), starts gunicorn with deploy/gunicorn.conf.py on
@@ -105,7 +105,7 @@ def compare(
 
 def main() -> None:
     if connection.vendor != "postgresql":
-        sys.exit("bench/mcp.py needs DATABASE_URL naming a PostgreSQL database of your own")
+        sys.exit("bench/mcp_overhead.py needs DATABASE_URL naming a PostgreSQL database of your own")
     call_command("migrate", verbosity=0)
     call_command("flush", interactive=False, verbosity=0)
     world = build_world(slug="mcp", size=ITEMS)
