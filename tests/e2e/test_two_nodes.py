@@ -234,6 +234,7 @@ def test_requests_through_both_nodes_at_once_are_each_decided_once(nodes, projec
     answered = concurrently(requests, nodes.agent)
 
     completions: dict[str, set[str]] = {task_id: set() for task_id in tasks}
+    named_pending: dict[str, set[str]] = {task_id: set() for task_id in tasks}
     keyed: dict[str, set[str]] = {}
     own: list[str] = []
     for (_, _, path, _, headers), (status, answer) in zip(requests, answered, strict=True):
@@ -244,6 +245,8 @@ def test_requests_through_both_nodes_at_once_are_each_decided_once(nodes, projec
             else:  # the other node's request for the task came first
                 assert status == 409, answer
                 assert answer["error"]["code"] in ("completion_pending", "concurrency_conflict"), answer
+                if answer["error"]["code"] == "completion_pending":
+                    named_pending[task_id].add(answer["error"]["details"]["request_id"])
         else:
             assert status == 202, answer
             if "Idempotency-Key" in headers:
@@ -252,6 +255,7 @@ def test_requests_through_both_nodes_at_once_are_each_decided_once(nodes, projec
                 own.append(answer["request_id"])
     # One completion per task, whichever node took it; one compile per Idempotency-Key across both nodes.
     assert all(len(ids) == 1 for ids in completions.values()), completions
+    assert all(named_pending[task_id] <= completions[task_id] for task_id in tasks), named_pending
     assert len(keyed) == TASKS and all(len(ids) == 1 for ids in keyed.values()), keyed
     completion_ids = [request_id for ids in completions.values() for request_id in ids]
     compile_ids = [request_id for ids in keyed.values() for request_id in ids] + own
