@@ -99,7 +99,7 @@ def read_alias(project_id: str | None, min_position: int = 0) -> str:
 
 def replica_project_position(project_id: str | None) -> int:
     """The last project position of ``project_id`` that the replica has replayed."""
-    from nexum.eventstore.models import EventRow
+    from nexum.eventstore.models import Event as EventRow
 
     last = (
         EventRow.objects.using(REPLICA)
