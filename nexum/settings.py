@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("NEXUM_DATA_DIR", BASE_DIR / "data"))
@@ -85,6 +86,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "nexum_web.api.middleware.MethodCheckMiddleware",
+    "nexum_web.api.positions.PositionMiddleware",
 ]
 
 ROOT_URLCONF = "nexum_web.urls"
@@ -126,6 +128,24 @@ if _database["ENGINE"] == "django.db.backends.sqlite3":
     }
     _database["TEST"] = {"NAME": str(DATA_DIR / "test-nexum.sqlite3")}
 DATABASES = {"default": _database}
+# An optional streaming replica of the primary (issue 26 item 3): compiles read from it once it has
+# replayed the caller's last write (``Nexum-Min-Position``), waiting at most NEXUM_REPLICA_WAIT_MS for it,
+# else from the primary. Writes always go to the primary (nexum/eventstore/replica.py).
+NEXUM_READ_DATABASE_URL = os.environ.get("NEXUM_READ_DATABASE_URL", "")
+NEXUM_REPLICA_WAIT_MS = _env_int("NEXUM_REPLICA_WAIT_MS", 500)
+if NEXUM_READ_DATABASE_URL:
+    _replica = dj_database_url.parse(
+        NEXUM_READ_DATABASE_URL,
+        conn_max_age=_database["CONN_MAX_AGE"],
+        conn_health_checks=True,
+    )
+    if _replica["ENGINE"] != "django.db.backends.postgresql":
+        raise ImproperlyConfigured("NEXUM_READ_DATABASE_URL must name a PostgreSQL streaming replica")
+    # Connecting to a stopped replica must fail fast: the read then falls back to the primary.
+    _replica["OPTIONS"] = {"connect_timeout": _env_int("NEXUM_REPLICA_CONNECT_TIMEOUT", 2)}
+    _replica["TEST"] = {"MIRROR": "default"}
+    DATABASES["replica"] = _replica
+    DATABASE_ROUTERS = ["nexum.eventstore.replica.ReadReplicaRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = []

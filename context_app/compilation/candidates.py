@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from django.conf import settings
-from django.db import connection
 from django.db.models import (
     BinaryField,
     BooleanField,
@@ -68,6 +67,7 @@ from nexum.core.relevance import stems_of
 from nexum.core.tokens import TokenCounter
 from nexum.embedding import Embedder, embedder_id
 from nexum.eventstore.models import Event
+from nexum.eventstore.replica import read_connection
 from tasks_app.models import Task
 
 RANKED_KINDS = ("fact", "tool_call")  # ranked by relevance: their terms are needed
@@ -480,8 +480,8 @@ def _newer(kept: Marks, fresh: Marks) -> bool:
 
 def _key(task: Task, encoding: str, embedder: str) -> tuple[Any, ...]:
     return (
-        connection.alias,
-        connection.settings_dict.get("NAME"),
+        read_connection.alias,
+        read_connection.settings_dict.get("NAME"),
         encoding,
         embedder,
         str(task.id),
@@ -515,15 +515,15 @@ def task_items(task: Task) -> QuerySet[WorldItem]:
 def stored_tokens(encoding: str) -> RawSQL:
     """A world item's stored token count in ``encoding`` as an integer (NULL when not counted), read by the
     database so no ``token_counts`` JSON is decoded in Python."""
-    table = connection.ops.quote_name(WorldItem._meta.db_table)
-    if connection.vendor == "postgresql":
+    table = read_connection.ops.quote_name(WorldItem._meta.db_table)
+    if read_connection.vendor == "postgresql":
         return RawSQL(f"({table}.token_counts ->> %s)::integer", (encoding,))
     return RawSQL(f"json_extract({table}.token_counts, %s)", (f'$."{encoding}"',))
 
 
 def _id_text() -> RawSQL:
-    table = connection.ops.quote_name(WorldItem._meta.db_table)
-    return RawSQL(f"{table}.id::text" if connection.vendor == "postgresql" else f"{table}.id", ())
+    table = read_connection.ops.quote_name(WorldItem._meta.db_table)
+    return RawSQL(f"{table}.id::text" if read_connection.vendor == "postgresql" else f"{table}.id", ())
 
 
 def changed_rows(
@@ -581,10 +581,10 @@ def changed_rows(
         .order_by()
     )
     sql, params = rows.query.sql_with_params()
-    with connection.cursor() as cursor:
+    with read_connection.cursor() as cursor:
         cursor.execute(sql, params)
         fetched = cursor.fetchall()
-    if connection.vendor == "postgresql":
+    if read_connection.vendor == "postgresql":
         return [CandidateRow._make(row) for row in fetched]
     return [CandidateRow(_canonical_uuid(row[0]), *row[1:]) for row in fetched]
 
@@ -592,17 +592,17 @@ def changed_rows(
 def _marks(task: Task, known: Marks) -> tuple[Marks, Marks]:
     """The task's marks now, and the fingerprints of the events at the ``known`` marks' positions now, in
     one query of index probes."""
-    items = connection.ops.quote_name(WorldItem._meta.db_table)
-    folds = connection.ops.quote_name(CompactionFold._meta.db_table)
-    events = connection.ops.quote_name(Event._meta.db_table)
+    items = read_connection.ops.quote_name(WorldItem._meta.db_table)
+    folds = read_connection.ops.quote_name(CompactionFold._meta.db_table)
+    events = read_connection.ops.quote_name(Event._meta.db_table)
     goal_id, task_id = task.goal_id, task.id
-    if connection.vendor != "postgresql":  # SQLite keeps UUIDs as 32 hex digits
+    if read_connection.vendor != "postgresql":  # SQLite keeps UUIDs as 32 hex digits
         goal_id, task_id = uuid.UUID(str(goal_id)).hex, uuid.UUID(str(task_id)).hex
 
     def event_at(position: str) -> str:
         return f"(SELECT stream_id || '@' || CAST(version AS TEXT) FROM {events} WHERE position = {position})"
 
-    with connection.cursor() as cursor:
+    with read_connection.cursor() as cursor:
         cursor.execute(
             f"SELECT h.p, {event_at('h.p')}, f.p, {event_at('f.p')}, {event_at('%s')}, {event_at('%s')}"
             f" FROM (SELECT MAX(changed_position) AS p FROM {items} WHERE goal_id = %s) AS h,"

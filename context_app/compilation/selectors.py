@@ -30,7 +30,6 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from django.db import connection
 from django.db.models import QuerySet
 
 from context_app.compilation.candidates import CANDIDATES, TaskCandidates, changed_rows
@@ -71,6 +70,7 @@ from nexum.core.entities import entities_of
 from nexum.core.errors import NotFound
 from nexum.core.tokens import TokenCounter
 from nexum.embedding import Embedder, embedder_id
+from nexum.eventstore.replica import read_connection
 from nexum.ids import uuid_or_none
 from tasks_app.models import Task
 from verification_app import selectors as verification_selectors
@@ -311,10 +311,10 @@ def item_text_loader(items: Sequence[ContextItem]) -> dict[tuple[str, str], str]
         except ValueError:
             continue
     texts: dict[tuple[str, str], str] = {}
-    if connection.vendor == "postgresql":
+    if read_connection.vendor == "postgresql":
         by_text = {str(key): item for key, item in wanted.items()}
-        table = connection.ops.quote_name(WorldItem._meta.db_table)
-        with connection.cursor() as cursor:
+        table = read_connection.ops.quote_name(WorldItem._meta.db_table)
+        with read_connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT id::text, rendered FROM {table} WHERE id = ANY(%s::uuid[])", [list(by_text)]
             )

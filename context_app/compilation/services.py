@@ -70,7 +70,7 @@ from nexum.core.errors import ConcurrencyError, DomainError, NotFound, PolicyRef
 from nexum.core.text import require_storable
 from nexum.core.trust import TrustClass
 from nexum.embedding import DEFAULT_EMBEDDER, Embedder, embedder_id, embedder_named
-from nexum.eventstore import projections, store
+from nexum.eventstore import projections, replica, store
 from nexum.tokenization import counter_for
 from tasks_app import selectors as task_selectors
 from tasks_app.models import Project, Task
@@ -122,6 +122,7 @@ def context_compile(
     request_id: str | None = None,
     focus: str = "",
     actor: str,
+    min_position: int = 0,
 ) -> CompileOutcome:
     """Compile the context of ``task_id`` for a call under ``model_word`` now (synchronously).
 
@@ -130,7 +131,9 @@ def context_compile(
     request's own choice (O6); ``focus`` says what the agent is working on now (part of the query, shown in
     the current step, recorded for replay). The same ``request_id`` again returns the first answer and
     writes nothing. Another project's task is ``NotFound``; bad input is ``ValidationFailed`` naming the
-    field; in both cases nothing is written.
+    field; in both cases nothing is written. With a read replica configured, the world is read from it
+    once it has replayed the project up to ``min_position`` (the caller's last write), else from the
+    primary (``nexum.eventstore.replica``); the compile is recorded on the primary.
     """
     task = task_selectors.task_get(project_id=project_id, task_id=task_id)
     word = _model_word(model_word)
@@ -150,6 +153,7 @@ def context_compile(
         expected_version=0,
         focus=focus,
         actor=actor,
+        read_alias=replica.read_alias(project_id, min_position),
     )
 
 
@@ -276,9 +280,10 @@ def _compile_and_record(
     expected_version: int,
     focus: str,
     actor: str,
+    read_alias: str = replica.PRIMARY,
 ) -> CompileOutcome:
     project_id = str(task.project_id)
-    with store.consistent_read(project_id) as position:
+    with replica.reading_from(read_alias), store.consistent_read(project_id) as position:
         answered = _answered(project_id, request_id, expected_version)
         if answered is not None:
             return answered

@@ -11,12 +11,11 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from django.db import connection
-
 from context_app.world.models import ItemVector, WorldItem, item_vector_id
 from nexum.core import world
 from nexum.core.entities import entities_of
 from nexum.embedding import Embedder, embedder_id
+from nexum.eventstore.replica import read_connection
 
 READ_CHUNK = 900  # ids per query on SQLite (its bound-parameter limit); PostgreSQL takes one array
 FILL_BATCH = 1000
@@ -36,9 +35,9 @@ def stored_vectors(item_ids: Sequence[str], embedder: str) -> dict[str, bytes]:
     """The stored vectors by ``embedder`` of the given items (an item without one is absent)."""
     if not item_ids or not embedder:
         return {}
-    if connection.vendor == "postgresql":
-        table = connection.ops.quote_name(ItemVector._meta.db_table)
-        with connection.cursor() as cursor:
+    if read_connection.vendor == "postgresql":
+        table = read_connection.ops.quote_name(ItemVector._meta.db_table)
+        with read_connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT item_id::text, vector FROM {table}"
                 " WHERE embedder = %s AND item_id = ANY(%s::uuid[])",

@@ -34,15 +34,16 @@ import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from nexum.core.digests import canonical_json
 from nexum.core.errors import ConcurrencyError, Conflict, ValidationFailed
 from nexum.core.events import Event, event_from_data, event_to_data, upcast, validate_event
-from nexum.eventstore import projections
+from nexum.eventstore import projections, replica
 from nexum.eventstore.models import Event as EventRow
 
 METADATA_KEYS = ("actor", "causation_id", "correlation_id")
@@ -140,6 +141,8 @@ def append(
             for (position, version, place), event in zip(inserted, typed, strict=True)
         ]
         projections.apply(stored)
+        # Reported to the caller (``Nexum-Position``) only once committed.
+        transaction.on_commit(partial(replica.note_written, project_id, inserted[-1][2]))
     return AppendResult(
         stream_id,
         tuple(row[0] for row in inserted),
@@ -371,6 +374,15 @@ def consistent_read(project_id: str | None) -> Iterator[int]:
     level can no longer be chosen, so the project's lock is taken instead (until that transaction ends). On
     SQLite the transaction's ``BEGIN IMMEDIATE`` already keeps every writer out.
     """
+    alias = replica.current_read_alias()
+    if alias != replica.PRIMARY:
+        # A hot standby: its REPEATABLE READ snapshot is a prefix of every project's log, and no lock is
+        # needed (nothing can be written there).
+        with transaction.atomic(using=alias):
+            with connections[alias].cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield project_head(project_id)[0]
+        return
     if connection.vendor == "postgresql" and not connection.in_atomic_block:
         with transaction.atomic():
             with connection.cursor() as cursor:

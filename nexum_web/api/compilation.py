@@ -29,6 +29,7 @@ from nexum.core.errors import NotFound
 from nexum_web.api.auth import CallerTrustField, OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.pagination import LogListQuery, log_page, page_schema
+from nexum_web.api.positions import MIN_POSITION_PARAMETER, min_position
 from nexum_web.api.strict import StrictInput, StrictQuery
 from tasks_app import services as task_services
 from tasks_app.selectors import project_get, task_get
@@ -325,7 +326,7 @@ class TaskCompileView(APIView):
             "queued and the answer is 202 with a request id to poll at `/compiles/{request_id}`."
         ),
         request=CompileInput,
-        parameters=[IDEMPOTENCY_HEADER],
+        parameters=[IDEMPOTENCY_HEADER, MIN_POSITION_PARAMETER],
         responses={200: COMPILE_ANSWER, 202: COMPILE_QUEUED},
     )
     def post(self, request: Request, task_id: str) -> HttpResponse:
@@ -351,7 +352,7 @@ class TaskCompileView(APIView):
             body = compile_request_data(queued)
             body["url"] = reverse("v1:compile-request", args=[body["request_id"]])
             return Response(body, status=status.HTTP_202_ACCEPTED)
-        outcome = services.context_compile(**arguments)
+        outcome = services.context_compile(**arguments, min_position=min_position(request))
         answer = _json({"request_id": outcome.request_id})
         context = context_json(outcome.context, excluded=excluded, result=outcome.result)
         return _json_response(_with_member(answer, "context", context))

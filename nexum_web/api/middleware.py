@@ -72,8 +72,11 @@ class ApiCorsMiddleware:
     """
 
     ALLOW_METHODS = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
-    ALLOW_HEADERS = "Authorization, Content-Type, Idempotency-Key, If-Match, Last-Event-ID, X-Request-ID"
-    EXPOSE_HEADERS = "ETag, Location, Retry-After, X-Request-ID"
+    ALLOW_HEADERS = (
+        "Authorization, Content-Type, Idempotency-Key, If-Match, Last-Event-ID, Nexum-Min-Position, "
+        "X-Request-ID"
+    )
+    EXPOSE_HEADERS = "ETag, Location, Nexum-Position, Nexum-Read-From, Retry-After, X-Request-ID"
     MAX_AGE_S = 600
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:

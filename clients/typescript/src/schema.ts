@@ -7188,6 +7188,8 @@ export interface operations {
             header?: {
                 /** @description Makes the POST safe to retry: a repeat with the same key writes nothing and returns the same result; the same key with a different request is a 409 `idempotency_key_reused`. 1–200 characters. */
                 "Idempotency-Key"?: string;
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the compile reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
             };
             path: {
                 task_id: string;

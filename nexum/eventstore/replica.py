@@ -1,0 +1,161 @@
+"""Reads on a streaming replica, with read-your-writes (issue 26 item 3).
+
+With ``NEXUM_READ_DATABASE_URL`` set, the settings add a database alias ``replica``. Writes always go to
+``default`` (the primary). A read is sent to the replica only inside ``reading_from(alias)``, which the
+read paths enter after ``read_alias`` chose the alias: every ORM read in the block then goes there (the
+router below), every write still goes to the primary.
+
+Read-your-writes. A project's events commit in the order of their ``project_position``, so a replica holds
+a prefix of each project's log. Each append records the project position it reached (``note_written``);
+the web layer returns it as the ``Nexum-Position`` response header and accepts it back as
+``Nexum-Min-Position``. ``read_alias`` polls the replica's project head until it reaches that position,
+for at most ``NEXUM_REPLICA_WAIT_MS``; when it does not, or the replica cannot be reached, the read goes
+to the primary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, connections
+
+REPLICA = "replica"
+PRIMARY = "default"
+POLL_INTERVAL_SECONDS = 0.01
+
+logger = logging.getLogger(__name__)
+
+_read_alias: contextvars.ContextVar[str | None] = contextvars.ContextVar("nexum_read_alias", default=None)
+
+
+class ReadReplicaRouter:
+    """Sends reads to the alias chosen by ``reading_from`` (none: the primary); writes and migrations to
+    the primary only."""
+
+    def db_for_read(self, model: Any, **hints: Any) -> str:
+        # Never None: Django would then follow an instance read from the replica back to the replica.
+        return current_read_alias()
+
+    def db_for_write(self, model: Any, **hints: Any) -> str:
+        return PRIMARY
+
+    def allow_relation(self, obj1: Any, obj2: Any, **hints: Any) -> bool:
+        return True  # the replica is a copy of the primary: the same rows
+
+    def allow_migrate(self, db: str, app_label: str, **hints: Any) -> bool:
+        return db == PRIMARY
+
+
+def replica_configured() -> bool:
+    return REPLICA in settings.DATABASES
+
+
+def current_read_alias() -> str:
+    return _read_alias.get() or PRIMARY
+
+
+@contextlib.contextmanager
+def reading_from(alias: str) -> Iterator[None]:
+    """Inside the block, ORM reads go to ``alias``."""
+    token = _read_alias.set(alias)
+    try:
+        yield
+    finally:
+        _read_alias.reset(token)
+
+
+def read_alias(project_id: str | None, min_position: int = 0) -> str:
+    """The alias a read of ``project_id`` should use: the replica once its project head has reached
+    ``min_position`` (a project position), waited for at most ``NEXUM_REPLICA_WAIT_MS``; else the primary."""
+    if not replica_configured():
+        return PRIMARY
+    deadline = time.monotonic() + settings.NEXUM_REPLICA_WAIT_MS / 1000
+    while True:
+        try:
+            reached = replica_project_position(project_id)
+        except DatabaseError as error:
+            logger.warning("replica unreachable, reading from the primary: %s", error)
+            connections[REPLICA].close()
+            return _note_read_from(PRIMARY)
+        if reached >= min_position:
+            return _note_read_from(REPLICA)
+        if time.monotonic() >= deadline:
+            logger.info(
+                "replica at project position %s of %s after %s ms, reading from the primary",
+                reached,
+                min_position,
+                settings.NEXUM_REPLICA_WAIT_MS,
+            )
+            return _note_read_from(PRIMARY)
+        time.sleep(POLL_INTERVAL_SECONDS)
+
+
+def replica_project_position(project_id: str | None) -> int:
+    """The last project position of ``project_id`` that the replica has replayed."""
+    from nexum.eventstore.models import Event as EventRow
+
+    last = (
+        EventRow.objects.using(REPLICA)
+        .filter(project_id=project_id)
+        .order_by("-project_position")
+        .values_list("project_position", flat=True)
+        .first()
+    )
+    return last or 0
+
+
+@dataclass
+class RequestPositions:
+    """What one request wrote (per project, the highest project position committed) and where its compile
+    read from (``replica``, ``default``, or None when it compiled nothing)."""
+
+    written: dict[str | None, int] = field(default_factory=dict)
+    read_from: str | None = None
+
+
+_request: contextvars.ContextVar[RequestPositions | None] = contextvars.ContextVar(
+    "nexum_request_positions", default=None
+)
+
+
+@contextlib.contextmanager
+def tracking_request() -> Iterator[RequestPositions]:
+    """Collects the writes and the read alias of the block (one request)."""
+    positions = RequestPositions()
+    token = _request.set(positions)
+    try:
+        yield positions
+    finally:
+        _request.reset(token)
+
+
+def note_written(project_id: str | None, project_position: int) -> None:
+    """Called by ``store.append`` on commit: the caller's write reached ``project_position``."""
+    positions = _request.get()
+    if positions is not None:
+        key = None if project_id is None else str(project_id)
+        positions.written[key] = max(positions.written.get(key, 0), project_position)
+
+
+def _note_read_from(alias: str) -> str:
+    positions = _request.get()
+    if positions is not None:
+        positions.read_from = alias
+    return alias
+
+
+class _ReadConnection:
+    """The connection of the alias reads use now (``reading_from``), for the read paths' raw SQL."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(connections[current_read_alias()], name)
+
+
+read_connection = _ReadConnection()

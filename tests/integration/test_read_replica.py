@@ -1,0 +1,324 @@
+"""Compiles on a real streaming replica, with read-your-writes (issue 26 item 3).
+
+A private PostgreSQL primary on 5471 and a hot standby on 5472 made from it with ``pg_basebackup`` (a
+replication slot, WAL streamed), both in a temporary folder removed at the end; the shared server is not
+touched. A Nexum server runs on them (``DATABASE_URL`` the primary, ``NEXUM_READ_DATABASE_URL`` the
+replica), driven over HTTP as an agent drives it:
+
+* a fact recorded on the primary is in the next compile, served from the replica, when the compile sends
+  back the write's ``Nexum-Position``;
+* with the replica's replay paused, a compile with the token waits its bound and reads from the primary
+  (the fact is there), while one without a token reads the replica's older world (the fact is not: the
+  replica really serves the read);
+* with the replica stopped, compiles fall back to the primary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_worker import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+PRIMARY_PORT = 5471
+REPLICA_PORT = 5472
+SERVER_PORT = 18950
+DATABASE = "nexum_replica_test"
+SLOT = "nexum_test_replica"
+WAIT_MS = 5000
+TOOLS = ("initdb", "pg_ctl", "pg_basebackup", "psql")
+
+
+def postgres_bindir() -> Path | None:
+    """A folder holding all of the server tools: the newest Debian one, else the one on PATH."""
+    for candidate in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
+        if all((candidate / tool).exists() for tool in TOOLS):
+            return candidate
+    found = [shutil.which(tool) for tool in TOOLS]
+    if all(found) and len({Path(path).parent for path in found if path}) == 1:
+        return Path(found[0]).parent  # type: ignore[arg-type]
+    return None
+
+
+def port_taken(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+BINDIR = postgres_bindir()
+AS_ROOT = os.geteuid() == 0
+if BINDIR is None:
+    pytestmark = pytest.mark.skip(
+        reason="a private streaming replica needs initdb, pg_ctl, pg_basebackup and psql of one PostgreSQL "
+        "(apt-get install postgresql)"
+    )
+elif AS_ROOT and (
+    shutil.which("runuser") is None or not any(u.pw_name == "postgres" for u in pwd.getpwall())
+):
+    pytestmark = pytest.mark.skip(
+        reason="as root, the private cluster must run as the 'postgres' user through runuser "
+        "(initdb refuses root)"
+    )
+
+
+@dataclass
+class Clusters:
+    folder: Path
+    primary: Path
+    replica: Path
+
+    def run(self, tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """One PostgreSQL tool, as the ``postgres`` user when the tests run as root."""
+        command = [str(BINDIR / tool), *args]
+        if AS_ROOT:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=self.folder)
+        if check and done.returncode != 0:
+            raise AssertionError(f"{tool} {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+        return done
+
+    def start(self, data: Path) -> None:
+        self.run("pg_ctl", "-D", str(data), "-l", str(data / "server.log"), "-w", "-t", "120", "start")
+
+    def stop(self, data: Path) -> None:
+        self.run("pg_ctl", "-D", str(data), "-m", "fast", "-w", "-t", "120", "stop", check=False)
+
+    def sql(self, port: int, statement: str, database: str = "postgres") -> str:
+        done = self.run(
+            "psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-d", database, "-XAtc", statement
+        )
+        return done.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def clusters() -> Iterator[Clusters]:
+    for port in (PRIMARY_PORT, REPLICA_PORT, SERVER_PORT):
+        if port_taken(port):
+            pytest.fail(f"port {port} is taken: the replica test needs 5471, 5472 and 18950 free")
+    folder = Path(tempfile.mkdtemp(prefix="nexum-replica-"))
+    folder.chmod(0o755)
+    if AS_ROOT:
+        postgres = pwd.getpwnam("postgres")
+        os.chown(folder, postgres.pw_uid, postgres.pw_gid)
+    made = Clusters(folder, folder / "primary", folder / "replica")
+    started: list[Path] = []
+    try:
+        made.run(
+            "initdb", "-D", str(made.primary), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"
+        )
+        with (made.primary / "postgresql.conf").open("a") as conf:
+            conf.write(
+                f"port = {PRIMARY_PORT}\nlisten_addresses = '127.0.0.1'\n"
+                f"unix_socket_directories = '{folder}'\n"
+                "wal_level = replica\nmax_wal_senders = 4\nmax_replication_slots = 4\nhot_standby = on\n"
+                "fsync = off\nshared_buffers = 32MB\n"
+            )
+        made.start(made.primary)
+        started.append(made.primary)
+        made.run(
+            "pg_basebackup", "-h", "127.0.0.1", "-p", str(PRIMARY_PORT), "-U", "postgres",
+            "-D", str(made.replica), "-R", "-X", "stream", "-C", "-S", SLOT, "--no-sync",
+        )  # fmt: skip
+        with (made.replica / "postgresql.auto.conf").open("a") as conf:
+            conf.write(f"port = {REPLICA_PORT}\n")
+        made.start(made.replica)
+        started.append(made.replica)
+        assert made.sql(REPLICA_PORT, "SELECT pg_is_in_recovery()") == "t"
+        yield made
+    finally:
+        for data in reversed(started):
+            made.stop(data)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def database_url(port: int) -> str:
+    return f"postgres://postgres@127.0.0.1:{port}/{DATABASE}"
+
+
+def server_env(data_dir: Path) -> dict[str, str]:
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("NEXUM_", "DJANGO_")) and name not in ("DATABASE_URL", "CELERY_BROKER_URL")
+    }
+    env.update(
+        DATABASE_URL=database_url(PRIMARY_PORT),
+        NEXUM_READ_DATABASE_URL=database_url(REPLICA_PORT),
+        NEXUM_REPLICA_WAIT_MS=str(WAIT_MS),
+        NEXUM_DATA_DIR=str(data_dir),
+        CELERY_BROKER_URL="redis://127.0.0.1:6379/5",
+        PYTHONPATH=str(ROOT),
+    )
+    return env
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, f"manage.py {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout.strip()
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: Any
+    body: dict[str, Any]
+
+
+class Caller:
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def post(self, path: str, body: dict[str, Any], **headers: str) -> Answer:
+        connection = http.client.HTTPConnection("127.0.0.1", SERVER_PORT, timeout=60)
+        try:
+            connection.request(
+                "POST",
+                path,
+                body=json.dumps(body),
+                headers={
+                    "Authorization": f"Bearer {self.key}",
+                    "Content-Type": "application/json",
+                    **headers,
+                },
+            )
+            response = connection.getresponse()
+            return Answer(response.status, response.headers, json.loads(response.read() or b"{}"))
+        finally:
+            connection.close()
+
+
+def answers() -> bool:
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", SERVER_PORT, timeout=5)
+        connection.request("GET", "/api/v1/health")
+        connection.getresponse().read()
+    except OSError:
+        return False
+    return True
+
+
+@dataclass
+class Deployment:
+    clusters: Clusters
+    operator: Caller
+    agent: Caller
+    log: Path
+
+
+@pytest.fixture(scope="module")
+def deployment(clusters: Clusters) -> Iterator[Deployment]:
+    clusters.sql(PRIMARY_PORT, f"CREATE DATABASE {DATABASE}")
+    data_dir = clusters.folder / "nexum"
+    data_dir.mkdir()
+    env = server_env(data_dir)
+    manage(env, "migrate", "--noinput")
+    manage(env, "nexum_project", "create", "acme", "--name", "Acme")
+    operator = Caller(manage(env, "nexum_token", "issue", "acme", "planner", "--role", "operator"))
+    agent = Caller(manage(env, "nexum_token", "issue", "acme", "coder", "--role", "agent"))
+    log = data_dir / "server.log"
+    with log.open("wb") as output:
+        server = subprocess.Popen(
+            [sys.executable, "manage.py", "runserver", f"127.0.0.1:{SERVER_PORT}", "--noreload"],
+            cwd=ROOT,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        assert wait_for(lambda: answers() or server.poll() is not None), log.read_text()
+        assert server.poll() is None, log.read_text()
+        yield Deployment(clusters, operator, agent, log)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def task_id(deployment: Deployment) -> str:
+    goal = deployment.operator.post(
+        "/api/v1/goals",
+        {"objective": "Ship the cache", "tasks": [{"key": "cache", "objective": "Add a cache"}]},
+    )
+    assert goal.status == 201, goal.body
+    task = goal.body["tasks"][0]["id"]
+    assert deployment.agent.post(f"/api/v1/tasks/{task}/start", {}).status == 200
+    return task
+
+
+def record_fact(deployment: Deployment, task: str, text: str) -> int:
+    recorded = deployment.agent.post(f"/api/v1/tasks/{task}/facts", {"text": text})
+    assert recorded.status == 201, (recorded.body, deployment.log.read_text()[-5000:])
+    return int(recorded.headers["Nexum-Position"])
+
+
+def compile_prompt(deployment: Deployment, task: str, **headers: str) -> tuple[str, str]:
+    """The compiled prompt block and where it was read from (``Nexum-Read-From``)."""
+    compiled = deployment.agent.post(f"/api/v1/tasks/{task}/compile", {"model": "quick"}, **headers)
+    assert compiled.status == 200, (compiled.body, deployment.log.read_text()[-5000:])
+    return compiled.body["context"]["prompt_block"], compiled.headers["Nexum-Read-From"]
+
+
+def test_a_fact_just_recorded_is_in_the_next_compile_served_from_the_replica(deployment, task_id):
+    position = record_fact(deployment, task_id, "The cache is Redis 7.2 on port 6380")
+    prompt, read_from = compile_prompt(deployment, task_id, **{"Nexum-Min-Position": str(position)})
+    assert read_from == "replica"
+    assert "The cache is Redis 7.2 on port 6380" in prompt
+
+
+def test_a_replica_behind_the_token_is_waited_for_then_the_primary_answers(deployment, task_id):
+    clusters = deployment.clusters
+    clusters.sql(REPLICA_PORT, "SELECT pg_wal_replay_pause()")
+    try:
+        position = record_fact(deployment, task_id, "The cache evicts by LRU with a 10 minute TTL")
+        prompt, read_from = compile_prompt(deployment, task_id, **{"Nexum-Min-Position": str(position)})
+        assert read_from == "primary"
+        assert "The cache evicts by LRU with a 10 minute TTL" in prompt
+        # Without the token the replica answers, from the world it has replayed: the fact is not in it yet.
+        stale, read_from = compile_prompt(deployment, task_id)
+        assert read_from == "replica"
+        assert "The cache evicts by LRU with a 10 minute TTL" not in stale
+    finally:
+        clusters.sql(REPLICA_PORT, "SELECT pg_wal_replay_resume()")
+    prompt, read_from = compile_prompt(deployment, task_id, **{"Nexum-Min-Position": str(position)})
+    assert read_from == "replica"
+    assert "The cache evicts by LRU with a 10 minute TTL" in prompt
+
+
+def test_with_the_replica_stopped_compiles_fall_back_to_the_primary(deployment, task_id):
+    clusters = deployment.clusters
+    clusters.stop(clusters.replica)
+    try:
+        position = record_fact(deployment, task_id, "The cache warms from the nightly export")
+        for headers in ({"Nexum-Min-Position": str(position)}, {}):
+            prompt, read_from = compile_prompt(deployment, task_id, **headers)
+            assert read_from == "primary"
+            assert "The cache warms from the nightly export" in prompt
+    finally:
+        clusters.start(clusters.replica)
+    prompt, read_from = compile_prompt(deployment, task_id, **{"Nexum-Min-Position": str(position)})
+    assert read_from == "replica"  # back once it has caught up from its slot
+    assert "The cache warms from the nightly export" in prompt
