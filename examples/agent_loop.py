@@ -231,8 +231,10 @@ def _server_workspace_root() -> Path:
     return Path(os.environ.get("NEXUM_WORKSPACE_ROOT", data_dir / "workspace"))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def command_line(description: str, argv: list[str] | None = None) -> argparse.Namespace:
+    """The demo agents' command line (this loop's and the framework examples'): the server, the two demo
+    tokens, the workspace as the server sees it, the model word."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--url", default=os.environ.get("NEXUM_URL", "http://127.0.0.1:8000"))
     parser.add_argument(
         "--token", default=os.environ.get("NEXUM_DEMO_TOKEN", "nx_demo_local_development_only")
@@ -248,7 +250,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the demo project's workspace folder as the server sees it (default: data/workspace/demo)",
     )
     parser.add_argument("--model", default=MODEL_WORD, help="the catalog word to compile for")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = command_line(__doc__.split("\n\n")[0], argv)
     with Nexum(args.url, args.operator_token) as operator:
         task_id, checkout = plan_task(operator, workspace=args.workspace.resolve())
     print(f"planned task {task_id}; checkout {checkout}")

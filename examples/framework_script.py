@@ -10,8 +10,6 @@ then refuses the task, so a run that completes shows the compile arrived where t
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +22,7 @@ from agent_loop import (
     RIGHT_FIX,
     TOKENS_FILE,
     Tools,
-    _server_workspace_root,
+    command_line,
     plan_task,
 )
 
@@ -76,26 +74,6 @@ def file_tools(checkout: Path) -> tuple[Any, Any]:
         return tools.edit_file(path, old, new)
 
     return read_file, edit_file
-
-
-def command_line(description: str, argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--url", default=os.environ.get("NEXUM_URL", "http://127.0.0.1:8000"))
-    parser.add_argument(
-        "--token", default=os.environ.get("NEXUM_DEMO_TOKEN", "nx_demo_local_development_only")
-    )
-    parser.add_argument(
-        "--operator-token",
-        default=os.environ.get("NEXUM_DEMO_OPERATOR_TOKEN", "nx_demo_operator_local_development_only"),
-    )
-    parser.add_argument(
-        "--workspace",
-        type=Path,
-        default=_server_workspace_root() / "demo",
-        help="the demo project's workspace folder as the server sees it (default: data/workspace/demo)",
-    )
-    parser.add_argument("--model", default="local", help="the catalog word to compile for")
-    return parser.parse_args(argv)
 
 
 def example_main(description: str, run: Any, compiles: Any, argv: list[str] | None = None) -> int:
