@@ -10,6 +10,7 @@ compared in lowercase; the result is sorted, so it is a pure function of the tex
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 _CANDIDATE = re.compile(r"[A-Za-z0-9_./:\-]+")
 _CAMEL = re.compile(r"[a-z][A-Z]|[A-Z]{2}[a-z]")
@@ -44,3 +45,23 @@ def entities_of(*texts: str) -> tuple[str, ...]:
             if is_entity(token):
                 found.add(token.lower())
     return tuple(sorted(found)[:MAX_ENTITIES])
+
+
+_QUALIFIER = re.compile(r"[.:]")
+
+
+def with_heads(entities: Iterable[str]) -> frozenset[str]:
+    """``entities`` with the heads of their qualified names: each prefix of a dotted or colon-qualified
+    name before a ``.`` or ``:`` (``flagclient.init`` → ``flagclient``, ``otel-collector.observability:4317``
+    → ``otel-collector``, ``otel-collector.observability``), so a fact about ``FlagClient.init`` links to one
+    about ``FlagClient``. Paths keep only themselves (``app/auth`` says little about ``app/auth/session.py``),
+    and a head must be an entity name's length and not a number."""
+    found = set(entities)
+    for entity in entities:
+        if "/" in entity or entity.startswith("--"):
+            continue
+        for separator in _QUALIFIER.finditer(entity):
+            head = entity[: separator.start()]
+            if len(head) >= MIN_LENGTH and _LETTER.search(head) and not _NUMERIC.fullmatch(head):
+                found.add(head)
+    return frozenset(found)

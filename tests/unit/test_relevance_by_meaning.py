@@ -1,4 +1,4 @@
-"""Compiler version 5 (issue 24): relevance by meaning, the floor, second hops, and exact replay across
+"""Compiler versions 5 and 6 (issue 24): relevance by meaning, the floor, second hops, and exact replay across
 processes, with the real embedder and the real cl100k_base counter, no database."""
 
 from __future__ import annotations
@@ -9,8 +9,20 @@ import subprocess
 import sys
 
 from nexum.core.budgets import ModelBudget
-from nexum.core.compilation.compiler import CompileInput, ContextItem, Step, compile_context, query_text
+from nexum.core.compilation.compiler import (
+    FEEDBACK_DEPTH,
+    CompileInput,
+    ContextItem,
+    Step,
+    _fed_back,
+    compile_context,
+    query_of,
+    query_text,
+    rank_sections,
+    relevance_scores,
+)
 from nexum.core.entities import entities_of
+from nexum.core.vectors import quantize
 from nexum.embedding import embedder_id, embedder_named
 from nexum.tokenization import counter_for
 
@@ -102,6 +114,35 @@ def test_a_fact_sharing_a_named_entity_with_a_relevant_fact_is_a_second_hop_and_
     [record] = [record for record in left_out.excluded if record.id == "linked"]
     assert record.reason.startswith("linked to fact linking through pgbouncer_auth_file; needed ")
     assert left_out.exclusion_summary()["by_reason"]["token_budget"] >= 1
+
+
+def test_from_version_6_a_fact_naming_the_head_of_a_qualified_name_is_a_second_hop():
+    qualified = "Rotating the database password restarts PgPool.reload on every node of deploy/db.yaml."
+    head = "PgPool keeps its marketing newsletter templates in a separate repository."
+    hop = world(fact("relevant", qualified), fact("head", head))
+    assert "head" in included_facts(hop)
+    assert rank_sections(hop, COUNTER).fact.links["head"] == "linked to fact relevant through pgpool"
+    version_5 = compile_context(hop, budget=SMALL, counter=COUNTER, version=5)
+    assert "head" not in [item_id for _, item_id in version_5.included]
+
+
+def test_the_fed_back_query_is_the_steps_vector_plus_its_best_facts_exactly_and_in_any_order():
+    facts = tuple(fact(f"f{n}", text) for n, text in enumerate((RELEVANT, LINKING, OTHER_WORDING, KITCHEN)))
+    compile_input = world(*facts)
+    query = query_of(compile_input)
+    scores = relevance_scores(compile_input.facts, query)
+    best = sorted(compile_input.facts, key=lambda item: (-scores[item.id], item.id))[:FEEDBACK_DEPTH]
+    total = [FEEDBACK_DEPTH * component for component in signed(query.vector)]
+    for item in best:
+        total = [sum_ + component for sum_, component in zip(total, signed(item.vector), strict=True)]
+    fed_back = _fed_back(compile_input.facts, query, scores)
+    assert fed_back.vector == quantize(total) != query.vector
+    assert _fed_back(compile_input.facts[::-1], query, scores) == fed_back
+    assert _fed_back(compile_input.facts, query._replace(vector=b""), scores).vector == b""
+
+
+def signed(vector: bytes) -> list[int]:
+    return [byte - 256 if byte > 127 else byte for byte in vector]
 
 
 def test_the_focus_changes_the_ranking_and_is_part_of_the_digest():

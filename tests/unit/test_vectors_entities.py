@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from nexum.core.entities import entities_of
+from nexum.core.entities import entities_of, with_heads
 from nexum.core.vectors import cosines, quantize
 from nexum.embedding import UnknownEmbedder, embedder_id, embedder_named
 
@@ -54,6 +54,21 @@ def test_entities_are_paths_identifiers_and_names_not_words_or_numbers():
         "session_key_id",
     )
     assert entities_of("Sessions stay valid for their remaining lifetime.") == ()
+
+
+def test_the_heads_of_qualified_names_are_entities_too_but_not_the_parts_of_paths():
+    named = entities_of(
+        "FlagClient.init blocks; spans go to otel-collector.observability:4317 from app/auth/x.py"
+    )
+    assert with_heads(named) == {
+        "flagclient.init",
+        "flagclient",
+        "otel-collector.observability:4317",
+        "otel-collector.observability",
+        "otel-collector",
+        "app/auth/x.py",
+    }
+    assert with_heads(("v1.2", "ab.cd", "--dry-run.x")) == {"v1.2", "ab.cd", "--dry-run.x"}
 
 
 def test_the_default_embedder_is_offline_int8_and_nearest_by_meaning():

@@ -48,12 +48,13 @@ still keeps them from ever being authority (``nexum.core.trust``).
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import json
 import math
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property, partial
+from functools import cached_property, lru_cache, partial
 from itertools import compress, count, islice, repeat
 from json.encoder import encode_basestring as _json_string  # what json.dumps writes for a str
 from operator import attrgetter, ge
@@ -66,14 +67,14 @@ from nexum.core.digests import (
     canonical_json_of_strings,
     sha256_hex,
 )
-from nexum.core.entities import entities_of
+from nexum.core.entities import entities_of, with_heads
 from nexum.core.errors import ValidationFailed
 from nexum.core.relevance import Document, bm25_scores, query_stems, stems_of, terms_of
 from nexum.core.tokens import TokenCounter
 from nexum.core.trust import TrustClass
-from nexum.core.vectors import cosines
+from nexum.core.vectors import cosines, quantize
 
-COMPILER_VERSION = 5
+COMPILER_VERSION = 6
 """The renderer's version, part of every digest. Version 2 gives every retrieved and evidence item its origin
 line and lets a compile show the entries of a fold instead of its summary (``Fold``); version 3 quotes
 retrieved ``agent_reported`` content as data too; version 4 ranks against the whole step and the focus with
@@ -82,12 +83,16 @@ lexical score fused with the cosine of the items' and the step's int8 vectors), 
 (``query_text``: the goal's words are shared by every task), leaves facts and evidence below the floor out,
 and lets facts in through a named entity they share with a relevant fact or the step (second hops). It
 records its embedder in the digest. ``compile_context`` renders the older versions still, so a context stored
-by one replays to its own digest."""
-COMPILER_VERSIONS = (1, 2, 3, 4, 5)
+by one replays to its own digest. Version 6 ranks facts against the step's vector moved toward its best
+facts' (``_fed_back``: pseudo-relevance feedback) and links facts through the heads of qualified names too
+(``entities.with_heads``)."""
+COMPILER_VERSIONS = (1, 2, 3, 4, 5, 6)
 RELEVANT_FROM = 4
 """The first version with the whole-step query, normalized words and the relevance floor."""
 MEANING_FROM = 5
 """The first version that ranks by meaning, floors evidence and follows named entities."""
+FEEDBACK_FROM = 6
+"""The first version that ranks facts by the fed-back query vector and links through entity heads."""
 
 DEFAULT_RELEVANCE_FLOOR = 0.2
 """A fact (from version 5, an evidence item too) is relevant when its score is above 0 and at least this
@@ -113,6 +118,12 @@ LINK_FANOUT = 6
 """An entity named by more facts than this is too common to link through (``billing-api`` in a world of
 billing facts): it would let half the world in."""
 LINKED_PREFIX = "linked"
+FEEDBACK_DEPTH = 3
+"""From version 6, the facts' query vector is the step's plus this many of its best facts' vectors (each
+counted once, the step's ``FEEDBACK_DEPTH`` times: half the new direction is the step's own). A terse step
+worded one way says little by meaning; its best facts, found by its own words, say what it is about in
+the world's words, which finds what is worded differently. Chosen on bench/context_quality.py: 2 let
+fewer needed facts in, 5 and more drift toward the best facts' other topics."""
 
 
 _TRUST_RANK = {trust.name: int(trust) for trust in TrustClass}
@@ -836,7 +847,9 @@ def rank_section(
     relevant = None
     links: Mapping[str, str] = {}
     if version >= MEANING_FROM and (kind in EVIDENCE_KINDS or kind == "fact"):
-        ordered, relevant, links = _relevant_first(items, query, floor, follow_links=kind == "fact")
+        ordered, relevant, links = _relevant_first(
+            items, query, floor, follow_links=kind == "fact", version=version
+        )
     elif kind in EVIDENCE_KINDS:
         ordered = _by_relevance(items, query.terms, version)
     elif kind == "fact" and version >= RELEVANT_FROM:
@@ -1376,7 +1389,12 @@ def relevance_scores(items: Sequence[ContextItem], query: Query) -> dict[str, fl
 
 
 def _relevant_first(
-    items: Sequence[ContextItem], query: Query, floor: float, *, follow_links: bool
+    items: Sequence[ContextItem],
+    query: Query,
+    floor: float,
+    *,
+    follow_links: bool,
+    version: int = COMPILER_VERSION,
 ) -> tuple[tuple[ContextItem, ...], int, dict[str, str]]:
     """Version 5: the items scoring at least ``floor`` of the way from the typical score (``_typical_score``)
     to the best (``relevance_scores``), with,
@@ -1385,24 +1403,60 @@ def _relevant_first(
     compile; most relevant first (a linked item
     at ``LINK_WEIGHT`` of what linked it, if that is more than its own score; a verified fact boosted by
     ``VERIFIED_BOOST``), then the others by id; how many are relevant; and why each linked one is there. A
-    floor of 0 makes every item relevant. Ties by id."""
+    floor of 0 makes every item relevant. From version 6 a fact is relevant too when it passes the floor
+    against the fed-back query (``_fed_back``), ranked by the higher of its two scores: feedback adds what the
+    step's best facts find, it never drops what the step itself finds (a focus on something else than those
+    facts keeps its own). Facts link through entity heads too. Ties by id."""
     scores = relevance_scores(items, query)
-    best = max(scores.values(), default=0.0)
-    typical = _typical_score(items, scores)
-    threshold = typical + floor * (best - typical)
-    ranked: dict[str, float] = {
-        item.id: scores.get(item.id, 0.0)
-        for item in items
-        if not floor or item.given or (item.id in scores and scores[item.id] >= threshold)
-    }
+    ranked = _above_floor(items, scores, floor)
+    if follow_links and version >= FEEDBACK_FROM:
+        fed_back = relevance_scores(items, _fed_back(items, query, scores))
+        for item_id, score in _above_floor(items, fed_back, floor).items():
+            ranked[item_id] = max(score, ranked.get(item_id, 0.0))
     links: dict[str, str] = {}
     if follow_links and floor:
-        links = _linked(items, ranked, query, max(scores.values(), default=0.0))
+        links = _linked(items, ranked, query, max(scores.values(), default=0.0), version)
     boost, tie = 1.0 + VERIFIED_BOOST, math.ulp(0.0)
     relevant = sorted((item for item in items if item.id in ranked), key=_by_id)
     relevant.sort(key=lambda item: (ranked[item.id] or tie) * (boost if item.verified else 1.0), reverse=True)
     rest = sorted((item for item in items if item.id not in ranked), key=_by_id)
     return (*relevant, *rest), len(relevant), links
+
+
+def _above_floor(items: Sequence[ContextItem], scores: Mapping[str, float], floor: float) -> dict[str, float]:
+    """The items scoring at least ``floor`` of the way from the typical score to the best (every item for a
+    floor of 0, and every ``given`` one), with their scores (0 for an unscored one)."""
+    best = max(scores.values(), default=0.0)
+    typical = _typical_score(items, scores)
+    threshold = typical + floor * (best - typical)
+    return {
+        item.id: scores.get(item.id, 0.0)
+        for item in items
+        if not floor or item.given or (item.id in scores and scores[item.id] >= threshold)
+    }
+
+
+def _fed_back(items: Sequence[ContextItem], query: Query, scores: Mapping[str, float]) -> Query:
+    """``query`` with its vector moved toward the vectors of the ``FEEDBACK_DEPTH`` best-scoring items
+    (ties by id; items without a vector of the query's length skipped): the integer sum of the query's
+    vector times ``FEEDBACK_DEPTH`` and theirs, quantized again, so the same bytes everywhere. Unchanged
+    without a query vector or a scored item."""
+    if not query.vector:
+        return query
+    dimensions = len(query.vector)
+    with_vector = (item for item in items if item.id in scores and len(item.vector or b"") == dimensions)
+    best = heapq.nsmallest(FEEDBACK_DEPTH, with_vector, key=lambda item: (-scores[item.id], item.id))
+    if not best:
+        return query
+    total = [component * FEEDBACK_DEPTH for component in _signed(query.vector)]
+    for item in best:
+        total = [sum_ + component for sum_, component in zip(total, _signed(item.vector or b""), strict=True)]
+    return query._replace(vector=quantize(total))
+
+
+def _signed(vector: bytes) -> list[int]:
+    """The int8 components of ``vector``."""
+    return [byte - 256 if byte > 127 else byte for byte in vector]
 
 
 def _typical_score(items: Sequence[ContextItem], scores: Mapping[str, float]) -> float:
@@ -1413,21 +1467,27 @@ def _typical_score(items: Sequence[ContextItem], scores: Mapping[str, float]) ->
 
 
 def _linked(
-    items: Sequence[ContextItem], ranked: dict[str, float], query: Query, best: float
+    items: Sequence[ContextItem], ranked: dict[str, float], query: Query, best: float, version: int
 ) -> dict[str, str]:
     """Add to ``ranked`` the items one named entity away from the ranked items or the query's entities
-    (``_relevant_first``), scored there; return why each added one is there. Deterministic: the entities
-    are visited in sorted order and the first link found (the strongest) is the one recorded."""
+    (``_relevant_first``; from version 6 the heads of qualified names count as entities too), scored there;
+    return why each added one is there. Deterministic: the entities are visited in sorted order and the
+    first link found (the strongest) is the one recorded."""
+    entities_of_item: Callable[[ContextItem], Iterable[str]] = attrgetter("entities")
+    query_entities: Iterable[str] = query.entities
+    if version >= FEEDBACK_FROM:
+        entities_of_item = _entities_with_heads
+        query_entities = with_heads(query.entities)
     named_by: dict[str, list[ContextItem]] = {}
     for item in items:
-        for entity in item.entities:
+        for entity in entities_of_item(item):
             named_by.setdefault(entity, []).append(item)
-    sources: dict[str, tuple[float, str]] = {entity: (best, "the step") for entity in query.entities}
+    sources: dict[str, tuple[float, str]] = {entity: (best, "the step") for entity in query_entities}
     for item in items:
         score = ranked.get(item.id)
         if score is None:
             continue
-        for entity in item.entities:
+        for entity in entities_of_item(item):
             if score > sources.get(entity, (-1.0, ""))[0]:
                 sources[entity] = (score, f"fact {item.id}")
     found: dict[str, tuple[float, str]] = {}
@@ -1447,6 +1507,14 @@ def _linked(
         ranked[item_id] = max(linked, ranked.get(item_id, 0.0))
         links[item_id] = why
     return links
+
+
+def _entities_with_heads(item: ContextItem) -> frozenset[str]:
+    return _heads_memo(item.entities)
+
+
+_heads_memo = lru_cache(maxsize=1 << 16)(with_heads)
+"""``with_heads`` of an item's entities (a tuple), kept: a world's items are ranked again on every compile."""
 
 
 def _normalized(items: Sequence[ContextItem]) -> list[Document]:
