@@ -97,9 +97,9 @@ FEEDBACK_FROM = 6
 DEFAULT_RELEVANCE_FLOOR = 0.2
 """A fact (from version 5, an evidence item too) is relevant when its score is above 0 and at least this
 share of the way from the typical candidate's score to the best one of its section (version 4: this share of
-the best score). Chosen on bench/context_quality.py (README: Context quality): at ``quick`` 0.2 keeps
-72.3 % of the needed facts in 5,800 prompt tokens, 0.15 71.9 % in 7,200, 0.25 70.5 % in 3,800; at
-``frontier`` it keeps the prompt near 7,300 tokens instead of filling 44,000."""
+the best score). Chosen on bench/context_quality.py (README: Context quality) with version 5: at
+``quick`` 0.2 kept 72.3 % of the needed facts in 5,800 prompt tokens, 0.15 71.9 % in 7,200, 0.25 70.5 % in
+3,800; at ``frontier`` it kept the prompt near 7,300 tokens instead of filling 44,000."""
 VERIFIED_BOOST = 0.1
 """A verified fact ranks as if its score were this much higher (a tie-breaker among near-equals)."""
 BELOW_RELEVANCE = "below the relevance floor"
