@@ -228,3 +228,35 @@ def test_each_request_and_decision_is_an_event_on_the_stream(api, operator_api, 
     assert [message["event"] for message in messages] == ["ApprovalRequested", "ApprovalGranted"]
     assert messages[0]["data"]["data"]["approval_id"] == approval_id
     assert messages[1]["data"]["data"]["reason"] == "go ahead"
+
+
+def test_the_approvals_page_refuses_a_missing_reason_and_a_decided_approval(
+    operator_api, api, client, project
+):
+    from django.contrib.auth import get_user_model
+
+    staff = get_user_model().objects.create_user(username="lead", password="pw", is_staff=True)
+    client.force_login(staff)
+    task_id = planned(operator_api, approval="before_start")
+    approval_id = api.post(f"/api/v1/tasks/{task_id}/start", {}, format="json").json()["error"]["details"][
+        "approval_id"
+    ]
+    decide_url = f"/escalations/approvals/{approval_id}/decide"
+    page = client.get("/escalations/approvals/")
+    assert page.status_code == 200 and f'data-approval="{approval_id}"' in page.content.decode()
+
+    missing = client.post(decide_url, {"decision": "grant", "reason": ""})
+    assert missing.status_code == 400 and "reason" in missing.content.decode()
+    assert (
+        client.post(
+            "/escalations/approvals/not-an-id/decide", {"decision": "grant", "reason": "x"}
+        ).status_code
+        == 404
+    )
+    assert not EventRow.objects.filter(event_type="ApprovalGranted").exists()
+
+    denied = client.post(decide_url, {"decision": "deny", "reason": "freeze week"})
+    assert denied.status_code == 302
+    assert api.get(f"/api/v1/approvals/{approval_id}").json()["decided_by"] == "human:lead"
+    again = client.post(decide_url, {"decision": "grant", "reason": "changed my mind"})
+    assert again.status_code == 409 and "already denied" in again.content.decode()
