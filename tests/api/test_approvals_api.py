@@ -260,3 +260,19 @@ def test_the_approvals_page_refuses_a_missing_reason_and_a_decided_approval(
     assert api.get(f"/api/v1/approvals/{approval_id}").json()["decided_by"] == "human:lead"
     again = client.post(decide_url, {"decision": "grant", "reason": "changed my mind"})
     assert again.status_code == 409 and "already denied" in again.content.decode()
+
+
+def test_a_blocked_task_unblocked_keeps_its_attempt_and_its_grant(api, operator_api, project):
+    task_id = planned(operator_api, approval="before_complete")
+    api.post(f"/api/v1/tasks/{task_id}/start", {}, format="json")
+    complete = f"/api/v1/tasks/{task_id}/complete"
+    approval_id = api.post(complete, {"answer": "ok"}, format="json").json()["error"]["details"][
+        "approval_id"
+    ]
+    assert decide(operator_api, approval_id, "grant").status_code == 200
+    assert (
+        api.post(f"/api/v1/tasks/{task_id}/block", {"reason": "need a key"}, format="json").status_code == 200
+    )
+    assert operator_api.post(f"/api/v1/tasks/{task_id}/unblock", {}, format="json").status_code == 200
+    done = api.post(complete, {"answer": "ok"}, format="json")
+    assert done.status_code == 200 and done.json()["outcome"] == "completed", done.content

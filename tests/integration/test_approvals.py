@@ -1,6 +1,9 @@
-"""Approvals' read models rebuild from the log like every other (issue 28 item 4)."""
+"""Approvals' read models rebuild from the log like every other, and their events reach the project's
+webhooks (issue 28 item 4)."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -8,10 +11,13 @@ from nexum.core.errors import DomainError
 from nexum.eventstore import projections
 from tasks_app import services as task_services
 from tasks_app.models import Project, Task
+from tests.api.test_approvals_api import planned
+from tests.integration.test_webhooks import dispatch_until_delivered, register
+from tests.integration.test_webhooks import receiver as webhook_receiver
 from verification_app import services
 from verification_app.models import Contract
 
-pytestmark = pytest.mark.django_db
+receiver = webhook_receiver  # the fixture, by the name the test asks for
 
 
 def refused_code(call) -> tuple[str, dict]:
@@ -20,6 +26,7 @@ def refused_code(call) -> tuple[str, dict]:
     return refused.value.code, refused.value.details
 
 
+@pytest.mark.django_db
 def test_rebuilt_approvals_and_the_projects_default_equal_the_live_ones(project):
     project_id = str(project.id)
     task_services.project_high_risk_approval_set(
@@ -62,3 +69,25 @@ def test_rebuilt_approvals_and_the_projects_default_equal_the_live_ones(project)
     assert Project.objects.get(id=project_id).high_risk_approval == "before_start"
     projections.rebuild()
     assert projections.snapshot() == live
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_and_its_decision_reach_the_projects_webhook_signed(api, operator_api, receiver):
+    receiver.secret = register(operator_api, receiver.url)["secret"]
+    task_id = planned(operator_api, approval="before_start")
+    approval_id = api.post(f"/api/v1/tasks/{task_id}/start", {}, format="json").json()["error"]["details"][
+        "approval_id"
+    ]
+    decided = operator_api.post(
+        f"/api/v1/approvals/{approval_id}/decision", {"decision": "deny", "reason": "freeze"}, format="json"
+    )
+    assert decided.status_code == 200
+    dispatch_until_delivered()
+    events = {
+        event["position"]: event for event in (json.loads(r["body"])["event"] for r in receiver.requests)
+    }
+    delivered = [events[position] for position in sorted(set(receiver.accepted))]
+    approvals = [event for event in delivered if event["type"].startswith("Approval")]
+    assert [event["type"] for event in approvals] == ["ApprovalRequested", "ApprovalDenied"]
+    assert approvals[1]["data"] == {"approval_id": approval_id, "task_id": task_id, "reason": "freeze"}
+    assert receiver.bad_signatures == 0
