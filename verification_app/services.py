@@ -70,7 +70,7 @@ from nexum.core.gate import (
     contract_from_dict,
     gate_task_completion,
 )
-from nexum.core.tasks import MAX_REASON_CHARS
+from nexum.core.tasks import ALLOWED_FROM, MAX_REASON_CHARS
 from nexum.core.trust import TrustClass
 from nexum.core.verification import (
     DECISION_KEY,
@@ -631,8 +631,10 @@ def approval_request(
 ) -> Approval:
     """An agent asks an operator to approve ``action`` on the task's current attempt: one of its own
     actions (``arguments_digest``: the sha256 of its arguments), or ``start`` / ``complete`` of a task that
-    waits at that stage (again, after a denial; ``start`` is for the attempt the start would begin). While
-    an approval of the same action, attempt and arguments is pending, 409 ``approval_pending`` names it."""
+    waits at that stage (again, after a denial; ``start`` is for the attempt the start would begin, so only
+    of a pending or failed task, ``complete`` only of a running one: 409 ``illegal_transition`` otherwise).
+    While an approval of the same action, attempt and arguments is pending, 409 ``approval_pending`` names
+    it."""
     task = task_selectors.task_get(project_id=project_id, task_id=task_id)
     if task.is_goal:
         raise IllegalTransition("approvals are for a goal's tasks, not the goal", field="task_id")
@@ -643,6 +645,12 @@ def approval_request(
     if stage:
         if digest:
             raise ValidationFailed(f"the gate's {action} takes no arguments_digest", field="arguments_digest")
+        if task.state not in ALLOWED_FROM["gate" if stage == BEFORE_COMPLETE else "start"]:
+            raise IllegalTransition(
+                f"task {task.key!r} is {task.state}: its {action} cannot be approved now",
+                field="action",
+                details={"state": task.state},
+            )
         if stage not in approval_stages(task=task):
             raise ApprovalNotRequired(
                 f"task {task.key!r} does not wait for an approval {stage.replace('_', ' ')}", field="action"

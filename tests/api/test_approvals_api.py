@@ -192,6 +192,11 @@ def test_a_gate_action_the_task_does_not_wait_for_and_a_bad_decision_are_refused
     not_needed = api.post(
         f"/api/v1/tasks/{task_id}/approvals", {"action": "complete", "reason": "please"}, format="json"
     )
+    assert_error(not_needed, 409, "illegal_transition", "action")  # a pending task cannot complete yet
+    other = planned(operator_api, approval="before_complete")
+    not_needed = api.post(
+        f"/api/v1/tasks/{other}/approvals", {"action": "start", "reason": "please"}, format="json"
+    )
     assert_error(not_needed, 409, "approval_not_required", "action")
     approval_id = assert_error(
         api.post(f"/api/v1/tasks/{task_id}/start", {}, format="json"), 409, "approval_required"
