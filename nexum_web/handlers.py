@@ -6,9 +6,11 @@ it when Django starts, in every process (web, worker, management command).
 from __future__ import annotations
 
 from context_app.resolution.services import plan_gate_check
+from nexum.core.approvals import BEFORE_START
 from tasks_app import hooks
-from tasks_app.hooks import GoalContractsGiven, TaskStarting
-from verification_app.services import contracts_register_for_goal
+from tasks_app import selectors as task_selectors
+from tasks_app.hooks import GoalContractsGiven, TaskStartDecided, TaskStarting
+from verification_app.services import approval_gate, contracts_register_for_goal
 
 
 def register_goal_contracts(message: GoalContractsGiven) -> None:
@@ -28,9 +30,16 @@ def check_plan_gate(message: TaskStarting) -> None:
     plan_gate_check(project_id=message.project_id, task_id=message.task_id)
 
 
+def check_start_approval(message: TaskStartDecided) -> None:
+    """The approval gate (issue 28 item 4) holds a start until an operator grants this attempt's start."""
+    task = task_selectors.task_get(project_id=message.project_id, task_id=message.task_id)
+    approval_gate(task=task, stage=BEFORE_START, attempt=message.attempt, actor=message.actor)
+
+
 HANDLERS: dict[type, tuple[hooks.Handler, ...]] = {
     GoalContractsGiven: (register_goal_contracts,),
     TaskStarting: (check_plan_gate,),
+    TaskStartDecided: (check_start_approval,),
 }
 
 

@@ -6,7 +6,17 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from nexum_web.api import catalog, compilation, resolution, stream, tasks, verification, views, world
+from nexum_web.api import (
+    approvals,
+    catalog,
+    compilation,
+    resolution,
+    stream,
+    tasks,
+    verification,
+    views,
+    world,
+)
 from nexum_web.api.errors import json_not_found, json_server_error
 from nexum_web.mcp.http import mcp_endpoint
 from nexum_web.webhooks import api as webhooks_api
@@ -80,6 +90,17 @@ api_v1 = [
     path(
         "project/compile-settings", compilation.ProjectCompileSettingsView.as_view(), name="compile-settings"
     ),
+    path(
+        "project/approval-settings", approvals.ProjectApprovalSettingsView.as_view(), name="approval-settings"
+    ),
+    path("approvals", approvals.ApprovalListView.as_view(), name="approvals"),
+    path("approvals/<str:approval_id>", approvals.ApprovalDetailView.as_view(), name="approval"),
+    path(
+        "approvals/<str:approval_id>/decision",
+        approvals.ApprovalDecisionView.as_view(),
+        name="approval-decision",
+    ),
+    path("tasks/<str:task_id>/approvals", approvals.TaskApprovalRequestView.as_view(), name="task-approvals"),
     path("tasks/<str:task_id>/compile", compilation.TaskCompileView.as_view(), name="task-compile"),
     path("tasks/<str:task_id>/contexts", compilation.TaskContextListView.as_view(), name="task-contexts"),
     path("compiles/<str:request_id>", compilation.CompileRequestView.as_view(), name="compile-request"),

@@ -1,6 +1,10 @@
 """What the layers above do when a goal is created or a task is about to start, without this app importing
 them (issue 14: one direction of dependency).
 
+The approval gate (``TaskStartDecided``) is the one handler that writes before it refuses: it records the
+approval it asks an operator for (``ApprovalRequested``), and the start is refused 409 ``approval_required``
+naming it; nothing else is written.
+
 ``tasks_app`` sits below the layers that react to its commands: verification registers a goal's contracts,
 resolution's plan gate may refuse a start. A service here announces a message; every handler registered for
 its type runs at once, in registration order, inside the service's transaction, and an error it raises is the
@@ -35,6 +39,18 @@ class TaskStarting:
 
     project_id: str
     task_id: str
+
+
+@dataclass(frozen=True)
+class TaskStartDecided:
+    """A task may start as far as its own lifecycle and every start guard say (``attempt``: the attempt it
+    would begin); a handler is the last guard: the approval gate, which may record that it asks an operator
+    (``actor``: who asked to start) before it refuses."""
+
+    project_id: str
+    task_id: str
+    attempt: int
+    actor: str
 
 
 Handler = Callable[[Any], None]

@@ -25,6 +25,13 @@ class Project(models.Model):
         help_text="the project's relevance floor for its compiles (0 to 1; 0: no floor); empty: the "
         "service's NEXUM_RELEVANCE_FLOOR",
     )
+    high_risk_approval = models.CharField(
+        max_length=16,
+        null=True,
+        blank=True,
+        help_text="the stage a high-risk task whose contract says nothing waits at for an operator's "
+        "approval (before_start or before_complete); empty: none",
+    )
     created_at = models.DateTimeField()
     version = models.PositiveIntegerField()
 

@@ -6,6 +6,7 @@ from nexum.core.projects import (
     AgentTokenIssued,
     AgentTokenRevoked,
     ProjectCreated,
+    ProjectHighRiskApprovalSet,
     ProjectRelevanceFloorSet,
 )
 from nexum.core.tasks import (
@@ -44,6 +45,16 @@ class ProjectProjection(Projection):
         event: ProjectRelevanceFloorSet = stored.event  # type: ignore[assignment]
         rows.update(
             Project, as_uuid(stored.project_id), relevance_floor=event.relevance_floor, version=stored.version
+        )
+
+    @handles("ProjectHighRiskApprovalSet")
+    def high_risk_approval_set(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: ProjectHighRiskApprovalSet = stored.event  # type: ignore[assignment]
+        rows.update(
+            Project,
+            as_uuid(stored.project_id),
+            high_risk_approval=event.high_risk_approval,
+            version=stored.version,
         )
 
     @handles("AgentTokenIssued")

@@ -18,6 +18,7 @@ from typing import Any
 
 from django.db import transaction
 
+from nexum.core.approvals import check_stage_setting
 from nexum.core.errors import (
     Conflict,
     IllegalTransition,
@@ -30,6 +31,7 @@ from nexum.core.projects import (
     AgentTokenIssued,
     AgentTokenRevoked,
     ProjectCreated,
+    ProjectHighRiskApprovalSet,
     ProjectRelevanceFloorSet,
     check_project_name,
     check_relevance_floor,
@@ -99,6 +101,25 @@ def project_relevance_floor_set(*, project_id: str, relevance_floor: Any, actor:
     store.append(
         stream_id=project_stream(str(project.id)),
         events=[ProjectRelevanceFloorSet(relevance_floor=floor, previous=project.relevance_floor)],
+        expected_version=project.version,
+        metadata={"actor": actor},
+        project_id=str(project.id),
+    )
+    project.refresh_from_db()
+    return project
+
+
+def project_high_risk_approval_set(*, project_id: str, high_risk_approval: Any, actor: str) -> Project:
+    """Set the stage at which the project's high-risk tasks wait for an operator's approval when their
+    contract says nothing (``before_start``, ``before_complete`` or ``None``), as an event; the same value
+    again writes nothing. Whether the caller may is the caller's check (an operator's: the API's)."""
+    project = selectors.project_get(project_id=project_id)
+    stage = check_stage_setting(high_risk_approval)
+    if stage == project.high_risk_approval:
+        return project
+    store.append(
+        stream_id=project_stream(str(project.id)),
+        events=[ProjectHighRiskApprovalSet(high_risk_approval=stage, previous=project.high_risk_approval)],
         expected_version=project.version,
         metadata={"actor": actor},
         project_id=str(project.id),
@@ -273,13 +294,20 @@ def task_start(
 
     Every start guard (``hooks.TaskStarting``) must pass. The plan gate's (SPEC R9) refuses with 422
     ``plan_gate_closed`` while the task's latest context bundle leaves an escalation open, unless an operator
-    overrode it."""
+    overrode it. Then the approval gate (``hooks.TaskStartDecided``) refuses with 409 ``approval_required``
+    (or ``approval_denied``) until an operator grants the start of this attempt, when the task needs it."""
 
     def decide(task: Task, state: TaskState) -> list[Event]:
         hooks.handle(hooks.TaskStarting(project_id=str(task.project_id), task_id=str(task.id)))
-        return decide_start(
+        events = decide_start(
             state, dependency_states=selectors.task_dependency_states(task=task), reason=reason
         )
+        hooks.handle(
+            hooks.TaskStartDecided(
+                project_id=str(task.project_id), task_id=str(task.id), attempt=task.attempt + 1, actor=actor
+            )
+        )
+        return events
 
     return _transition(
         project_id, task_id, "TaskStarted", decide, actor, reason, expected_version, idempotency_key

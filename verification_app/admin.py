@@ -15,7 +15,16 @@ def _pre(text: str) -> str:
 
 @admin.register(Contract)
 class ContractAdmin(ReadOnlyAdmin):
-    list_display = ("task", "project", "revision", "require_checks", "on_failure", "trust_class", "actor")
+    list_display = (
+        "task",
+        "project",
+        "revision",
+        "require_checks",
+        "on_failure",
+        "approval",
+        "trust_class",
+        "actor",
+    )
     list_filter = ("project", "on_failure", "trust_class")
 
 

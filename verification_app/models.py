@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.db import models
 
 import nexum.core.verification  # noqa: F401  (registers the event types)
+from nexum.core.approvals import APPROVAL_STATES  # (and registers the approval event types)
 from tasks_app.models import Project, Task
 
 OUTCOME_CHOICES = [(o, o) for o in ("completed", "failed", "blocked", "skipped")]
@@ -28,6 +29,12 @@ class Contract(models.Model):
     checks = models.JSONField(default=list)
     require_checks = models.BooleanField(default=True)
     on_failure = models.CharField(max_length=16)
+    approval = models.CharField(
+        max_length=16,
+        null=True,
+        blank=True,
+        help_text="before_start, before_complete or none; empty: the project's default for high-risk tasks",
+    )
     trust_class = models.CharField(max_length=32)
     derived_from = models.JSONField(default=list)
     reason = models.TextField(blank=True)
@@ -116,3 +123,45 @@ class CheckRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}: {self.reason}"
+
+
+APPROVAL_STATE_CHOICES = [(state, state) for state in APPROVAL_STATES]
+
+
+class Approval(models.Model):
+    """One approval: asked for by the gate or an agent (``ApprovalRequested``), then granted or denied by an
+    operator with a reason (``ApprovalGranted`` / ``ApprovalDenied``)."""
+
+    id = models.UUIDField(primary_key=True)
+    project = models.ForeignKey(
+        Project, on_delete=models.DO_NOTHING, related_name="approvals", db_constraint=False
+    )
+    task = models.ForeignKey(Task, on_delete=models.DO_NOTHING, related_name="approvals", db_constraint=False)
+    goal_id = models.UUIDField()
+    action = models.CharField(
+        max_length=100, help_text="start or complete (the gate's), else the agent's own"
+    )
+    arguments_digest = models.CharField(
+        max_length=64, blank=True, help_text="sha256 of the action's arguments"
+    )
+    attempt = models.PositiveIntegerField(help_text="the task attempt the approval is for")
+    stage = models.CharField(max_length=16, blank=True, help_text="the gate stage it holds; empty: an action")
+    reason = models.TextField(blank=True, help_text="why it was asked")
+    state = models.CharField(max_length=16, choices=APPROVAL_STATE_CHOICES)
+    decision_reason = models.TextField(blank=True)
+    requested_by = models.CharField(max_length=200)
+    decided_by = models.CharField(max_length=200, blank=True)
+    requested_at = models.DateTimeField()
+    decided_at = models.DateTimeField(null=True, blank=True)
+    position = models.BigIntegerField(help_text="log position of the request")
+    version = models.PositiveIntegerField(help_text="the approval stream's version")
+
+    class Meta:
+        ordering = ["-position"]
+        indexes = [
+            models.Index(fields=["task", "action", "attempt", "position"], name="approval_task_action"),
+            models.Index(fields=["project", "state", "position"], name="approval_project_state"),
+        ]
+
+    def __str__(self) -> str:
+        return f"approval {self.id} of {self.action} ({self.state})"

@@ -2,10 +2,18 @@ from __future__ import annotations
 
 import uuid
 
+from nexum.core.approvals import (
+    DENIED,
+    GRANTED,
+    PENDING,
+    ApprovalDeniedEvent,
+    ApprovalGranted,
+    ApprovalRequested,
+)
 from nexum.core.verification import CheckRunRecorded, CompletionRequested, ContractRegistered, GateDecided
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
 from nexum.eventstore.store import StoredEvent
-from verification_app.models import CheckRun, CompletionRequest, Contract
+from verification_app.models import Approval, CheckRun, CompletionRequest, Contract
 
 
 def check_run_id(request_id: str, name: str) -> uuid.UUID:
@@ -14,9 +22,9 @@ def check_run_id(request_id: str, name: str) -> uuid.UUID:
 
 
 class VerificationProjection(Projection):
-    """Contracts, completion requests with their decisions, and check runs."""
+    """Contracts, completion requests with their decisions, check runs, and approvals."""
 
-    models = (Contract, CompletionRequest, CheckRun)
+    models = (Contract, CompletionRequest, CheckRun, Approval)
 
     @handles("ContractRegistered")
     def contract_registered(self, stored: StoredEvent, rows: ReadModelRows) -> None:
@@ -29,6 +37,7 @@ class VerificationProjection(Projection):
             "checks": list(event.contract.get("checks", [])),
             "require_checks": bool(event.contract.get("require_checks", True)),
             "on_failure": str(event.contract.get("on_failure", "failed")),
+            "approval": event.contract.get("approval"),
             "trust_class": event.trust_class,
             "derived_from": list(event.derived_from),
             "reason": event.reason,
@@ -103,6 +112,53 @@ class VerificationProjection(Projection):
             outcome=event.outcome,
             reason=event.reason,
             failing_checks=list(event.failing_checks),
+            decided_at=stored.recorded_at,
+            version=stored.version,
+        )
+
+    @handles("ApprovalRequested")
+    def approval_requested(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: ApprovalRequested = stored.event  # type: ignore[assignment]
+        rows.insert(
+            Approval,
+            id=uuid.UUID(event.approval_id),
+            project_id=uuid.UUID(str(stored.project_id)),
+            task_id=uuid.UUID(event.task_id),
+            goal_id=uuid.UUID(event.goal_id),
+            action=event.action,
+            arguments_digest=event.arguments_digest,
+            attempt=event.attempt,
+            stage=event.stage,
+            reason=event.reason,
+            state=PENDING,
+            decision_reason="",
+            requested_by=str(stored.metadata.get("actor", "")),
+            decided_by="",
+            requested_at=stored.recorded_at,
+            decided_at=None,
+            position=stored.position,
+            version=stored.version,
+        )
+
+    @handles("ApprovalGranted")
+    def approval_granted(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: ApprovalGranted = stored.event  # type: ignore[assignment]
+        self._decided(stored, rows, event.approval_id, GRANTED, event.reason)
+
+    @handles("ApprovalDenied")
+    def approval_denied(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: ApprovalDeniedEvent = stored.event  # type: ignore[assignment]
+        self._decided(stored, rows, event.approval_id, DENIED, event.reason)
+
+    def _decided(
+        self, stored: StoredEvent, rows: ReadModelRows, approval_id: str, state: str, reason: str
+    ) -> None:
+        rows.update(
+            Approval,
+            uuid.UUID(approval_id),
+            state=state,
+            decision_reason=reason,
+            decided_by=str(stored.metadata.get("actor", "")),
             decided_at=stored.recorded_at,
             version=stored.version,
         )

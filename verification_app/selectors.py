@@ -11,7 +11,7 @@ from context_app.world.artifacts import stored_text
 from nexum.core.errors import NotFound
 from nexum.ids import uuid_or_none
 from tasks_app import selectors as task_selectors
-from verification_app.models import CheckRun, CompletionRequest, Contract
+from verification_app.models import Approval, CheckRun, CompletionRequest, Contract
 
 
 def contract_get(*, project_id: str | uuid.UUID, task_id: str | uuid.UUID) -> Contract | None:
@@ -61,3 +61,23 @@ def latest_check_runs(*, task_id: str | uuid.UUID) -> list[dict[str, Any]]:
         }
         for run in request_check_runs(request=latest)
     ]
+
+
+def approval_get(*, project_id: str | uuid.UUID, approval_id: str | uuid.UUID) -> Approval:
+    pk = uuid_or_none(approval_id)
+    approval = None if pk is None else Approval.objects.filter(project_id=project_id, id=pk).first()
+    if approval is None:
+        raise NotFound(f"no approval {approval_id}", field="approval_id")
+    return approval
+
+
+def approval_list(
+    *, project_id: str | uuid.UUID, state: str | None = None, task_id: Any = None
+) -> QuerySet[Approval]:
+    """The project's approvals, newest first, by state and task."""
+    approvals = Approval.objects.filter(project_id=project_id)
+    if state is not None:
+        approvals = approvals.filter(state=state)
+    if task_id is not None:
+        approvals = approvals.filter(task_id=task_id)
+    return approvals.order_by("-position")

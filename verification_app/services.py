@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,28 @@ from django.db import transaction
 
 from context_app.world.artifacts import default_store, stored_text
 from context_app.world.models import WorldItem
+from nexum.core.approvals import (
+    BEFORE_COMPLETE,
+    BEFORE_START,
+    DENY,
+    GATE_ACTIONS,
+    GRANT,
+    PENDING,
+    ApprovalDecided,
+    ApprovalDeniedEvent,
+    ApprovalGranted,
+    ApprovalNotRequired,
+    ApprovalPending,
+    ApprovalRequested,
+    ApprovalView,
+    approval_stream,
+    check_action,
+    check_arguments_digest,
+    check_decision_reason,
+    decide_gate,
+    gate_approval_id,
+    required_stages,
+)
 from nexum.core.errors import (
     ConcurrencyError,
     IllegalTransition,
@@ -47,7 +70,7 @@ from nexum.core.gate import (
     contract_from_dict,
     gate_task_completion,
 )
-from nexum.core.tasks import MAX_REASON_CHARS
+from nexum.core.tasks import ALLOWED_FROM, MAX_REASON_CHARS
 from nexum.core.trust import TrustClass
 from nexum.core.verification import (
     DECISION_KEY,
@@ -70,9 +93,9 @@ from nexum.ids import uuid_or_none
 from nexum.work.dispatch import send_on_commit
 from tasks_app import selectors as task_selectors
 from tasks_app import services as task_services
-from tasks_app.models import Task
-from verification_app import runner
-from verification_app.models import CheckRun, CompletionRequest
+from tasks_app.models import Project, Task
+from verification_app import runner, selectors
+from verification_app.models import Approval, CheckRun, CompletionRequest
 from verification_app.models import Contract as ContractRow
 
 if TYPE_CHECKING:
@@ -251,6 +274,8 @@ def completion_request(
     """Ask the gate to complete a task with the model's ``answer`` (recorded, never deciding: V6).
 
     Returns the decision when the checks ran in process (Celery eager), else the pending request to poll.
+    A task whose completion needs an operator's approval is refused 409 until it is granted
+    (``approval_gate``: the first refusal records the approval it asks for, and nothing else).
     """
     answer = check_answer(answer)
     task = task_selectors.task_get(project_id=project_id, task_id=task_id)
@@ -271,6 +296,7 @@ def completion_request(
     pending = CompletionRequest.objects.filter(id=request_id).first()
     if pending is not None:
         raise _pending(pending)
+    approval_gate(task=task, stage=BEFORE_COMPLETE, attempt=task.attempt, actor=actor)
     stored_answer = default_store().put(answer.encode("utf-8"))
     contract = ContractRow.objects.filter(task_id=task.id).first()
     event = CompletionRequested(
@@ -523,6 +549,184 @@ def _append_decision(request: CompletionRequest, outcome: str, reason: str, fail
         metadata={"actor": GATE_ACTOR},
         project_id=str(request.project_id),
     )
+
+
+# --- approvals (issue 28 item 4) --------------------------------------------------------------------------
+
+_AGENT_APPROVAL_NAMESPACE = uuid.UUID("8d0b6c55-3f3a-4e0f-8a8e-0c9b1f6e7a22")
+_STAGE_OF_ACTION = {action: stage for stage, action in GATE_ACTIONS.items()}
+
+
+def approval_stages(*, task: Task) -> set[str]:
+    """The stages at which ``task`` waits for an operator: its contract's ``approval``, else the project's
+    default when the task's risk is high."""
+    contract_approval = ContractRow.objects.filter(task_id=task.id).values_list("approval", flat=True).first()
+    default = Project.objects.filter(id=task.project_id).values_list("high_risk_approval", flat=True).first()
+    return required_stages(contract_approval=contract_approval, risk=task.risk, high_risk_default=default)
+
+
+def approval_gate(*, task: Task, stage: str, attempt: int, actor: str) -> None:
+    """Let ``task``'s gated command (the ``stage``: before its start or its completion, for ``attempt``)
+    through only once an operator granted it. The first time it arrives, Nexum asks for the approval
+    itself (``ApprovalRequested``, committed) and refuses 409 ``approval_required`` naming it; while it is
+    pending, the same; denied, 409 ``approval_denied`` with the operator's reason, until the agent requests
+    a new approval of the action and an operator grants it."""
+    if stage not in approval_stages(task=task):
+        return
+    action = GATE_ACTIONS[stage]
+    latest = _latest_approval(task_id=str(task.id), action=action, attempt=attempt, arguments_digest="")
+    if latest is None:
+        latest = _gate_approval_ask(task=task, stage=stage, attempt=attempt, actor=actor)
+    decide_gate(
+        action=action,
+        task_key=task.key,
+        latest=ApprovalView(str(latest.id), latest.state, latest.decision_reason),
+    )
+
+
+def _latest_approval(*, task_id: str, action: str, attempt: int, arguments_digest: str) -> Approval | None:
+    return (
+        Approval.objects.filter(
+            task_id=task_id, action=action, attempt=attempt, arguments_digest=arguments_digest
+        )
+        .order_by("-position")
+        .first()
+    )
+
+
+def _gate_approval_ask(*, task: Task, stage: str, attempt: int, actor: str) -> Approval:
+    action = GATE_ACTIONS[stage]
+    approval_id = gate_approval_id(str(task.id), action, attempt)
+    with contextlib.suppress(ConcurrencyError):  # a concurrent command asked first: the same approval
+        store.append(
+            stream_id=approval_stream(approval_id),
+            events=[
+                ApprovalRequested(
+                    approval_id=approval_id,
+                    task_id=str(task.id),
+                    goal_id=str(task.goal_id),
+                    action=action,
+                    arguments_digest="",
+                    attempt=attempt,
+                    stage=stage,
+                    reason=f"task {task.key!r} needs an operator's approval {stage.replace('_', ' ')}",
+                )
+            ],
+            expected_version=0,
+            metadata={"actor": actor},
+            project_id=str(task.project_id),
+        )
+    return Approval.objects.get(id=approval_id)
+
+
+def approval_request(
+    *,
+    project_id: str,
+    task_id: str,
+    action: object,
+    reason: object,
+    actor: str,
+    arguments_digest: object = "",
+    idempotency_key: str | None = None,
+) -> Approval:
+    """An agent asks an operator to approve ``action`` on the task's current attempt: one of its own
+    actions (``arguments_digest``: the sha256 of its arguments), or ``start`` / ``complete`` of a task that
+    waits at that stage (again, after a denial; ``start`` is for the attempt the start would begin, so only
+    of a pending or failed task, ``complete`` only of a running one: 409 ``illegal_transition`` otherwise).
+    While an approval of the same action, attempt and arguments is pending, 409 ``approval_pending`` names
+    it."""
+    task = task_selectors.task_get(project_id=project_id, task_id=task_id)
+    if task.is_goal:
+        raise IllegalTransition("approvals are for a goal's tasks, not the goal", field="task_id")
+    action = check_action(action)
+    digest = check_arguments_digest(arguments_digest)
+    why = check_decision_reason(reason)
+    stage = _STAGE_OF_ACTION.get(action, "")
+    if stage:
+        if digest:
+            raise ValidationFailed(f"the gate's {action} takes no arguments_digest", field="arguments_digest")
+        if task.state not in ALLOWED_FROM["gate" if stage == BEFORE_COMPLETE else "start"]:
+            raise IllegalTransition(
+                f"task {task.key!r} is {task.state}: its {action} cannot be approved now",
+                field="action",
+                details={"state": task.state},
+            )
+        if stage not in approval_stages(task=task):
+            raise ApprovalNotRequired(
+                f"task {task.key!r} does not wait for an approval {stage.replace('_', ' ')}", field="action"
+            )
+    attempt = task.attempt + 1 if action == GATE_ACTIONS[BEFORE_START] else task.attempt
+    if idempotency_key is not None:
+        approval_id = str(uuid.uuid5(_AGENT_APPROVAL_NAMESPACE, f"{task.id}:{idempotency_key}"))
+    else:
+        approval_id = str(uuid.uuid4())
+    replay = idempotency_key is not None and Approval.objects.filter(id=approval_id).exists()
+    if not replay:
+        latest = _latest_approval(
+            task_id=str(task.id), action=action, attempt=attempt, arguments_digest=digest
+        )
+        if latest is not None and latest.state == PENDING:
+            raise ApprovalPending(
+                f"approval {latest.id} of {action} is already pending; wait for the operator's answer",
+                field="action",
+                details={"approval_id": str(latest.id)},
+            )
+    store.append(
+        stream_id=approval_stream(approval_id),
+        events=[
+            ApprovalRequested(
+                approval_id=approval_id,
+                task_id=str(task.id),
+                goal_id=str(task.goal_id),
+                action=action,
+                arguments_digest=digest,
+                attempt=attempt,
+                stage=stage,
+                reason=why,
+            )
+        ],
+        expected_version=0,
+        idempotency_key=idempotency_key,
+        metadata={"actor": actor},
+        project_id=str(task.project_id),
+    )
+    return Approval.objects.get(id=approval_id)
+
+
+def approval_decide(
+    *, project_id: str, approval_id: str, decision: object, reason: object, actor: str
+) -> Approval:
+    """An operator grants or denies a pending approval, with a reason (an event). Whether the caller may is
+    the caller's check: the API refuses an agent token (403), the UI is for staff. A decided approval is
+    409 ``approval_decided``."""
+    approval = selectors.approval_get(project_id=project_id, approval_id=approval_id)
+    if decision not in (GRANT, DENY):
+        raise ValidationFailed(f"decision must be {GRANT} or {DENY}", field="decision")
+    why = check_decision_reason(reason)
+    if approval.state != PENDING:
+        raise ApprovalDecided(
+            f"approval {approval.id} is already {approval.state}",
+            field="approval_id",
+            details={"state": approval.state},
+        )
+    event_class = ApprovalGranted if decision == GRANT else ApprovalDeniedEvent
+    try:
+        store.append(
+            stream_id=approval_stream(str(approval.id)),
+            events=[event_class(approval_id=str(approval.id), task_id=str(approval.task_id), reason=why)],
+            expected_version=approval.version,
+            metadata={"actor": actor},
+            project_id=str(approval.project_id),
+        )
+    except ConcurrencyError:
+        approval.refresh_from_db()
+        raise ApprovalDecided(
+            f"approval {approval.id} was decided meanwhile: {approval.state}",
+            field="approval_id",
+            details={"state": approval.state},
+        ) from None
+    approval.refresh_from_db()
+    return approval
 
 
 def _short(reason: str) -> str:

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Final, Literal, TypeAlias
 
 import re2
 
+from nexum.core.approvals import check_contract_approval
 from nexum.core.errors import ValidationFailed
 
 # --- limits ---
@@ -304,11 +305,15 @@ class Contract:
 
     ``require_checks`` False lets a contract without checks complete; ``on_failure`` is the outcome when a
     check fails: ``failed`` (retryable) or ``blocked``. Check names are unique within a contract.
+    ``approval`` (``nexum.core.approvals``): ``before_start`` or ``before_complete`` holds that command until
+    an operator approves it, ``none`` opts out of the project's default for high-risk tasks, absent follows
+    that default.
     """
 
     checks: tuple[CheckSpec, ...] = ()
     require_checks: bool = True
     on_failure: OnFailure = "failed"
+    approval: str | None = None
 
     def __post_init__(self) -> None:
         checks = self.checks
@@ -337,6 +342,7 @@ class Contract:
                 f"on_failure must be one of {', '.join(ON_FAILURE_CHOICES)}, got {self.on_failure!r}",
                 field="on_failure",
             )
+        check_contract_approval(self.approval)
 
 
 # --- results and the decision ---
@@ -496,18 +502,25 @@ def check_from_dict(data: object) -> CheckSpec:
 
 
 def contract_to_dict(contract: Contract) -> dict[str, Any]:
-    return {
+    """The contract as recorded; ``approval`` only when it is set, so a contract without one is recorded as
+    it was before approvals existed."""
+    recorded: dict[str, Any] = {
         "checks": [check_to_dict(check) for check in contract.checks],
         "require_checks": contract.require_checks,
         "on_failure": contract.on_failure,
     }
+    if contract.approval is not None:
+        recorded["approval"] = contract.approval
+    return recorded
 
 
 def contract_from_dict(data: object) -> Contract:
     """Build a contract from a plain dict; errors inside a check name ``checks[<index>].<field>``."""
     if not isinstance(data, Mapping):
         raise ValidationFailed(f"a contract must be an object, not {type(data).__name__}", field="contract")
-    unexpected = sorted(str(key) for key in data if key not in {"checks", "require_checks", "on_failure"})
+    unexpected = sorted(
+        str(key) for key in data if key not in {"checks", "require_checks", "on_failure", "approval"}
+    )
     if unexpected:
         raise ValidationFailed(
             f"unexpected member(s) in contract: {', '.join(unexpected)}", field=unexpected[0]
@@ -529,6 +542,7 @@ def contract_from_dict(data: object) -> Contract:
         checks=tuple(checks),
         require_checks=data.get("require_checks", True),
         on_failure=data.get("on_failure", "failed"),
+        approval=data.get("approval"),
     )
 
 

@@ -90,6 +90,16 @@ class ProjectRelevanceFloorSet(Event):
     previous: float | None = None
 
 
+@event_type("ProjectHighRiskApprovalSet")
+@dataclass(frozen=True)
+class ProjectHighRiskApprovalSet(Event):
+    """The stage at which the project's high-risk tasks wait for an operator's approval when their contract
+    says nothing (``nexum.core.approvals``): ``before_start``, ``before_complete``, or ``None`` for none."""
+
+    high_risk_approval: str | None
+    previous: str | None = None
+
+
 @event_type("AgentTokenIssued", version=2)
 @dataclass(frozen=True)
 class AgentTokenIssued(Event):

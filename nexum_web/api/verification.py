@@ -24,6 +24,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from context_app.world.artifacts import stored_text
+from nexum.core.approvals import CONTRACT_APPROVALS
 from nexum.core.gate import (
     CHECK_FIELDS,
     CHECK_TYPES,
@@ -156,6 +157,13 @@ class ContractFieldSchema(OpenApiSerializerFieldExtension):
                     "enum": list(ON_FAILURE_CHOICES),
                     "description": "default failed",
                 },
+                "approval": {
+                    "type": "string",
+                    "enum": list(CONTRACT_APPROVALS),
+                    "description": "before_start or before_complete: that command waits for an operator's "
+                    "approval; none: not even when the project's default for high-risk tasks says so; "
+                    "absent: that default",
+                },
             },
             "additionalProperties": False,
         }
@@ -287,6 +295,9 @@ class ContractSerializer(serializers.Serializer):
     checks = CheckListField()
     require_checks = serializers.BooleanField()
     on_failure = serializers.CharField()
+    approval = serializers.CharField(
+        allow_null=True, help_text="before_start, before_complete or none; null: the project's default"
+    )
     trust_class = serializers.CharField()
     derived_from = serializers.ListField(child=serializers.CharField())
     reason = serializers.CharField()

@@ -414,6 +414,37 @@ TOOLS: dict[str, ToolSpec] = {
             "/api/v1/escalations",
         ),
         ToolSpec(
+            "request_approval",
+            "Ask an operator to approve an action before you take it: one of your own (action, e.g. "
+            "deploy, with arguments_digest: the sha256 of its arguments) or, after a denial, the task's "
+            "start or complete again. Returns the approval (pending); read the answer with get_approval.",
+            "POST",
+            "/api/v1/tasks/{task_id}/approvals",
+        ),
+        ToolSpec(
+            "get_approval",
+            "An approval: pending, granted or denied, with the operator's reason. start_task and "
+            "request_completion of a task that needs one are refused (approval_required, naming it) until "
+            "it is granted.",
+            "GET",
+            "/api/v1/approvals/{approval_id}",
+        ),
+        ToolSpec(
+            "list_approvals",
+            "Approvals of the project or a task (task), by state (pending, granted, denied). Paginated: "
+            "pass next_cursor back as cursor.",
+            "GET",
+            "/api/v1/approvals",
+        ),
+        ToolSpec(
+            "decide_approval",
+            "Grant or deny a pending approval with a reason. An agent token is refused: an agent never "
+            "approves its own step.",
+            "POST",
+            "/api/v1/approvals/{approval_id}/decision",
+            operator=True,
+        ),
+        ToolSpec(
             "set_contract",
             "Register or replace a task's verification contract. An agent token is refused: the executing "
             "agent never sets its own bar.",

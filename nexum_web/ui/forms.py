@@ -43,3 +43,12 @@ class GrantSourceForm(forms.Form):
 
 class CancelForm(forms.Form):
     reason = forms.CharField(max_length=2000)
+
+
+class ApprovalDecisionForm(forms.Form):
+    """An operator's answer to an approval: grant or deny, and why (required: it goes with the event)."""
+
+    decision = forms.ChoiceField(choices=[("grant", "Approve"), ("deny", "Deny")])
+    reason = forms.CharField(
+        max_length=2000, widget=forms.TextInput(attrs={"placeholder": "why (kept with the event)"})
+    )

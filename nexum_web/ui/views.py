@@ -1,6 +1,7 @@
 """The escalation UI (SPEC I5): server-rendered pages for staff. Each action calls
 ``context_app.resolution.services.escalation_resolve``, so it is an event like any other and the plan gate
-reads it; the views only shape input and show what the service said."""
+reads it; the views only shape input and show what the service said. The approvals page (issue 28 item 4)
+lists what waits for a human's yes and decides through ``verification_app.services.approval_decide``."""
 
 from __future__ import annotations
 
@@ -20,8 +21,16 @@ from nexum.core.errors import DomainError
 from nexum.core.resolution.events import SETTLING_ACTIONS
 from nexum_web.api.errors import STATUS_BY_KIND
 from nexum_web.ui import selectors
-from nexum_web.ui.forms import CancelForm, GrantSourceForm, PickSideForm, SupplyFactForm
+from nexum_web.ui.forms import (
+    ApprovalDecisionForm,
+    CancelForm,
+    GrantSourceForm,
+    PickSideForm,
+    SupplyFactForm,
+)
 from tasks_app.models import Task
+from verification_app import services as verification
+from verification_app.models import Approval
 
 ACTIONS = ("supply_fact", "pick_side", "grant_source", "cancel")
 
@@ -177,3 +186,64 @@ def escalation_resolve(request: HttpRequest, escalation_id: str) -> HttpResponse
         f"Resolved ({action.replace('_', ' ')}).{settled} {gate.message[0].upper()}{gate.message[1:]}.",
     )
     return redirect(reverse("ui:escalation", args=[escalation.id]))
+
+
+APPROVAL_TABS = ("pending", "decided", "all")
+
+
+def _approval_page(request: HttpRequest, *, state: str, error: str = "", status: int = 200) -> HttpResponse:
+    approvals = Approval.objects.all()
+    if state == "pending":
+        approvals = approvals.filter(state="pending")
+    elif state == "decided":
+        approvals = approvals.exclude(state="pending")
+    rows = list(approvals.order_by("-position")[:500])
+    tasks = selectors.tasks_by_id([row.task_id for row in rows])
+    return render(
+        request,
+        "ui/approval_list.html",
+        {
+            "entries": [{"approval": row, "task": tasks.get(str(row.task_id))} for row in rows],
+            "state": state,
+            "error": error,
+            "pending_count": Approval.objects.filter(state="pending").count(),
+            "decided_count": Approval.objects.exclude(state="pending").count(),
+        },
+        status=status,
+    )
+
+
+@staff_member_required
+@require_GET
+def approval_list(request: HttpRequest) -> HttpResponse:
+    state = request.GET.get("state", "pending")
+    return _approval_page(request, state=state if state in APPROVAL_TABS else "pending")
+
+
+@staff_member_required
+@require_POST
+def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
+    try:
+        pk = uuid.UUID(approval_id)
+    except ValueError:
+        raise Http404("no such approval") from None
+    approval = Approval.objects.filter(id=pk).first()
+    if approval is None:
+        raise Http404("no such approval")
+    form = ApprovalDecisionForm(request.POST)
+    if not form.is_valid():
+        error = "check the form: " + form.errors.as_text()
+        return _approval_page(request, state="pending", error=error, status=400)
+    try:
+        decided = verification.approval_decide(
+            project_id=str(approval.project_id),
+            approval_id=str(approval.id),
+            decision=form.cleaned_data["decision"],
+            reason=form.cleaned_data["reason"],
+            actor=human_actor(request),
+        )
+    except DomainError as refused:
+        status = STATUS_BY_KIND.get(refused.kind, 400)
+        return _approval_page(request, state="pending", error=refused.message, status=status)
+    messages.success(request, f"{decided.action} {decided.state}: “{decided.decision_reason}”.")
+    return redirect(reverse("ui:approvals"))

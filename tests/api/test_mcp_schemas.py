@@ -37,6 +37,7 @@ APPENDS = {
     "fail_task",
     "block_task",
     "request_completion",
+    "request_approval",
 }
 
 
@@ -198,10 +199,14 @@ def test_each_tools_results_match_its_output_schema(project, planned, operator_a
         own = await call("record_fact", {"task_id": other, "text": "z"})
         await call("verify_fact", {"fact_id": own["id"]})
         await call("retract_fact", {"fact_id": own["id"], "reason": "wrong"})
+        asked = await call("request_approval", {"task_id": other, "action": "deploy", "reason": "ship it"})
+        await call("get_approval", {"approval_id": asked["id"]})
+        await call("list_approvals", {"state": "pending"})
         return got
 
     got = session(token(project), steps)
-    assert set(got) - {"compiled"} == set(TOOLS) - {"set_contract"}  # the operator's, called in test_mcp
+    operators = {"set_contract", "decide_approval"}  # called in test_mcp and test_approvals_mcp
+    assert set(got) - {"compiled"} == set(TOOLS) - operators
     assert [item["text"] for item in got["resolve_context"]["bundle"]["items"]] == ["The port is 8080."]
     assert "Port 8081" in got["compiled"]["prompt_block"] and got["compiled"]["resource"].startswith("nexum:")
     assert got["compile_context"]["url"]  # async: true answers the request to poll (run at once: eager)

@@ -1,6 +1,6 @@
 """Operators and humans in a real browser (SPEC I4, I5): the admin shows a compiled context's exclusions with
-their reasons, a human settles a conflict in the escalation UI and the task can start, and the event log
-cannot be edited from the admin."""
+their reasons, a human settles a conflict in the escalation UI and the task can start, a human approves a
+held start in the approvals page (issue 28 item 4), and the event log cannot be edited from the admin."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ import pytest
 from context_app.compilation.models import StoredContext
 from context_app.resolution import services as resolution
 from context_app.resolution.models import Escalation
+from nexum.core.approvals import ApprovalRequired
 from nexum.core.resolution.rules import PlanGateClosed
 from nexum.eventstore.models import Event
 from tasks_app.models import Task
-from tasks_app.services import task_start
+from tasks_app.services import agent_token_issue, goal_create, task_start
 from tests.e2e.conftest import log_in, screenshot
+from verification_app.models import Approval
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -123,3 +125,62 @@ def test_an_event_cannot_be_edited_from_the_admin(live_server, page, demo_world,
     event.refresh_from_db()
     assert (event.stream_id, event.version, event.event_type, event.data, event.metadata) == before
     assert Task.objects.filter(state="completed").count() == 1  # s1, through its gate only
+
+
+def test_a_human_approves_a_held_start_in_the_approvals_page_and_the_task_starts(
+    live_server, page, project, staff_user
+):
+    """An approval-required task cannot start; an agent's token cannot decide in the UI (403 without a staff
+    session, the page sends it to the staff login, nothing is written); a staff member approves with a
+    reason, and the start goes through."""
+    goal = goal_create(
+        project_id=str(project.id),
+        objective="Release",
+        tasks=[{"key": "deploy", "objective": "Deploy build 41", "risk": "high"}],
+        contracts={"deploy": {"checks": [], "require_checks": False, "approval": "before_start"}},
+        actor="operator:o",
+    )
+    task = Task.objects.get(goal_id=goal.id, key="deploy")
+    with pytest.raises(ApprovalRequired) as held:
+        task_start(project_id=str(project.id), task_id=str(task.id), actor="agent:a")
+    approval_id = held.value.details["approval_id"]
+
+    agent_key = agent_token_issue(project_id=str(project.id), name="browser-agent", actor="test").key
+    decide_url = f"{live_server.url}/escalations/approvals/{approval_id}/decide"
+    as_agent = page.request.post(
+        decide_url,
+        form={"decision": "grant", "reason": "I approve myself"},
+        headers={"Authorization": f"Bearer {agent_key}"},
+        max_redirects=0,
+    )
+    assert as_agent.status == 403  # no staff session: refused before any view runs
+    page_as_agent = page.request.get(
+        f"{live_server.url}/escalations/approvals/",
+        headers={"Authorization": f"Bearer {agent_key}"},
+        max_redirects=0,
+    )
+    assert page_as_agent.status == 302 and "/admin/login/" in page_as_agent.headers["location"]
+    assert Approval.objects.get(id=approval_id).state == "pending"
+    assert not Event.objects.filter(event_type__in=["ApprovalGranted", "ApprovalDenied"]).exists()
+
+    log_in(page, live_server.url)
+    page.goto(f"{live_server.url}/escalations/approvals/")
+    row = page.locator(f".approval[data-approval='{approval_id}']")
+    assert "start" in row.inner_text() and "deploy" in row.inner_text() and "risk high" in row.inner_text()
+    screenshot(page, "approvals-pending.png")
+    row.locator("input[name='reason']").fill("change window is open")
+    row.get_by_role("button", name="Approve").click()
+
+    page.wait_for_selector(".notice.success")
+    assert "start granted" in page.inner_text(".notice.success")
+    assert page.locator(f".approval[data-approval='{approval_id}']").count() == 0  # no longer pending
+    approval = Approval.objects.get(id=approval_id)
+    assert (approval.state, approval.decided_by, approval.decision_reason) == (
+        "granted",
+        "human:operator",
+        "change window is open",
+    )
+    started = task_start(project_id=str(project.id), task_id=str(task.id), actor="agent:a")
+    assert started.state == "running"
+    page.goto(f"{live_server.url}/escalations/approvals/?state=decided")
+    assert "change window is open" in page.locator(f".approval[data-approval='{approval_id}']").inner_text()

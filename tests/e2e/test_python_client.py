@@ -1,7 +1,7 @@
 """The Python client (clients/python) against a live server (pytest-django's ``live_server``, on the test
 database: PostgreSQL when ``DATABASE_URL`` names it): the example agent loop drives a task to completion
 through a failed gate and a retry; a POST whose answer is lost is retried and written once; errors arrive
-typed; the event feed is read page by page."""
+typed; the event feed is read page by page; an agent waits for an operator's approval."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from types import ModuleType
 import httpx
 import pytest
 from django.conf import settings as django_settings
-from nexum_client import BadRequest, Forbidden, Nexum, NotFound
+from nexum_client import ApprovalTimeout, BadRequest, Conflict, Forbidden, Nexum, NotFound
 
 EXAMPLE = Path(django_settings.BASE_DIR) / "examples" / "agent_loop.py"
 
@@ -197,3 +197,41 @@ def test_lists_are_iterated_page_by_page(live_server, world):
         made = {_goal_task(agent) for _ in range(3)}
         assert {task.id for task in agent.tasks(limit=1)} == made
         assert [task.state for task in agent.tasks(state="pending", limit=2)] == ["pending"] * 3
+
+
+def test_an_agent_waits_for_an_approval_and_reads_the_operators_answer(live_server, world):
+    """A held start raises ``Conflict`` naming the approval; the agent asks before its own action and waits;
+    it cannot decide (``Forbidden``); the operator's grant lets the start through."""
+    contract = {"checks": [], "require_checks": False, "approval": "before_start"}
+    with Nexum(live_server.url, world["operator"]) as operator:
+        goal = operator.create_goal(
+            "Release", tasks=[{"key": "deploy", "objective": "Deploy"}], contracts={"deploy": contract}
+        )
+    task_id = goal.task("deploy").id
+    with Nexum(live_server.url, world["agent"]) as agent:
+        with pytest.raises(Conflict) as held:
+            agent.start(task_id)
+        assert held.value.code == "approval_required"
+        start_approval = held.value.details["approval_id"]
+        asked = agent.request_approval(task_id, "deploy", reason="push build 41", arguments_digest="a" * 64)
+        assert (asked.state, asked.decided, asked.attempt) == ("pending", False, 0)
+        with pytest.raises(ApprovalTimeout) as waited:
+            agent.wait_for_approval(asked.id, timeout_s=0)
+        assert waited.value.details == {"approval_id": asked.id}
+        assert [approval.id for approval in agent.approvals(task_id=task_id, state="pending")] == [
+            asked.id,
+            start_approval,
+        ]
+        with pytest.raises(Forbidden):
+            agent.request(
+                "POST", f"approvals/{start_approval}/decision", json={"decision": "grant", "reason": "x"}
+            )
+        with Nexum(live_server.url, world["operator"]) as operator:
+            for approval_id in (start_approval, asked.id):
+                operator.request(
+                    "POST", f"approvals/{approval_id}/decision", json={"decision": "grant", "reason": "go"}
+                )
+        answer = agent.wait_for_approval(asked.id, timeout_s=5, poll_interval_s=0.1)
+        assert answer.granted and answer.decision_reason == "go"
+        assert agent.approval(start_approval).granted
+        assert agent.start(task_id).state == "running"

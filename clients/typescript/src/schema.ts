@@ -4,6 +4,61 @@
  */
 
 export interface paths {
+    "/api/v1/approvals": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The project's approvals (newest first), by state and task. */
+        get: operations["approvals"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/approvals/{approval_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description One approval: pending, granted or denied, with the operator's reason. */
+        get: operations["approval"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/approvals/{approval_id}/decision": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * @description Grant or deny a pending approval, with a reason.
+         *
+         *     Needs an operator token (deciding an approval); an agent token gets 403 `forbidden`.
+         */
+        post: operations["decide_approval"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/artifacts/{item_id}/content": {
         parameters: {
             query?: never;
@@ -621,6 +676,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/project/approval-settings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description The project's default for high-risk tasks: the stage at which they wait for an operator's approval
+         *     when their contract says nothing. ``PUT`` (operator) sets it, as an event.
+         */
+        get: operations["approval_settings"];
+        /**
+         * @description The project's default for high-risk tasks: the stage at which they wait for an operator's approval
+         *     when their contract says nothing. ``PUT`` (operator) sets it, as an event.
+         *
+         *     Needs an operator token (setting the project's approval default); an agent token gets 403 `forbidden`.
+         */
+        put: operations["set_approval_settings"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/project/compile-settings": {
         parameters: {
             query?: never;
@@ -860,6 +941,26 @@ export interface paths {
         get: operations["task"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/tasks/{task_id}/approvals": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * @description Ask an operator to approve an action on the task's current attempt; read the answer with
+         *     ``GET /approvals/{id}`` or on the event stream (``ApprovalGranted`` / ``ApprovalDenied``).
+         */
+        post: operations["request_approval"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1284,6 +1385,77 @@ export interface components {
          * @enum {string}
          */
         ActionEnum: "supply_fact" | "pick_side" | "grant_source" | "cancel";
+        Approval: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            task_id: string;
+            /** Format: uuid */
+            goal_id: string;
+            /** @description start or complete (the gate's), else the agent's own */
+            action: string;
+            /** @description sha256 of the action's arguments */
+            arguments_digest?: string;
+            /**
+             * Format: int64
+             * @description the task attempt the approval is for
+             */
+            attempt: number;
+            /** @description the gate stage it holds; empty: an action */
+            stage?: string;
+            /** @description why it was asked */
+            reason?: string;
+            state: components["schemas"]["ApprovalStateEnum"];
+            decision_reason?: string;
+            requested_by: string;
+            decided_by?: string;
+            /** Format: date-time */
+            requested_at: string;
+            /** Format: date-time */
+            decided_at?: string | null;
+        };
+        ApprovalDecisionInputRequest: {
+            decision: components["schemas"]["DecisionEnum"];
+            /** @description why yes, or why no */
+            reason: string;
+        };
+        /** @enum {string} */
+        ApprovalEnum: "before_start" | "before_complete" | "none";
+        ApprovalPage: {
+            results: components["schemas"]["Approval"][];
+            /** @description pass as ?cursor= for the next page; null on the last page */
+            next_cursor: string | null;
+        };
+        ApprovalRequestInputRequest: {
+            /** @description what to approve: start or complete (the gate's, after a denial) or an action of your own (deploy) */
+            action: string;
+            /** @description sha256 of the action's arguments (not for start/complete) */
+            arguments_digest?: string;
+            /** @description why the action is needed */
+            reason: string;
+        };
+        ApprovalSettings: {
+            /** @description before_start, before_complete, or null: no approval by default */
+            high_risk_approval: string | null;
+            /** @description the project's stream version */
+            version: number;
+        };
+        ApprovalSettingsInputRequest: {
+            /**
+             * @description the stage a high-risk task whose contract says nothing waits at; null: none
+             *
+             *     * `before_start` - before_start
+             *     * `before_complete` - before_complete
+             */
+            high_risk_approval: (components["schemas"]["HighRiskApprovalEnum"] | components["schemas"]["NullEnum"]) | null;
+        };
+        /**
+         * @description * `pending` - pending
+         *     * `granted` - granted
+         *     * `denied` - denied
+         * @enum {string}
+         */
+        ApprovalStateEnum: "pending" | "granted" | "denied";
         ArtifactInputRequest: {
             summary: string;
             /** @description not blank if given */
@@ -1727,6 +1899,8 @@ export interface components {
             checks: (components["schemas"]["ArtifactMatchesCheck"] | components["schemas"]["CallableCheck"] | components["schemas"]["CommandCheck"] | components["schemas"]["FileExistsCheck"] | components["schemas"]["FileMatchesCheck"])[];
             require_checks: boolean;
             on_failure: string;
+            /** @description before_start, before_complete or none; null: the project's default */
+            approval: string | null;
             trust_class: string;
             derived_from: string[];
             reason: string;
@@ -1761,7 +1935,15 @@ export interface components {
             require_checks?: boolean;
             /** @description default failed */
             on_failure?: components["schemas"]["OnFailureEnum"];
+            /** @description before_start or before_complete: that command waits for an operator's approval; none: not even when the project's default for high-risk tasks says so; absent: that default */
+            approval?: components["schemas"]["ApprovalEnum"];
         };
+        /**
+         * @description * `grant` - grant
+         *     * `deny` - deny
+         * @enum {string}
+         */
+        DecisionEnum: "grant" | "deny";
         DecisionInputRequest: {
             text: string;
             /** @default  */
@@ -2209,6 +2391,12 @@ export interface components {
                 [key: string]: unknown;
             };
         };
+        /**
+         * @description * `before_start` - before_start
+         *     * `before_complete` - before_complete
+         * @enum {string}
+         */
+        HighRiskApprovalEnum: "before_start" | "before_complete";
         HistoryEntry: {
             position: number;
             version: number;
@@ -2309,6 +2497,8 @@ export interface components {
             version: number;
             words: components["schemas"]["Word"][];
         };
+        /** @enum {unknown} */
+        NullEnum: null;
         /** @enum {string} */
         OnFailureEnum: "failed" | "blocked";
         /**
@@ -2875,6 +3065,218 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    approvals: {
+        parameters: {
+            query?: {
+                /** @description the next_cursor of the previous page */
+                cursor?: string;
+                /** @description at most 500 */
+                limit?: number;
+                /**
+                 * @description * `pending` - pending
+                 *     * `granted` - granted
+                 *     * `denied` - denied
+                 */
+                state?: "pending" | "granted" | "denied";
+                task?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApprovalPage"];
+                };
+            };
+            /** @description bad input: malformed, unknown member or parameter, wrong type, out of range */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no token, or an unknown or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not found in the token's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a service it needs (the database, the broker, a share of the server) is unavailable; nothing was written; Retry-After says when to try again */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    approval: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                approval_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Approval"];
+                };
+            };
+            /** @description bad input: malformed, unknown member or parameter, wrong type, out of range */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no token, or an unknown or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not found in the token's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a service it needs (the database, the broker, a share of the server) is unavailable; nothing was written; Retry-After says when to try again */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    decide_approval: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                approval_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ApprovalDecisionInputRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Approval"];
+                };
+            };
+            /** @description bad input: malformed, unknown member or parameter, wrong type, out of range */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no token, or an unknown or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description forbidden to this token (an operator's operation, or a trust class above its ceiling) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not found in the token's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description conflicts with the current state (version, transition, idempotency key, existing name) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the request body or a member of it is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a service it needs (the database, the broker, a share of the server) is unavailable; nothing was written; Retry-After says when to try again */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     artifact_content: {
         parameters: {
             query?: never;
@@ -5662,6 +6064,147 @@ export interface operations {
             };
         };
     };
+    approval_settings: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApprovalSettings"];
+                };
+            };
+            /** @description bad input: malformed, unknown member or parameter, wrong type, out of range */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no token, or an unknown or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not found in the token's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a service it needs (the database, the broker, a share of the server) is unavailable; nothing was written; Retry-After says when to try again */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    set_approval_settings: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ApprovalSettingsInputRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApprovalSettings"];
+                };
+            };
+            /** @description bad input: malformed, unknown member or parameter, wrong type, out of range */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no token, or an unknown or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description forbidden to this token (an operator's operation, or a trust class above its ceiling) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not found in the token's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description conflicts with the current state (version, transition, idempotency key, existing name) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the request body or a member of it is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a service it needs (the database, the broker, a share of the server) is unavailable; nothing was written; Retry-After says when to try again */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     compile_settings: {
         parameters: {
             query?: never;
@@ -6926,6 +7469,88 @@ export interface operations {
             };
             /** @description not found in the token's project */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a service it needs (the database, the broker, a share of the server) is unavailable; nothing was written; Retry-After says when to try again */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    request_approval: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the POST safe to retry: a repeat with the same key writes nothing and returns the same result; the same key with a different request is a 409 `idempotency_key_reused`. 1–200 characters. */
+                "Idempotency-Key"?: string;
+            };
+            path: {
+                task_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ApprovalRequestInputRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Approval"];
+                };
+            };
+            /** @description bad input: malformed, unknown member or parameter, wrong type, out of range */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no token, or an unknown or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not found in the token's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description conflicts with the current state (version, transition, idempotency key, existing name) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the request body or a member of it is too large */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };

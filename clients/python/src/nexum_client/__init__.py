@@ -2,6 +2,7 @@
 
 from nexum_client.client import Nexum
 from nexum_client.errors import (
+    ApprovalTimeout,
     BadRequest,
     CompletionTimeout,
     Conflict,
@@ -15,9 +16,11 @@ from nexum_client.errors import (
     Unauthorized,
     Unavailable,
 )
-from nexum_client.models import Completion, Context, Event, Goal, Item, Resolution, Task
+from nexum_client.models import Approval, Completion, Context, Event, Goal, Item, Resolution, Task
 
 __all__ = [
+    "Approval",
+    "ApprovalTimeout",
     "BadRequest",
     "Completion",
     "CompletionTimeout",

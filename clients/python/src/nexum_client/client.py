@@ -21,13 +21,14 @@ from typing import Any
 import httpx
 
 from nexum_client.errors import (
+    ApprovalTimeout,
     CompletionTimeout,
     Conflict,
     ConnectionFailed,
     NexumError,
     error_from_response,
 )
-from nexum_client.models import Completion, Context, Event, Goal, Item, Resolution, Task
+from nexum_client.models import Approval, Completion, Context, Event, Goal, Item, Resolution, Task
 
 logger = logging.getLogger("nexum_client")
 
@@ -435,6 +436,52 @@ class Nexum:
                     f"completion {request_id} still pending after {timeout_s:.0f} s",
                     code="completion_timeout",
                     details={"request_id": request_id},
+                )
+            self._sleep(poll_interval_s)
+
+    # --- approvals --------------------------------------------------------------------------------------
+
+    def request_approval(
+        self,
+        task_id: str,
+        action: str,
+        *,
+        reason: str,
+        arguments_digest: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Approval:
+        """Ask an operator to approve ``action`` on the task's current attempt: one of the agent's own
+        (``arguments_digest``: the sha256 of its arguments), or ``start`` / ``complete`` again after a
+        denial. A start or completion that needs an approval raises ``Conflict`` with code
+        ``approval_required`` (``details["approval_id"]``) until it is granted."""
+        body: dict[str, Any] = {"action": action, "reason": reason}
+        if arguments_digest is not None:
+            body["arguments_digest"] = arguments_digest
+        return Approval.from_json(self._post(f"tasks/{task_id}/approvals", body, idempotency_key))
+
+    def approval(self, approval_id: str) -> Approval:
+        return Approval.from_json(self._get(f"approvals/{approval_id}"))
+
+    def approvals(self, *, task_id: str | None = None, state: str | None = None) -> Iterator[Approval]:
+        """The project's approvals, newest first, every page."""
+        params = {"task": task_id, "state": state}
+        for row in self._pages("approvals", {name: value for name, value in params.items() if value}):
+            yield Approval.from_json(row)
+
+    def wait_for_approval(
+        self, approval_id: str, *, timeout_s: float = 3600.0, poll_interval_s: float = 2.0
+    ) -> Approval:
+        """Poll an approval until an operator grants or denies it; ``ApprovalTimeout`` after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            approval = self.approval(approval_id)
+            if approval.decided:
+                return approval
+            if time.monotonic() >= deadline:
+                raise ApprovalTimeout(
+                    f"approval {approval_id} still pending after {timeout_s:.0f} s",
+                    code="approval_timeout",
+                    details={"approval_id": approval_id},
                 )
             self._sleep(poll_interval_s)
 

@@ -79,6 +79,11 @@ class CompletionTimeout(NexumError):
     ``request_id`` to poll later."""
 
 
+class ApprovalTimeout(NexumError):
+    """``wait_for_approval`` polled past its deadline and no operator had decided yet; ``details`` hold the
+    ``approval_id`` to poll later."""
+
+
 ERRORS_BY_STATUS: dict[int, type[NexumError]] = {
     400: BadRequest,
     401: Unauthorized,

@@ -192,6 +192,43 @@ class Completion:
 
 
 @dataclass(frozen=True)
+class Approval:
+    """An operator's yes or no on one action of a task (its start, its completion, or an agent's own)."""
+
+    id: str
+    task_id: str
+    action: str
+    arguments_digest: str
+    attempt: int
+    state: str  # pending, granted or denied
+    reason: str
+    decision_reason: str
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def decided(self) -> bool:
+        return self.state != "pending"
+
+    @property
+    def granted(self) -> bool:
+        return self.state == "granted"
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Approval:
+        return cls(
+            id=str(body["id"]),
+            task_id=str(body["task_id"]),
+            action=body["action"],
+            arguments_digest=body.get("arguments_digest", ""),
+            attempt=int(body["attempt"]),
+            state=body["state"],
+            reason=body.get("reason", ""),
+            decision_reason=body.get("decision_reason", ""),
+            raw=body,
+        )
+
+
+@dataclass(frozen=True)
 class Event:
     """One event of the log, as the feed shows it."""
 
