@@ -6,7 +6,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from nexum_web.api import catalog, compilation, resolution, stream, tasks, verification, views, world
+from nexum_web.api import catalog, compilation, resolution, stream, tasks, usage, verification, views, world
 from nexum_web.api.errors import json_not_found, json_server_error
 from nexum_web.mcp.http import mcp_endpoint
 from nexum_web.webhooks import api as webhooks_api
@@ -88,6 +88,8 @@ api_v1 = [
         "contexts/<str:digest>/excluded", compilation.ContextExcludedView.as_view(), name="context-excluded"
     ),
     path("contexts/<str:digest>/replay", compilation.ContextReplayView.as_view(), name="context-replay"),
+    path("contexts/<str:digest>/usage", usage.ContextUsageView.as_view(), name="context-usage"),
+    path("usage", usage.UsageTotalsView.as_view(), name="usage"),
     path(
         "contexts/<str:digest>/diff/<str:other>", compilation.ContextDiffView.as_view(), name="context-diff"
     ),
