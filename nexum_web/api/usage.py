@@ -7,6 +7,7 @@ A POST honours the ``Idempotency-Key`` header: a retry returns the first report 
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
@@ -17,7 +18,7 @@ from rest_framework.views import APIView
 
 from context_app.compilation import selectors, services
 from nexum.core.catalog import MAX_TOKEN_COUNT
-from nexum.core.usage import COST_PLACES, NAME_MAX
+from nexum.core.usage import COST_MAX, COST_PLACES, NAME_MAX
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.strict import StrictInput, StrictQuery
 
@@ -35,6 +36,7 @@ class UsageInput(StrictInput):
         max_digits=22,
         decimal_places=COST_PLACES,
         min_value=0,
+        max_value=COST_MAX - Decimal(10) ** -COST_PLACES,  # an inclusive bound: a schema a host can read
         required=False,
         allow_null=True,
         coerce_to_string=False,
@@ -54,9 +56,7 @@ class UsageSerializer(serializers.Serializer):
     model = serializers.CharField(source="provider_model")
     prompt_tokens = serializers.IntegerField()
     completion_tokens = serializers.IntegerField()
-    cost = serializers.DecimalField(
-        max_digits=24, decimal_places=COST_PLACES, allow_null=True, coerce_to_string=False
-    )
+    cost = serializers.FloatField(allow_null=True, help_text="kept as the decimal reported")
     drift = serializers.FloatField(
         allow_null=True, help_text="(prompt_tokens - nexum_tokens) / nexum_tokens; null when Nexum counted 0"
     )
@@ -70,12 +70,9 @@ class UsageTotalsSerializer(serializers.Serializer):
     nexum_tokens = serializers.IntegerField(help_text="Nexum's prompt tokens summed over the reports")
     prompt_tokens = serializers.IntegerField(help_text="the provider's prompt tokens summed")
     completion_tokens = serializers.IntegerField()
-    cost = serializers.DecimalField(
-        max_digits=30,
-        decimal_places=COST_PLACES,
+    cost = serializers.FloatField(
         allow_null=True,
-        coerce_to_string=False,
-        help_text="the sum of the costs reported; null when no report gave one",
+        help_text="the sum of the costs reported (summed as decimals); null when none gave one",
     )
     costed_reports = serializers.IntegerField(help_text="how many reports gave a cost")
 

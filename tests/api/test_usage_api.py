@@ -14,6 +14,7 @@ import pytest
 from context_app.catalog.services import DEFAULT_CATALOG
 from context_app.compilation.models import ContextUsage
 from nexum.eventstore.models import Event as EventRow
+from tests.api.test_mcp import refusal, session, structured, token
 from tests.integration.compile_world import build_auth_world
 
 pytestmark = pytest.mark.django_db
@@ -205,3 +206,31 @@ def test_a_cards_safety_margin_is_reserved_in_the_budget_and_recorded_by_compile
 def test_a_bad_safety_margin_is_refused_naming_it(operator_api, auth, members, field):
     answer = operator_api.put("/api/v1/models/catalog", catalog_with(**members), format="json")
     assert answer.status_code == 400 and answer.json()["error"]["field"] == field
+
+
+def test_an_agent_reports_usage_over_mcp_and_a_refusal_is_an_error_result(api, project, auth):
+    context = compiled(api, auth)
+    usage = {"completion_tokens": 12, "provider": "vllm", "model": "gemma"}
+
+    async def steps(client):
+        reported = structured(
+            await client.call_tool(
+                "report_usage", {"digest": context["digest"], "prompt_tokens": 1234, **usage, "cost": 0.5}
+            )
+        )
+        negative = refusal(
+            await client.call_tool(
+                "report_usage", {"digest": context["digest"], "prompt_tokens": -1, **usage}
+            )
+        )
+        unknown = refusal(
+            await client.call_tool("report_usage", {"digest": "f" * 64, "prompt_tokens": 1, **usage})
+        )
+        return reported, negative, unknown
+
+    reported, negative, unknown = session(token(project), steps)
+    assert reported["drift"] == pytest.approx((1234 - context["total_tokens"]) / context["total_tokens"])
+    assert reported["cost"] == 0.5 and reported["actor"].startswith("agent:")
+    assert (negative.status, negative.error["field"]) == (400, "prompt_tokens")
+    assert (unknown.status, unknown.error["field"]) == (404, "digest")
+    assert ContextUsage.objects.count() == 1
