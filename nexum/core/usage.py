@@ -14,9 +14,9 @@ settles:
   p95 is 0.10. No interpolation: every percentile is a drift some call had.
 * A card **drifts** when its p95 drift is above the threshold (``NEXUM_USAGE_DRIFT_THRESHOLD``): only a
   provider counting *more* than Nexum overflows a window, so only positive drift is flagged.
-* Token counts are 0 to ``MAX_TOKEN_COUNT``; ``provider`` and ``model`` are 1-200 characters of one line;
-  ``cost`` is a non-negative decimal (the provider's currency, as the caller knows it), kept as its decimal
-  text so no float rounds it.
+* Token counts are 0 to ``MAX_TOKEN_COUNT``; ``provider`` and ``model`` are 1-200 characters, trimmed;
+  ``cost`` is a number from 0 to 10**12 (the provider's currency, as the caller knows it), kept to 10 decimal
+  places (rounded half to even: finer than any provider bills) as decimal text, so sums add no float error.
 
 Each report is its own stream, ``usage-<usage_id>``: reports of one context never contend with each other,
 and a retry with the same ``Idempotency-Key`` names the same stream and writes nothing.
@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 
 from nexum.core.catalog import MAX_TOKEN_COUNT
 from nexum.core.errors import ValidationFailed
@@ -117,19 +117,19 @@ def check_token_count(value: object, field: str) -> int:
 
 
 def check_name(value: object, field: str) -> str:
-    """A provider's or model's name as the caller spells it: one line, 1-200 characters, trimmed."""
+    """A provider's or model's name as the caller spells it: 1-200 characters once trimmed."""
     if not isinstance(value, str):
         raise ValidationFailed(f"{field} must be a string", field=field)
     require_storable(value, field)
     value = value.strip()
-    if not value or len(value) > NAME_MAX or not value.isprintable():
-        raise ValidationFailed(f"{field} is one line of 1-{NAME_MAX} printable characters", field=field)
+    if not value or len(value) > NAME_MAX:
+        raise ValidationFailed(f"{field} is 1-{NAME_MAX} characters, not blank", field=field)
     return value
 
 
 def check_cost(value: object) -> str | None:
-    """The cost as canonical decimal text (``0.0125``), or ``None``; negative, non-finite, over 10**12 or
-    with more than 10 decimal places is refused."""
+    """The cost as canonical decimal text (``0.0125``) to 10 places, or ``None``; negative, non-finite or
+    over 10**12 is refused."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float | Decimal | str):
@@ -138,8 +138,7 @@ def check_cost(value: object) -> str | None:
         cost = Decimal(str(value))
     except InvalidOperation:
         raise ValidationFailed(f"cost must be a non-negative number, got {value!r}", field="cost") from None
-    if not cost.is_finite() or cost < 0 or cost >= COST_MAX:
-        raise ValidationFailed(f"cost must be a number from 0 to below {COST_MAX:f}", field="cost")
-    if -cost.as_tuple().exponent > COST_PLACES:  # type: ignore[operator]
-        raise ValidationFailed(f"cost has at most {COST_PLACES} decimal places", field="cost")
-    return f"{cost.normalize():f}"
+    if not cost.is_finite() or cost < 0 or cost > COST_MAX:
+        raise ValidationFailed(f"cost must be a number from 0 to {COST_MAX:f}", field="cost")
+    kept = cost.quantize(Decimal(10) ** -COST_PLACES, rounding=ROUND_HALF_EVEN).normalize()
+    return f"{kept:f}"

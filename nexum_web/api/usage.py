@@ -7,9 +7,6 @@ A POST honours the ``Idempotency-Key`` header: a retry returns the first report 
 
 from __future__ import annotations
 
-from decimal import Decimal
-from typing import Any
-
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
@@ -18,7 +15,7 @@ from rest_framework.views import APIView
 
 from context_app.compilation import selectors, services
 from nexum.core.catalog import MAX_TOKEN_COUNT
-from nexum.core.usage import COST_MAX, COST_PLACES, NAME_MAX
+from nexum.core.usage import COST_MAX, NAME_MAX
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.strict import StrictInput, StrictQuery
 
@@ -32,15 +29,12 @@ class UsageInput(StrictInput):
     completion_tokens = _count("the provider's count of its answer")
     provider = serializers.CharField(max_length=NAME_MAX, help_text="who served the call: openai, vllm …")
     model = serializers.CharField(max_length=NAME_MAX, help_text="the model the provider says answered")
-    cost = serializers.DecimalField(
-        max_digits=22,
-        decimal_places=COST_PLACES,
+    cost = serializers.FloatField(
         min_value=0,
-        max_value=COST_MAX - Decimal(10) ** -COST_PLACES,  # an inclusive bound: a schema a host can read
+        max_value=float(COST_MAX),
         required=False,
         allow_null=True,
-        coerce_to_string=False,
-        help_text="what the call cost, in the provider's currency (at most 10 decimal places)",
+        help_text="what the call cost, in the provider's currency; kept to 10 decimal places",
     )
 
 
@@ -91,12 +85,9 @@ class UsageSummarySerializer(serializers.Serializer):
 
 class UsageQuery(StrictQuery):
     goal = serializers.UUIDField(required=False, help_text="only the usage of this goal's tasks")
-    task = serializers.UUIDField(required=False, help_text="only the usage of this task")
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if "goal" in attrs and "task" in attrs:
-            raise serializers.ValidationError({"task": "give goal or task, not both"})
-        return attrs
+    task = serializers.UUIDField(
+        required=False, help_text="only the usage of this task (within goal, if given)"
+    )
 
 
 class ContextUsageView(APIView):

@@ -126,9 +126,9 @@ def test_an_operator_may_report_and_both_roles_read_the_totals(api, operator_api
         ({"completion_tokens": -5}, "completion_tokens"),
         ({"cost": -0.01}, "cost"),
         ({"provider": "  "}, "provider"),
-        ({"model": "gpt\nx"}, "model"),
+        ({"model": "x" * 201}, "model"),
         ({"prompt_tokens": "120"}, "prompt_tokens"),
-        ({"cost": 0.123456789012}, "cost"),
+        ({"cost": 1e13}, "cost"),
         ({"nexum_tokens": 3}, "nexum_tokens"),
     ],
 )
@@ -154,7 +154,7 @@ def test_usage_totals_refuse_an_unknown_or_other_projects_task_or_goal(api, othe
     assert other_api.get(f"/api/v1/usage?task={auth.task.id}").status_code == 404
     assert api.get(f"/api/v1/usage?goal={auth.task.id}").json()["error"]["field"] == "goal"
     both = api.get(f"/api/v1/usage?goal={auth.goal.id}&task={auth.task.id}")
-    assert both.status_code == 400 and both.json()["error"]["field"] == "task"
+    assert both.status_code == 200 and both.json()["scope"] == "task"
 
 
 def catalog_with(**members) -> dict:

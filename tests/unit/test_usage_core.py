@@ -41,9 +41,10 @@ def test_token_counts_are_integers_within_bounds(value):
     assert refused.value.field == "prompt_tokens"
 
 
-def test_names_are_trimmed_single_lines():
+def test_names_are_trimmed_and_bounded():
     assert check_name("  openai ", "provider") == "openai"
-    for bad in ("", "   ", "a\nb", "x" * 201, "nul\x00", 3):
+    assert check_name("vllm\tlocal", "provider") == "vllm\tlocal"
+    for bad in ("", "   ", "x" * 201, "nul\x00", 3):
         with pytest.raises(ValidationFailed):
             check_name(bad, "model")
 
@@ -53,7 +54,9 @@ def test_cost_is_kept_as_canonical_decimal_text():
     assert check_cost(0.0125) == "0.0125"
     assert check_cost(3) == "3"
     assert check_cost("1.50") == "1.5"
-    for bad in (-0.01, "nan", "Infinity", 1e12, "0.00000000001", "abc", True, [1]):
+    assert check_cost(0.123456789012) == "0.123456789"  # kept to 10 places
+    assert check_cost("0.00000000001") == "0" and check_cost(1e12) == "1000000000000"
+    for bad in (-0.01, "nan", "Infinity", 1.5e12, "abc", True, [1]):
         with pytest.raises(ValidationFailed) as refused:
             check_cost(bad)
         assert refused.value.field == "cost"

@@ -2908,7 +2908,7 @@ export interface components {
             model: string;
             /**
              * Format: double
-             * @description what the call cost, in the provider's currency (at most 10 decimal places)
+             * @description what the call cost, in the provider's currency; kept to 10 decimal places
              */
             cost?: number | null;
         };
@@ -8875,7 +8875,7 @@ export interface operations {
             query?: {
                 /** @description only the usage of this goal's tasks */
                 goal?: string;
-                /** @description only the usage of this task */
+                /** @description only the usage of this task (within goal, if given) */
                 task?: string;
             };
             header?: never;
