@@ -186,6 +186,8 @@ def test_a_cards_safety_margin_is_reserved_in_the_budget_and_recorded_by_compile
     context = compiled(api, auth, "tight")
     assert context["budget"]["context_tokens"] == 8_100 and context["budget"]["safety_margin_tokens"] == 900
     assert context["total_tokens"] <= 8_100
+    recorded = EventRow.objects.filter(event_type="ContextCompiled").order_by("-position").first()
+    assert recorded.data["budget"]["safety_margin_tokens"] == 900  # the compile's event records the margin
     for digest in (context["digest"], before["digest"]):
         assert api.post(f"/api/v1/contexts/{digest}/replay").json()["matches"] is True
 
