@@ -259,6 +259,7 @@ NEXUM_PROJECTIONS = [
     "context_app.world.projections.WorldProjection",
     "context_app.resolution.projections.ResolutionProjection",
     "context_app.compilation.projections.CompilationProjection",
+    "context_app.compilation.projections.UsageProjection",
     "verification_app.projections.VerificationProjection",
 ]
 # The SSE event stream (nexum_web/api/stream.py): a connection closes after at most this many seconds (the
@@ -294,6 +295,13 @@ if NEXUM_EVENT_STREAMS_PER_TOKEN < 1 or NEXUM_EVENT_STREAMS_MAX < 1:
 # typical candidate's score to the best of its section (compiler version 5; 0 turns the floor off). Recorded
 # with every compile, so a change replays exactly.
 NEXUM_RELEVANCE_FLOOR = float(os.environ.get("NEXUM_RELEVANCE_FLOOR", "0.2"))
+# The usage ledger (issue 28): a card whose p95 drift ((provider - nexum) / nexum prompt tokens) is above this
+# is flagged on the dashboard and in GET /api/v1/models; drift is taken over a card's latest
+# NEXUM_USAGE_DRIFT_WINDOW reports.
+NEXUM_USAGE_DRIFT_THRESHOLD = float(os.environ.get("NEXUM_USAGE_DRIFT_THRESHOLD", "0.05"))
+NEXUM_USAGE_DRIFT_WINDOW = _env_int("NEXUM_USAGE_DRIFT_WINDOW", 1000)
+if NEXUM_USAGE_DRIFT_WINDOW < 1:
+    raise RuntimeError("NEXUM_USAGE_DRIFT_WINDOW must be at least 1")
 # The embedder that gives world items their vectors when they are stored and a compile its query vector
 # (issue 24): "wordllama" (the default, shipped with its wheel), "none" (relevance by words alone) or
 # "package.module:factory". Recorded with every compile; vectors of an earlier embedder are kept.

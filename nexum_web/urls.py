@@ -13,6 +13,7 @@ from nexum_web.api import (
     resolution,
     stream,
     tasks,
+    usage,
     verification,
     views,
     world,
@@ -109,6 +110,8 @@ api_v1 = [
         "contexts/<str:digest>/excluded", compilation.ContextExcludedView.as_view(), name="context-excluded"
     ),
     path("contexts/<str:digest>/replay", compilation.ContextReplayView.as_view(), name="context-replay"),
+    path("contexts/<str:digest>/usage", usage.ContextUsageView.as_view(), name="context-usage"),
+    path("usage", usage.UsageTotalsView.as_view(), name="usage"),
     path(
         "contexts/<str:digest>/diff/<str:other>", compilation.ContextDiffView.as_view(), name="context-diff"
     ),

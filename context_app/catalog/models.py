@@ -47,6 +47,12 @@ class CatalogCard(models.Model):
     max_tool_count = models.PositiveIntegerField(null=True, blank=True)
     override_context_tokens = models.PositiveIntegerField(null=True, blank=True)
     override_tool_count = models.PositiveIntegerField(null=True, blank=True)
+    safety_margin_tokens = models.PositiveIntegerField(
+        null=True, blank=True, help_text="tokens held back from the window for what Nexum does not count"
+    )
+    safety_margin_percent = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="or: percent of the window less the output reserve held back"
+    )
     updated_at = models.DateTimeField()
 
     class Meta:

@@ -55,6 +55,8 @@ class ModelCatalogProjection(Projection):
                 "max_tool_count": card.get("max_tool_count"),
                 "override_context_tokens": overrides.get("context_tokens"),
                 "override_tool_count": overrides.get("tool_count"),
+                "safety_margin_tokens": card.get("safety_margin_tokens"),
+                "safety_margin_percent": card.get("safety_margin_percent"),
                 "updated_at": at,
             }
             _upsert(rows, CatalogCard, key, project_id, fields)

@@ -88,6 +88,8 @@ def _card(row: CatalogCard) -> ModelCard:
         overrides=BudgetOverrides(
             context_tokens=row.override_context_tokens, tool_count=row.override_tool_count
         ),
+        safety_margin_tokens=row.safety_margin_tokens,
+        safety_margin_percent=row.safety_margin_percent,
     )
 
 

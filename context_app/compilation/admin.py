@@ -13,7 +13,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
 from context_app.compilation import selectors, services
-from context_app.compilation.models import CompactionFold, ContextCompilation, StoredContext
+from context_app.compilation.models import CompactionFold, ContextCompilation, ContextUsage, StoredContext
 from nexum.core.errors import DomainError
 from nexum.eventstore.admin import ReadOnlyAdmin
 
@@ -133,3 +133,41 @@ class CompactionFoldAdmin(ReadOnlyAdmin):
         "recorded_at",
     )
     search_fields = ("=task_id",)
+
+
+@admin.register(ContextUsage)
+class ContextUsageAdmin(ReadOnlyAdmin):
+    """The usage ledger: each provider report against Nexum's count, with the drift per card above the list
+    (issue 28)."""
+
+    list_display = (
+        "short_digest",
+        "card_word",
+        "provider",
+        "provider_model",
+        "nexum_tokens",
+        "prompt_tokens",
+        "completion_tokens",
+        "drift_percent",
+        "cost",
+        "recorded_at",
+    )
+    list_filter = ("card_word", "provider", "project")
+    search_fields = ("=digest", "=task_id", "=goal_id")
+    ordering = ("-position",)
+    change_list_template = "admin/compilation/contextusage/change_list.html"
+
+    @admin.display(description="digest")
+    def short_digest(self, usage: ContextUsage) -> str:
+        return usage.digest[:16]
+
+    @admin.display(description="drift")
+    def drift_percent(self, usage: ContextUsage) -> str:
+        return "" if usage.drift is None else f"{usage.drift:+.1%}"
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None):  # type: ignore[no-untyped-def]
+        drifts = [
+            (drift, f"{drift.summary.p50:+.1%}", f"{drift.summary.p95:+.1%}")
+            for drift in selectors.drift_per_card()
+        ]
+        return super().changelist_view(request, {**(extra_context or {}), "card_drifts": drifts})

@@ -206,3 +206,41 @@ class FoldedItem(models.Model):
 
     def __str__(self) -> str:
         return str(self.item_id)
+
+
+class ContextUsage(models.Model):
+    """One model call's usage as the provider reported it (issue 28), against Nexum's count of the context
+    it was made with: a read model of ``ContextUsageReported``, one row per report."""
+
+    usage_id = models.UUIDField(primary_key=True)
+    project = models.ForeignKey(
+        "tasks_app.Project", on_delete=models.DO_NOTHING, related_name="+", db_constraint=False
+    )
+    digest = models.CharField(max_length=64)
+    task_id = models.UUIDField()
+    goal_id = models.UUIDField()
+    model_word = models.CharField(max_length=100, help_text="the word the context was compiled under")
+    card_word = models.CharField(max_length=100, help_text="the card that word resolved to when reported")
+    nexum_tokens = models.PositiveIntegerField(help_text="Nexum's count: prompt block plus tool schemas")
+    provider = models.CharField(max_length=200)
+    provider_model = models.CharField(max_length=200, help_text="the model the provider says answered")
+    prompt_tokens = models.PositiveIntegerField(help_text="the provider's prompt tokens")
+    completion_tokens = models.PositiveIntegerField()
+    cost = models.DecimalField(max_digits=24, decimal_places=10, null=True, blank=True)
+    drift = models.FloatField(null=True, blank=True, help_text="(provider - nexum) / nexum")
+    position = models.BigIntegerField(help_text="the log position of the report")
+    actor = models.CharField(max_length=200)
+    recorded_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-position"]
+        verbose_name = "context usage"
+        verbose_name_plural = "context usage"
+        indexes = [
+            models.Index(fields=["project", "card_word", "position"], name="context_usage_card"),
+            models.Index(fields=["task_id"], name="context_usage_task"),
+            models.Index(fields=["goal_id"], name="context_usage_goal"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.digest[:16]} {self.provider}/{self.provider_model}"

@@ -1,13 +1,16 @@
 """Compile history and compaction folds from the log (``ContextCompileRequested``, ``ContextCompiled``,
-``ContextCompileFailed``, ``ContextCompacted``). The compiled contexts themselves are content-addressed
-storage written by the service, not read models: a rebuild never clears them."""
+``ContextCompileFailed``, ``ContextCompacted``), and the usage ledger (``ContextUsageReported``). The compiled
+contexts themselves are content-addressed storage written by the service, not read models: a rebuild never
+clears them."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
-from context_app.compilation.models import CompactionFold, ContextCompilation, FoldedItem
+from context_app.compilation.models import CompactionFold, ContextCompilation, ContextUsage, FoldedItem
 from nexum.core.compilation import events as compilation_events
+from nexum.core.usage import ContextUsageReported, drift
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
 from nexum.eventstore.store import StoredEvent
 from nexum.ids import as_uuid
@@ -113,3 +116,33 @@ def _new_row(
         "requested_at": stored.recorded_at,
         "version": stored.version,
     }
+
+
+class UsageProjection(Projection):
+    """The usage ledger (``ContextUsageReported``): one row per provider report."""
+
+    models = (ContextUsage,)
+
+    @handles("ContextUsageReported")
+    def reported(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: ContextUsageReported = stored.event  # type: ignore[assignment]
+        rows.insert(
+            ContextUsage,
+            usage_id=as_uuid(event.usage_id),
+            project_id=as_uuid(stored.project_id),
+            digest=event.digest,
+            task_id=as_uuid(event.task_id),
+            goal_id=as_uuid(event.goal_id),
+            model_word=event.model_word,
+            card_word=event.card_word,
+            nexum_tokens=event.nexum_tokens,
+            provider=event.provider,
+            provider_model=event.model,
+            prompt_tokens=event.prompt_tokens,
+            completion_tokens=event.completion_tokens,
+            cost=None if event.cost is None else Decimal(event.cost),
+            drift=drift(event.prompt_tokens, event.nexum_tokens),
+            position=stored.position,
+            actor=str(stored.metadata.get("actor", "system"))[:200],
+            recorded_at=stored.recorded_at,
+        )

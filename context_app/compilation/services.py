@@ -32,7 +32,6 @@ text and embedder); when this process cannot load it, the replay says so rather 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import threading
 import uuid
 from collections import OrderedDict
@@ -49,12 +48,12 @@ from django.utils.module_loading import import_string
 from context_app.catalog import selectors as catalog_selectors
 from context_app.compilation import selectors
 from context_app.compilation.candidates import CANDIDATES
-from context_app.compilation.models import CompileEvidence, ContextCompilation, StoredContext
+from context_app.compilation.models import CompileEvidence, ContextCompilation, ContextUsage, StoredContext
 from context_app.world.embedder import configured_embedder, embedder_setting
 from context_app.world.models import WorldItem
 from context_app.world.services import Scope, progress_record
 from context_app.world.vectors import NewVector, store_vectors
-from nexum.core import world
+from nexum.core import usage, world
 from nexum.core.budgets import ModelBudget
 from nexum.core.compilation import events as compilation_events
 from nexum.core.compilation import rules as compilation_rules
@@ -413,7 +412,7 @@ def _record(
                 digest=result.digest,
                 model_word=word,
                 position=position,
-                budget=dataclasses.asdict(result.budget),
+                budget=result.budget.as_data(),
                 encoding=result.encoding,
                 bundle_digest=bundle_digest,
                 evidence_digest=evidence_digest,
@@ -947,3 +946,65 @@ def _store_items(project_id: str, items: list[dict[str, Any]]) -> str:
         ignore_conflicts=True,
     )
     return digest
+
+
+# --- the usage ledger (issue 28) ----------------------------------------------------------------------------
+
+
+def context_usage_report(
+    *,
+    project_id: str,
+    digest: str,
+    prompt_tokens: object,
+    completion_tokens: object,
+    provider: object,
+    model: object,
+    cost: object = None,
+    actor: str,
+    idempotency_key: str | None = None,
+) -> ContextUsage:
+    """Record what the provider reported for one model call made with the project's context ``digest``
+    (``ContextUsageReported``: the numbers, ids and digest only). An unknown or other project's digest is
+    ``NotFound``; a count below 0, a blank name, a negative cost are ``ValidationFailed`` naming the member;
+    nothing is written then. A retry with the same ``idempotency_key`` writes nothing and returns the first
+    report."""
+    values = {
+        "prompt_tokens": usage.check_token_count(prompt_tokens, "prompt_tokens"),
+        "completion_tokens": usage.check_token_count(completion_tokens, "completion_tokens"),
+        "provider": usage.check_name(provider, "provider"),
+        "model": usage.check_name(model, "model"),
+        "cost": usage.check_cost(cost),
+    }
+    context = selectors.context_get(project_id=project_id, digest=digest)
+    usage_id = (
+        str(uuid.uuid4())
+        if idempotency_key is None
+        else str(uuid.uuid5(_ID_NAMESPACE, f"{project_id}/usage/{context.digest}/{idempotency_key}"))
+    )
+    event = usage.ContextUsageReported(
+        usage_id=usage_id,
+        digest=context.digest,
+        task_id=str(context.task_id),
+        goal_id=str(context.goal_id),
+        model_word=context.model_word,
+        card_word=_card_word(project_id, context.model_word),
+        nexum_tokens=context.total_tokens,
+        **values,
+    )
+    store.append(
+        stream_id=usage.usage_stream(usage_id),
+        events=[event],
+        expected_version=0,
+        idempotency_key=idempotency_key,
+        metadata={"actor": actor},
+        project_id=project_id,
+    )
+    return ContextUsage.objects.get(usage_id=usage_id)
+
+
+def _card_word(project_id: str, word: str) -> str:
+    """The card ``word`` resolves to in the catalog now; the word itself when the catalog has dropped it."""
+    try:
+        return catalog_selectors.catalog_for(project_id).resolve(word).word
+    except ValidationFailed:
+        return word

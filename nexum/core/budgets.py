@@ -12,10 +12,17 @@ Rules this module settles where the spec is silent:
 * Tool counts may be 0 (a model without tool use); token numbers must be positive.
 * Request-time overrides (``overrides=``) outrank the card's own overrides, member by member.
 * The tool count is not clamped by the window; the compiler charges tool schemas to the token budget (C2).
+* A card's safety margin (issue 28: ``safety_margin_tokens``, or ``safety_margin_percent`` of
+  ``window - reserve``; at most one of the two) is held back from the window for what Nexum's tokenizer does
+  not see (the provider's chat template, system prompt and tokenizer): the context budget is clamped to
+  ``window - reserve - margin`` (the floor still outranks it). The budget says how many tokens it reserved
+  (``safety_margin_tokens``); a budget without a margin keeps the form it always had (``as_data``), so the
+  digests of contexts compiled before margins existed replay unchanged.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -36,6 +43,7 @@ FAST_LATENCY = "fast"
 DEFAULT_RESERVE_OUTPUT_TOKENS = 4_096
 CONTEXT_TOKENS_FLOOR = 1_024
 DEFAULT_ENCODING = "cl100k_base"
+SAFETY_MARGIN_PERCENT_MAX = 90
 
 
 @dataclass(frozen=True)
@@ -58,7 +66,8 @@ class ModelBudget:
 
     ``context_tokens`` is the token budget of the compiled context (prompt block plus charged tool schemas);
     ``tool_count`` caps the tools exposed; ``reserve_output_tokens`` is held back for the answer;
-    ``window`` is the physical window after any overlay.
+    ``window`` is the physical window after any overlay; ``safety_margin_tokens`` is what the card's safety
+    margin held back from the window.
     """
 
     size_class: str
@@ -67,6 +76,15 @@ class ModelBudget:
     reasoning: str
     reserve_output_tokens: int
     window: int
+    safety_margin_tokens: int = 0
+
+    def as_data(self) -> dict[str, object]:
+        """The budget as compiles record it and digests cover: without a margin, exactly the members a budget
+        had before margins existed (a replay of an old context rebuilds the same form)."""
+        data: dict[str, object] = dataclasses.asdict(self)
+        if not self.safety_margin_tokens:
+            del data["safety_margin_tokens"]
+        return data
 
 
 def _check_count(owner: str, name: str, value: object, *, minimum: int) -> None:
@@ -113,6 +131,8 @@ class ModelCard:
     preferred_context_tokens: int | None = None
     max_tool_count: int | None = None
     overrides: BudgetOverrides = field(default_factory=BudgetOverrides)
+    safety_margin_tokens: int | None = None
+    safety_margin_percent: int | None = None
 
     def __post_init__(self) -> None:
         _check_text("model card", "word", self.word)
@@ -126,6 +146,19 @@ class ModelCard:
         _check_count(owner, "max_output_tokens", self.max_output_tokens, minimum=1)
         _check_count(owner, "preferred_context_tokens", self.preferred_context_tokens, minimum=1)
         _check_count(owner, "max_tool_count", self.max_tool_count, minimum=0)
+        _check_count(owner, "safety_margin_tokens", self.safety_margin_tokens, minimum=0)
+        _check_count(owner, "safety_margin_percent", self.safety_margin_percent, minimum=0)
+        if self.safety_margin_percent is not None and self.safety_margin_percent > SAFETY_MARGIN_PERCENT_MAX:
+            raise ValidationFailed(
+                f"{owner}: safety_margin_percent must be at most {SAFETY_MARGIN_PERCENT_MAX}, got "
+                f"{self.safety_margin_percent!r}",
+                field="safety_margin_percent",
+            )
+        if self.safety_margin_tokens is not None and self.safety_margin_percent is not None:
+            raise ValidationFailed(
+                f"{owner}: declare safety_margin_tokens or safety_margin_percent, not both",
+                field="safety_margin_percent",
+            )
         if isinstance(self.capabilities, str | bytes) or not hasattr(self.capabilities, "__iter__"):
             raise ValidationFailed(
                 f"{owner}: capabilities must be a list of strings, got {self.capabilities!r}",
@@ -167,6 +200,7 @@ def budget_for_profile(
     context tokens = override → ``preferred_context_tokens`` → size-class default (B3), clamped to
     ``window - reserve`` and floored at 1,024 (B4); tool count = override → ``max_tool_count`` → default.
     reserve = ``max_output_tokens`` or 4,096, capped at half the physical window (integer division).
+    The card's safety margin lowers the clamp to ``window - reserve - margin`` (see the module docstring).
     """
     window = physical_window_of(card, overlay)
     if window is None:
@@ -188,7 +222,8 @@ def budget_for_profile(
 
     reserve = min(card.max_output_tokens or DEFAULT_RESERVE_OUTPUT_TOKENS, window // 2)
     wanted = defaults.context_tokens if wanted_tokens is None else wanted_tokens
-    context_tokens = min(wanted, window - reserve)
+    margin = safety_margin_of(card, window - reserve)
+    context_tokens = min(wanted, window - reserve - margin)
     return ModelBudget(
         size_class=size_class,
         context_tokens=max(context_tokens, CONTEXT_TOKENS_FLOOR),
@@ -196,7 +231,18 @@ def budget_for_profile(
         reasoning=defaults.reasoning,
         reserve_output_tokens=reserve,
         window=window,
+        safety_margin_tokens=margin,
     )
+
+
+def safety_margin_of(card: ModelCard, usable: int) -> int:
+    """The tokens the card's safety margin holds back from ``usable`` (``window - reserve``): its token
+    count, or its percent of ``usable`` rounded up; never more than ``usable``."""
+    if card.safety_margin_tokens is not None:
+        return min(card.safety_margin_tokens, usable)
+    if card.safety_margin_percent is not None:
+        return min(-(-usable * card.safety_margin_percent // 100), usable)
+    return 0
 
 
 def budget_for_ref(

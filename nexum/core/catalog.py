@@ -60,12 +60,15 @@ CARD_MEMBERS: tuple[str, ...] = (
     "preferred_context_tokens",
     "max_tool_count",
     "overrides",
+    "safety_margin_tokens",
+    "safety_margin_percent",
 )
 CARD_COUNT_MEMBERS: tuple[str, ...] = (
     "context_window",
     "max_output_tokens",
     "preferred_context_tokens",
     "max_tool_count",
+    "safety_margin_tokens",
 )
 OVERRIDE_MEMBERS: tuple[str, ...] = ("context_tokens", "tool_count")
 OVERLAY_WORD_ORPHANED = "overlay_word_orphaned"
@@ -175,6 +178,8 @@ def card_to_data(card: ModelCard) -> dict[str, Any]:
             "context_tokens": card.overrides.context_tokens,
             "tool_count": card.overrides.tool_count,
         },
+        "safety_margin_tokens": card.safety_margin_tokens,
+        "safety_margin_percent": card.safety_margin_percent,
     }
 
 
@@ -257,6 +262,8 @@ def card_from_data(value: object, *, where: str, prefix: str = "") -> ModelCard:
             preferred_context_tokens=value.get("preferred_context_tokens"),
             max_tool_count=value.get("max_tool_count"),
             overrides=budget_overrides,
+            safety_margin_tokens=value.get("safety_margin_tokens"),
+            safety_margin_percent=value.get("safety_margin_percent"),
         )
     except ValidationFailed as error:
         raise _prefixed(error, where, prefix) from error

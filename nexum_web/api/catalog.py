@@ -13,6 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from context_app.catalog import selectors, services
+from context_app.compilation import selectors as compilation_selectors
 from nexum.core.catalog import MAX_TOKEN_COUNT
 from nexum.core.overlays import ContextWindowOverlay
 from nexum_web.api.auth import OperatorOnly
@@ -53,6 +54,9 @@ class BudgetSerializer(serializers.Serializer):
     reasoning = serializers.CharField()
     reserve_output_tokens = serializers.IntegerField()
     window = serializers.IntegerField()
+    safety_margin_tokens = serializers.IntegerField(
+        help_text="tokens the card's safety margin holds back from the window (0: none)"
+    )
 
 
 class BudgetOverridesSerializer(StrictInput):
@@ -75,6 +79,17 @@ class CardSerializer(StrictInput):
     preferred_context_tokens = serializers.IntegerField(allow_null=True, required=False)
     max_tool_count = serializers.IntegerField(allow_null=True, required=False)
     overrides = BudgetOverridesSerializer(required=False)
+    safety_margin_tokens = serializers.IntegerField(
+        allow_null=True,
+        required=False,
+        help_text="tokens held back from the window for what Nexum's count misses (chat template, system "
+        "prompt, the provider's tokenizer); or safety_margin_percent, not both",
+    )
+    safety_margin_percent = serializers.IntegerField(
+        allow_null=True,
+        required=False,
+        help_text="percent (0-90) of the window less the output reserve held back; or safety_margin_tokens",
+    )
 
 
 class CatalogDocumentSerializer(StrictInput):
@@ -95,7 +110,34 @@ class CatalogChangeSerializer(CatalogSerializer):
     changed = serializers.BooleanField(help_text="false when the catalog was already in force")
 
 
+class DriftSerializer(serializers.Serializer):
+    """Nexum's count against the provider's over the card's latest reports (issue 28; README, Usage)."""
+
+    reports = serializers.IntegerField(help_text="the reports the drift is taken over")
+    p50 = serializers.FloatField(help_text="median drift, (provider - nexum) / nexum prompt tokens")
+    p95 = serializers.FloatField(help_text="95th percentile drift (nearest rank)")
+    nexum_tokens = serializers.IntegerField(help_text="Nexum's prompt tokens summed over those reports")
+    provider_tokens = serializers.IntegerField(help_text="the provider's prompt tokens summed")
+    threshold = serializers.FloatField(help_text="NEXUM_USAGE_DRIFT_THRESHOLD")
+    drifting = serializers.BooleanField(help_text="p95 above the threshold: raise the card's safety margin")
+
+
+def drift_data(drift: compilation_selectors.CardDrift) -> dict[str, Any]:
+    summary = drift.summary
+    return {
+        "reports": summary.reports,
+        "p50": summary.p50,
+        "p95": summary.p95,
+        "nexum_tokens": summary.nexum_tokens,
+        "provider_tokens": summary.provider_tokens,
+        "threshold": drift.threshold,
+        "drifting": drift.drifting,
+    }
+
+
 class WordSerializer(serializers.Serializer):
+    """A catalog word; ``drift`` reads the card drifts the serializer's context holds (``drifts``)."""
+
     word = serializers.CharField()
     kind = serializers.ChoiceField(choices=["model", "alias", "tier"])
     target = serializers.CharField(allow_null=True, help_text="the word an alias or tier word names")
@@ -108,6 +150,14 @@ class WordSerializer(serializers.Serializer):
     compaction_enabled = serializers.BooleanField(help_text="when the request does not say")
     budget = BudgetSerializer(allow_null=True)
     budget_error = serializers.DictField(allow_null=True, help_text="why no budget (no window at all)")
+    drift = serializers.SerializerMethodField(
+        help_text="the provider's count against Nexum's for the card the word resolves to; null: no usage"
+    )
+
+    @extend_schema_field(DriftSerializer(allow_null=True))
+    def get_drift(self, word: selectors.WordView) -> dict[str, Any] | None:
+        drift = self.context["drifts"].get(word.model_word)
+        return None if drift is None else drift_data(drift)
 
 
 class ModelsSerializer(CatalogSerializer):
@@ -135,9 +185,11 @@ class ModelsView(APIView):
 
     @extend_schema(responses=ModelsSerializer)
     def get(self, request: Request) -> Response:
-        view = selectors.catalog_view(request.user.project_id)
+        project_id = request.user.project_id
+        view = selectors.catalog_view(project_id)
         data = {**_catalog_data(view.version, view.document), "words": view.words}
-        return Response(ModelsSerializer(data).data)
+        drifts = compilation_selectors.drift_by_card(project_id=project_id)
+        return Response(ModelsSerializer(data, context={"drifts": drifts}).data)
 
 
 class ModelCatalogView(APIView):
@@ -203,4 +255,5 @@ class ModelOverlayView(APIView):
             "previous": change.old,
             "model": selectors.word_view(request.user.project_id, change.word),
         }
-        return Response(OverlayChangeSerializer(data).data)
+        drifts = compilation_selectors.drift_by_card(project_id=request.user.project_id)
+        return Response(OverlayChangeSerializer(data, context={"drifts": drifts}).data)

@@ -342,6 +342,15 @@ TOOLS: dict[str, ToolSpec] = {
             shape_schema=compile_summary_schema,
         ),
         ToolSpec(
+            "report_usage",
+            "After the model call made with a compiled context (digest), report what the provider counted: "
+            "its usage's prompt_tokens and completion_tokens, the provider and model, the cost if known. The "
+            "answer's drift is (prompt_tokens - Nexum's count) / Nexum's count; operators see it per model "
+            "card and raise the card's safety margin when it drifts.",
+            "POST",
+            "/api/v1/contexts/{digest}/usage",
+        ),
+        ToolSpec(
             "get_compile",
             "A queued compile (compile_context with async: true): queued, done with its context, or failed.",
             "GET",

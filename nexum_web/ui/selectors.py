@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import QuerySet
 
+from context_app.compilation import selectors as compilation_selectors
 from context_app.compilation.models import ContextCompilation, StoredContext
 from context_app.resolution import selectors as resolution_selectors
 from context_app.resolution.models import Escalation, Source
 from nexum.core.errors import DomainError
 from nexum.work.selectors import stuck_requests
-from tasks_app.models import Task
+from tasks_app.models import Project, Task
 from verification_app.models import CompletionRequest
 
 KIND_LABELS = {
@@ -147,6 +149,15 @@ def grantable_sources(escalation: Escalation) -> QuerySet[Source]:
 # --- the admin dashboard ------------------------------------------------------------------------------------
 
 
+def drifting_cards() -> list[tuple[compilation_selectors.CardDrift, Project | None]]:
+    """Cards, in every project, whose provider counts more than Nexum past the drift threshold (issue 28),
+    worst first, each with its project."""
+    drifting = [drift for drift in compilation_selectors.drift_per_card() if drift.drifting]
+    projects = Project.objects.in_bulk([drift.project_id for drift in drifting])
+    drifting.sort(key=lambda drift: -drift.summary.p95)
+    return [(drift, projects.get(uuid.UUID(drift.project_id))) for drift in drifting]
+
+
 def dashboard(limit: int = 8) -> dict[str, Any]:
     open_escalations = list(escalations(state="open")[:limit])
     tasks = tasks_by_id([e.task_id for e in open_escalations])
@@ -161,6 +172,7 @@ def dashboard(limit: int = 8) -> dict[str, Any]:
     stuck = stuck_requests(limit=limit)
     stuck_tasks = tasks_by_id([r.task_id for r in stuck])
     return {
+        "drifting": drifting_cards(),
         "stuck": [(r, stuck_tasks.get(str(r.task_id))) for r in stuck],
         "open_escalation_count": Escalation.objects.filter(state="open").count(),
         "open_escalations": [

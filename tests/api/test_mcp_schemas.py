@@ -183,6 +183,8 @@ def test_each_tools_results_match_its_output_schema(project, planned, operator_a
         await call("resolve_context", {"task_id": task_id, "sources": [{"source": "ops", "scopes": ["*"]}]})
         await call("list_escalations", {})
         got["compiled"] = await call("compile_context", {"task_id": task_id, "model": "quick"})
+        usage = {"prompt_tokens": 900, "completion_tokens": 30, "provider": "vllm", "model": "gemma"}
+        await call("report_usage", {"digest": got["compiled"]["digest"], **usage, "cost": 0.002})
         queued = await call("compile_context", {"task_id": task_id, "model": "quick", "async": True})
         await call("get_compile", {"request_id": queued["request_id"]})
         await call("list_tasks", {})

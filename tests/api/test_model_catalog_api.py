@@ -55,6 +55,7 @@ def test_models_lists_every_word_with_its_budget_now(api, catalog):
         "reasoning": "high",
         "reserve_output_tokens": 16_384,
         "window": 200_000,
+        "safety_margin_tokens": 0,
     }
     assert (best["overlay"], best["overlay_in_force"], best["compaction_enabled"]) == (None, None, True)
     assert words["local-70b"]["kind"] == "alias" and words["quick"]["kind"] == "model"

@@ -157,6 +157,40 @@ def test_a_compile_with_a_focus_ranks_by_it_and_shows_it(live_server, world):
     assert rank(focused.prompt_block, certificates) < rank(focused.prompt_block, release)
 
 
+def test_the_providers_usage_is_reported_and_summed_by_the_client(live_server, world):
+    with Nexum(live_server.url, world["agent"]) as agent:
+        task_id = _goal_task(agent)
+        agent.start(task_id)
+        context = agent.compile(task_id, "quick")
+        nexum = context.total_tokens
+        reported = agent.report_usage(
+            context.digest,
+            prompt_tokens=nexum + 50,
+            completion_tokens=9,
+            provider="vllm",
+            model="gemma",
+            cost=0.01,
+        )
+        again = agent.report_usage(
+            context.digest,
+            prompt_tokens=nexum + 50,
+            completion_tokens=9,
+            provider="vllm",
+            model="gemma",
+            cost=0.01,
+            idempotency_key="call-7",
+        )
+        with pytest.raises(BadRequest) as negative:
+            agent.report_usage(context.digest, prompt_tokens=-1, completion_tokens=0, provider="p", model="m")
+        with pytest.raises(NotFound):
+            agent.report_usage("0" * 64, prompt_tokens=1, completion_tokens=0, provider="p", model="m")
+        totals = agent.usage(task_id=task_id)
+    assert reported["drift"] == pytest.approx(50 / nexum) and again["nexum_tokens"] == nexum
+    assert negative.value.field == "prompt_tokens"
+    assert totals["scope"] == "task" and totals["totals"]["reports"] == 2
+    assert totals["totals"]["prompt_tokens"] == 2 * (nexum + 50) and totals["totals"]["cost"] == 0.02
+
+
 def test_errors_arrive_typed_with_code_field_and_request_id(live_server, world):
     with Nexum(live_server.url, world["agent"]) as agent:
         task_id = _goal_task(agent)

@@ -185,3 +185,24 @@ def test_a_token_issued_before_roles_rebuilds_as_an_agents_token():
     live = projections.snapshot()
     projections.rebuild()
     assert projections.snapshot() == live
+
+
+@pytest.mark.django_db
+def test_the_usage_ledger_rebuilds_to_the_live_rows(project, api):
+    """``UsageProjection``: reports of two contexts, one with a cost, rebuild to the rows they made live."""
+    from context_app.compilation.models import ContextUsage
+    from tests.integration.compile_world import build_auth_world
+
+    world = build_auth_world(project, filler=2, tools=1)
+    url = f"/api/v1/tasks/{world.task.id}/compile"
+    digests = [
+        api.post(url, {"model": word}, format="json").json()["context"]["digest"]
+        for word in ("quick", "best")
+    ]
+    for digest, cost in zip(digests, (0.5, None), strict=True):
+        body = {"prompt_tokens": 900, "completion_tokens": 12, "provider": "p", "model": "m", "cost": cost}
+        assert api.post(f"/api/v1/contexts/{digest}/usage", body, format="json").status_code == 201
+    live = projections.snapshot()
+    assert len(live[ContextUsage._meta.db_table]) == ContextUsage.objects.count() == 2
+    projections.rebuild()
+    assert projections.snapshot() == live

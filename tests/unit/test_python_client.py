@@ -246,3 +246,19 @@ def test_a_503_waits_as_long_as_the_servers_retry_after_within_the_bound():
     with pytest.raises(Unavailable):
         bounded.request("GET", "tasks")
     assert slept[2:] == [1.5, 1.5]  # never longer than backoff_max_s, and given up after the retries
+
+
+def test_usage_is_reported_under_one_key_and_totals_are_read_with_their_filter():
+    def handler(request, count):
+        if request.method == "POST":
+            assert request.url.path == "/api/v1/contexts/d1/usage"
+            body = json.loads(request.content)
+            assert body == {"prompt_tokens": 10, "completion_tokens": 2, "provider": "p", "model": "m"}
+            return httpx.Response(201, json={"usage_id": "u-1", **body, "drift": 0.25})
+        assert request.url.path == "/api/v1/usage" and dict(request.url.params) == {"goal": "g-1"}
+        return httpx.Response(200, json={"scope": "goal", "scope_id": "g-1", "totals": {}, "by_card": []})
+
+    client, seen = client_for(handler)
+    reported = client.report_usage("d1", prompt_tokens=10, completion_tokens=2, provider="p", model="m")
+    assert reported["drift"] == 0.25 and seen[0].headers["Idempotency-Key"]
+    assert client.usage(goal_id="g-1")["scope"] == "goal"

@@ -196,6 +196,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/contexts/{digest}/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Report the provider's own token counts for a call made with this context
+         * @description Records what the provider reported for one model call made with the compiled context (an event: the numbers, the digest and ids). Its drift against Nexum's count is shown per card by `GET /models`; totals by `GET /usage`.
+         */
+        post: operations["report_usage"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/escalations": {
         parameters: {
             query?: never;
@@ -1300,6 +1320,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Usage totals of the project, a goal or a task, and per card */
+        get: operations["usage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/webhooks": {
         parameters: {
             query?: never;
@@ -1517,6 +1554,8 @@ export interface components {
             reasoning: string;
             reserve_output_tokens: number;
             window: number;
+            /** @description tokens the card's safety margin holds back from the window (0: none) */
+            safety_margin_tokens: number;
         };
         BudgetOverrides: {
             context_tokens?: number | null;
@@ -1585,6 +1624,10 @@ export interface components {
             preferred_context_tokens?: number | null;
             max_tool_count?: number | null;
             overrides?: components["schemas"]["BudgetOverrides"];
+            /** @description tokens held back from the window for what Nexum's count misses (chat template, system prompt, the provider's tokenizer); or safety_margin_percent, not both */
+            safety_margin_tokens?: number | null;
+            /** @description percent (0-90) of the window less the output reserve held back; or safety_margin_tokens */
+            safety_margin_percent?: number | null;
         };
         CardRequest: {
             word: string;
@@ -1599,6 +1642,14 @@ export interface components {
             preferred_context_tokens?: number | null;
             max_tool_count?: number | null;
             overrides?: components["schemas"]["BudgetOverridesRequest"];
+            /** @description tokens held back from the window for what Nexum's count misses (chat template, system prompt, the provider's tokenizer); or safety_margin_percent, not both */
+            safety_margin_tokens?: number | null;
+            /** @description percent (0-90) of the window less the output reserve held back; or safety_margin_tokens */
+            safety_margin_percent?: number | null;
+        };
+        CardUsage: {
+            card_word: string;
+            totals: components["schemas"]["UsageTotals"];
         };
         Catalog: {
             cards: components["schemas"]["Card"][];
@@ -1992,6 +2043,32 @@ export interface components {
          * @enum {string}
          */
         DeliveryStateEnum: "pending" | "delivered" | "failed";
+        /** @description Nexum's count against the provider's over the card's latest reports (issue 28; README, Usage). */
+        Drift: {
+            /** @description the reports the drift is taken over */
+            reports: number;
+            /**
+             * Format: double
+             * @description median drift, (provider - nexum) / nexum prompt tokens
+             */
+            p50: number;
+            /**
+             * Format: double
+             * @description 95th percentile drift (nearest rank)
+             */
+            p95: number;
+            /** @description Nexum's prompt tokens summed over those reports */
+            nexum_tokens: number;
+            /** @description the provider's prompt tokens summed */
+            provider_tokens: number;
+            /**
+             * Format: double
+             * @description NEXUM_USAGE_DRIFT_THRESHOLD
+             */
+            threshold: number;
+            /** @description p95 above the threshold: raise the card's safety margin */
+            drifting: boolean;
+        };
         Error: {
             error: components["schemas"]["ErrorDetail"];
         };
@@ -2664,6 +2741,13 @@ export interface components {
          * @enum {string}
          */
         RiskEnum: "low" | "medium" | "high";
+        /**
+         * @description * `project` - project
+         *     * `goal` - goal
+         *     * `task` - task
+         * @enum {string}
+         */
+        ScopeEnum: "project" | "goal" | "task";
         ScopeTools: {
             /** Format: uuid */
             goal_id: string;
@@ -2970,6 +3054,75 @@ export interface components {
          * @enum {string}
          */
         TrustClassEnum: "untrusted_retrieved" | "agent_reported" | "repository_authored" | "signed_skill" | "signed_policy" | "kernel";
+        Usage: {
+            /** Format: uuid */
+            usage_id: string;
+            digest: string;
+            /** Format: uuid */
+            task_id: string;
+            /** Format: uuid */
+            goal_id: string;
+            /** @description the word the context was compiled under */
+            model_word: string;
+            /** @description the card that word resolved to: drift is kept per card */
+            card_word: string;
+            /** @description Nexum's count: the prompt block plus its tool schemas */
+            nexum_tokens: number;
+            provider: string;
+            model: string;
+            prompt_tokens: number;
+            completion_tokens: number;
+            /**
+             * Format: double
+             * @description kept as the decimal reported
+             */
+            cost: number | null;
+            /**
+             * Format: double
+             * @description (prompt_tokens - nexum_tokens) / nexum_tokens; null when Nexum counted 0
+             */
+            drift: number | null;
+            position: number;
+            actor: string;
+            /** Format: date-time */
+            recorded_at: string;
+        };
+        UsageInputRequest: {
+            /** @description the provider's count of the prompt it was sent */
+            prompt_tokens: number;
+            /** @description the provider's count of its answer */
+            completion_tokens: number;
+            /** @description who served the call: openai, vllm … */
+            provider: string;
+            /** @description the model the provider says answered */
+            model: string;
+            /**
+             * Format: double
+             * @description what the call cost, in the provider's currency; kept to 10 decimal places
+             */
+            cost?: number | null;
+        };
+        UsageSummary: {
+            scope: components["schemas"]["ScopeEnum"];
+            scope_id: string;
+            totals: components["schemas"]["UsageTotals"];
+            by_card: components["schemas"]["CardUsage"][];
+        };
+        UsageTotals: {
+            reports: number;
+            /** @description Nexum's prompt tokens summed over the reports */
+            nexum_tokens: number;
+            /** @description the provider's prompt tokens summed */
+            prompt_tokens: number;
+            completion_tokens: number;
+            /**
+             * Format: double
+             * @description the sum of the costs reported (summed as decimals); null when none gave one
+             */
+            cost: number | null;
+            /** @description how many reports gave a cost */
+            costed_reports: number;
+        };
         Webhook: {
             /** Format: uuid */
             readonly id: string;
@@ -3026,6 +3179,7 @@ export interface components {
             /** @description pass as ?cursor= for the next page; null on the last page */
             next_cursor: string | null;
         };
+        /** @description A catalog word; ``drift`` reads the card drifts the serializer's context holds (``drifts``). */
         Word: {
             word: string;
             kind: components["schemas"]["WordKindEnum"];
@@ -3048,6 +3202,8 @@ export interface components {
             budget_error: {
                 [key: string]: unknown;
             } | null;
+            /** @description the provider's count against Nexum's for the card the word resolves to; null: no usage */
+            readonly drift: components["schemas"]["Drift"] | null;
         };
         /**
          * @description * `model` - model
@@ -3775,6 +3931,88 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ContextReplay"];
+                };
+            };
+            /** @description bad input: malformed, unknown member or parameter, wrong type, out of range */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no token, or an unknown or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not found in the token's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description conflicts with the current state (version, transition, idempotency key, existing name) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the request body or a member of it is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a service it needs (the database, the broker, a share of the server) is unavailable; nothing was written; Retry-After says when to try again */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    report_usage: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the POST safe to retry: a repeat with the same key writes nothing and returns the same result; the same key with a different request is a 409 `idempotency_key_reused`. 1–200 characters. */
+                "Idempotency-Key"?: string;
+            };
+            path: {
+                digest: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UsageInputRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Usage"];
                 };
             };
             /** @description bad input: malformed, unknown member or parameter, wrong type, out of range */
@@ -9239,6 +9477,66 @@ export interface operations {
             };
             /** @description the request body or a member of it is too large */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a service it needs (the database, the broker, a share of the server) is unavailable; nothing was written; Retry-After says when to try again */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    usage: {
+        parameters: {
+            query?: {
+                /** @description only the usage of this goal's tasks */
+                goal?: string;
+                /** @description only the usage of this task (within goal, if given) */
+                task?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageSummary"];
+                };
+            };
+            /** @description bad input: malformed, unknown member or parameter, wrong type, out of range */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no token, or an unknown or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not found in the token's project */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

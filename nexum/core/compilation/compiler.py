@@ -496,7 +496,7 @@ class CompiledContext:
             "section_tokens": self.section_tokens._asdict(),
             "prompt_tokens": self.prompt_tokens,
             "tool_tokens": self.tool_tokens,
-            "budget": dataclasses.asdict(self.budget),
+            "budget": self.budget.as_data(),
             "encoding": self.encoding,
         }
         if self.compiler_version >= MEANING_FROM:

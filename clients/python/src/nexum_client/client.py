@@ -384,6 +384,33 @@ class Nexum:
         ``tokens_left``, ``reason``), fetched a page at a time; a compile's answer only counts them."""
         return self._pages(f"contexts/{digest}/excluded", {"limit": limit})
 
+    def report_usage(
+        self,
+        digest: str,
+        *,
+        prompt_tokens: int,
+        completion_tokens: int,
+        provider: str,
+        model: str,
+        cost: float | str | None = None,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """Report what the provider counted for the model call made with the context ``digest`` (its
+        ``usage``: prompt and completion tokens, and the cost if known). Returns the report with its
+        ``drift``, ``(prompt_tokens - nexum_tokens) / nexum_tokens``."""
+        body = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "provider": provider,
+            "model": model,
+            "cost": cost,
+        }
+        return self._post(f"contexts/{digest}/usage", body, idempotency_key)
+
+    def usage(self, *, goal_id: str | None = None, task_id: str | None = None) -> dict[str, Any]:
+        """Usage totals of the project, or of one goal or task (``totals`` and ``by_card``)."""
+        return self._get("usage", goal=goal_id, task=task_id)
+
     # --- the gate ---------------------------------------------------------------------------------------
 
     def complete(
