@@ -20,7 +20,8 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.multiprocess import MultiProcessCollector
 
 MULTIPROCESS_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
@@ -108,7 +109,8 @@ class _ThisProcess:
 
 def exposition(state: Iterable[Any] = ()) -> tuple[bytes, str]:
     """The text a scrape answers and its content type: the processes' metrics (summed across the processes
-    of ``PROMETHEUS_MULTIPROC_DIR``, else this process's) and the ``state`` collectors' (computed now)."""
+    of ``PROMETHEUS_MULTIPROC_DIR``, else this process's) and the ``state`` collectors' (computed now). The
+    format is Prometheus' text format 0.0.4, which every Prometheus server reads (every name here is one)."""
     registry = CollectorRegistry()
     if multiprocess_dir():
         MultiProcessCollector(registry)
@@ -116,4 +118,4 @@ def exposition(state: Iterable[Any] = ()) -> tuple[bytes, str]:
         registry.register(_ThisProcess())
     for collector in state:
         registry.register(collector)
-    return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(registry), CONTENT_TYPE_PLAIN_0_0_4

@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.parser import text_string_to_metric_families
 
 from nexum.eventstore import store
@@ -39,7 +39,7 @@ def scrape(client, **headers: str) -> Samples:
     """The scrape's samples by name and labels, as Prometheus' parser reads them."""
     response = client.get("/metrics", **headers)
     assert response.status_code == 200, response.content
-    assert response["Content-Type"] == CONTENT_TYPE_LATEST
+    assert response["Content-Type"] == CONTENT_TYPE_PLAIN_0_0_4
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for family in text_string_to_metric_families(response.content.decode())
