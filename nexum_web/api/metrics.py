@@ -142,8 +142,11 @@ def project_logs(projects: Sequence[str] | None) -> Iterator[GaugeMetricFamily]:
     """Per project: its log's head, and its webhooks' backlog (deliveries pending, events not yet recorded
     as deliveries: past an active webhook's cursor)."""
     chosen = Project.objects.all() if projects is None else Project.objects.filter(id__in=projects)
-    heads = dict(chosen.annotate(head=Coalesce(_head_of(OuterRef("pk")), 0)).values_list("id", "head"))
-    slugs = dict(chosen.values_list("id", "slug"))
+    rows = chosen.annotate(head=Coalesce(_head_of(OuterRef("pk")), 0)).values_list("id", "slug", "head")
+    slugs: dict[Any, str] = {}
+    heads: dict[Any, int] = {}
+    for project, slug, head in rows:
+        slugs[project], heads[project] = slug, head
     delivering = WebhookDelivery.objects.filter(state=PENDING, project_id__in=list(slugs))
     by_project = delivering.order_by().values("project_id").annotate(n=Count("pk"))
     pending = dict(by_project.values_list("project_id", "n"))

@@ -56,7 +56,7 @@ def grew(before: Samples, after: Samples, name: str, **labels: str) -> float:
 
 
 def test_a_scrape_parses_and_counts_a_compile_and_a_completion(api, operator_api, project, workspace):
-    world = build_auth_world(project, filler=30)
+    world = build_auth_world(project, filler=5)
     before = scrape(operator_api)
 
     compiled = api.post(f"/api/v1/tasks/{world.task.id}/compile", {"model": "quick"}, format="json")
