@@ -75,7 +75,9 @@ UNMATCHED_ROUTE = "(unmatched)"
 
 
 def request_answered(*, route: str | None, method: str, status: int, seconds: float) -> None:
-    REQUEST_SECONDS.labels(route or UNMATCHED_ROUTE, method, str(status)).observe(seconds)
+    """``route``: the URL pattern the request matched (Django's, without its leading slash), None for none."""
+    label = UNMATCHED_ROUTE if route is None else f"/{route}"
+    REQUEST_SECONDS.labels(label, method, str(status)).observe(seconds)
 
 
 def compile_recorded(*, model_word: str, seconds: float, tokens: int) -> None:

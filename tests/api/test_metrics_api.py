@@ -80,9 +80,9 @@ def test_a_scrape_parses_and_counts_a_compile_and_a_completion(api, operator_api
     assert grew(before, after, "nexum_compile_tokens_sum", model="quick") == tokens
     assert grew(before, after, "nexum_completions_total", outcome="failed") == 1
     assert grew(before, after, "nexum_check_failures_total", kind="file_exists", reason="missing_file") == 1
-    compile_route = {"route": "api/v1/tasks/<str:task_id>/compile", "method": "POST", "status": "200"}
+    compile_route = {"route": "/api/v1/tasks/<str:task_id>/compile", "method": "POST", "status": "200"}
     assert grew(before, after, "nexum_http_request_duration_seconds_count", **compile_route) == 1
-    scrapes = {"route": "metrics", "method": "GET", "status": "200"}
+    scrapes = {"route": "/metrics", "method": "GET", "status": "200"}
     assert grew(before, after, "nexum_http_request_duration_seconds_count", **scrapes) == 1  # the first
     assert value(after, "nexum_event_log_head", project="acme") == store.project_head(str(project.id))[1]
     assert value(after, "nexum_metrics_state_seconds") > 0
@@ -105,13 +105,16 @@ def test_requests_are_timed_by_their_route_never_their_path(api, operator_api):
     assert api.get(f"/api/v1/tasks/{unknown}").status_code == 404
     assert api.get("/no/such/page").status_code == 404
     assert api.generic("BREW", "/api/v1/tasks").status_code == 405
+    assert api.get("/").status_code == 302  # the root's pattern is the empty one
     after = scrape(operator_api)
-    task = {"route": "api/v1/tasks/<str:task_id>", "method": "GET", "status": "404"}
+    task = {"route": "/api/v1/tasks/<str:task_id>", "method": "GET", "status": "404"}
     assert grew(before, after, "nexum_http_request_duration_seconds_count", **task) == 1
     unmatched = {"route": "(unmatched)", "method": "GET", "status": "404"}
     assert grew(before, after, "nexum_http_request_duration_seconds_count", **unmatched) == 1
-    other = {"route": "api/v1/tasks", "method": "other", "status": "405"}
+    other = {"route": "/api/v1/tasks", "method": "other", "status": "405"}
     assert grew(before, after, "nexum_http_request_duration_seconds_count", **other) == 1
+    root = {"route": "/", "method": "GET", "status": "302"}
+    assert grew(before, after, "nexum_http_request_duration_seconds_count", **root) == 1
     assert not any(unknown in str(labels) for _, labels in after)
 
 

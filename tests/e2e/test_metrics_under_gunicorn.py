@@ -17,7 +17,7 @@ from tests.e2e.test_production import assert_error, fetch, running_gunicorn
 
 pytestmark = pytest.mark.django_db  # the server's database: the test database, migrated
 
-HEALTH = {"route": "api/v1/health", "method": "GET", "status": "200"}
+HEALTH = {"route": "/api/v1/health", "method": "GET", "status": "200"}
 HEALTH_COUNT = "nexum_http_request_duration_seconds_count"
 MOST_REQUESTS = 400  # far more than two workers taking turns need; a bound, not a wait
 
