@@ -188,6 +188,9 @@ def test_the_scrape_token_sees_every_project_an_operator_its_own(
     scraper_sees = scrape(client, HTTP_AUTHORIZATION=f"Bearer {SCRAPE_TOKEN}")
     assert {"acme", "globex"} <= projects_in(scraper_sees)
     assert projects_in(scrape(operator_api)) == {"acme"}
+    # the scrape token reads the metrics and nothing else
+    refused = client.get("/api/v1/tasks", HTTP_AUTHORIZATION=f"Bearer {SCRAPE_TOKEN}")
+    assert_error(refused, 401, "authentication_failed")
     assert_error(operator_api.get("/metrics?project=globex"), 400, "unknown_parameter")
     assert_error(operator_api.post("/metrics", {}, format="json"), 405, "method_not_allowed")
     settings.NEXUM_METRICS_TOKEN = ""  # not configured: no token is the scrape token
