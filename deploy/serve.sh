@@ -30,6 +30,11 @@ if [ "${1:-}" = "--check" ]; then
 fi
 
 export NEXUM_DEBUG="${NEXUM_DEBUG:-false}"
+# Every process below keeps its metrics' counts in this folder and /metrics sums them (nexum/metrics.py);
+# emptied at each start, as the processes whose counts it held are gone.
+export PROMETHEUS_MULTIPROC_DIR="${PROMETHEUS_MULTIPROC_DIR:-${NEXUM_DATA_DIR:-data}/prometheus}"
+rm -rf "$PROMETHEUS_MULTIPROC_DIR"
+mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 python manage.py migrate --noinput
 python manage.py collectstatic --noinput --verbosity 0
 

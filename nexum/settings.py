@@ -75,6 +75,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "nexum.logs.RequestIdMiddleware",
+    "nexum_web.api.metrics.RequestMetricsMiddleware",
     "nexum_web.api.middleware.ApiCorsMiddleware",
     "nexum_web.api.middleware.ApiGZipMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -454,6 +455,29 @@ CELERY_TASK_PUBLISH_RETRY_POLICY = {
 # end: its decision is in the database, the unacknowledged message finds it decided.
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
+
+# --- Metrics: Prometheus' scrape at /metrics (see nexum/metrics.py, nexum_web/api/metrics.py) -------------
+# NEXUM_METRICS_TOKEN: the bearer token a Prometheus server scrapes with (an operator token works too).
+# PROMETHEUS_MULTIPROC_DIR (prometheus_client's own, set by deploy/serve.sh): the folder where every process
+# keeps its counts, so that a scrape sums them; an existing folder, or unset for one process's counts.
+NEXUM_METRICS_TOKEN = os.environ.get("NEXUM_METRICS_TOKEN", "")
+METRICS_TOKEN_MIN_CHARS = 24
+if NEXUM_METRICS_TOKEN and not (
+    len(NEXUM_METRICS_TOKEN) >= METRICS_TOKEN_MIN_CHARS
+    and NEXUM_METRICS_TOKEN.isascii()
+    and NEXUM_METRICS_TOKEN.isprintable()
+    and " " not in NEXUM_METRICS_TOKEN
+):
+    raise ImproperlyConfigured(
+        f"NEXUM_METRICS_TOKEN must be at least {METRICS_TOKEN_MIN_CHARS} printable ASCII characters without"
+        " spaces (say, python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+    )
+_metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
+if _metrics_dir and not os.path.isdir(_metrics_dir):
+    raise ImproperlyConfigured(
+        f"PROMETHEUS_MULTIPROC_DIR is {_metrics_dir!r}, which is not a folder: create it"
+        " (deploy/serve.sh does) or unset it"
+    )
 
 # --- Logs: JSON lines on stderr with the request id, debug on or off (see nexum/logs.py) --------------------
 NEXUM_LOG_LEVEL = os.environ.get("NEXUM_LOG_LEVEL", "INFO").upper()

@@ -19,6 +19,7 @@ from nexum_web.api import (
     world,
 )
 from nexum_web.api.errors import json_not_found, json_server_error
+from nexum_web.api.metrics import MetricsView
 from nexum_web.mcp.http import mcp_endpoint
 from nexum_web.webhooks import api as webhooks_api
 
@@ -129,6 +130,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("escalations/", include("nexum_web.ui.urls")),
     path("api/v1/", include((api_v1, "api"), namespace="v1")),
+    path("metrics", MetricsView.as_view(), name="metrics"),  # Prometheus' scrape (README: "Metrics")
     path("mcp", mcp_endpoint, name="mcp"),
     path("mcp/", mcp_endpoint, name="mcp-slash"),  # hosts configured with the slash get the same endpoint
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

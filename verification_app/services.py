@@ -31,6 +31,7 @@ from django.db import transaction
 
 from context_app.world.artifacts import default_store, stored_text
 from context_app.world.models import WorldItem
+from nexum import metrics
 from nexum.core.approvals import (
     BEFORE_COMPLETE,
     BEFORE_START,
@@ -480,6 +481,8 @@ def _run_or_reuse(
     except store.IdempotencyKeyReused:
         # A redelivered message ran the same check concurrently and recorded first: its run counts.
         return _result_of_row(CheckRun.objects.get(request_id=request.id, name=check.name))
+    if not result.passed:
+        metrics.check_failed(kind=check.kind, reason=result.reason)
     return result
 
 
@@ -513,6 +516,7 @@ def _decide(request: CompletionRequest, decision: GateDecision, lease: Lease | N
                     reason=_short(decision.reason),
                     idempotency_key=f"gate:{request_id}",
                 )
+        metrics.completion_decided(outcome=decision.outcome)
     except store.IdempotencyKeyReused:
         request.refresh_from_db()  # decided by a concurrent delivery of the same request
         return request
@@ -522,10 +526,12 @@ def _decide(request: CompletionRequest, decision: GateDecision, lease: Lease | N
             f"the task moved on before the decision ({decision.outcome}) was recorded: version"
             f" {request.task_version} → {task.version}, now {task.state}"
         )
-        with contextlib.suppress(store.IdempotencyKeyReused), transaction.atomic():
-            if lease is not None:  # a concurrent delivery decided first, or this run lost its lease
-                lease.fence()
-            _append_decision(request, "skipped", reason, decision.failing_checks)
+        with contextlib.suppress(store.IdempotencyKeyReused):
+            with transaction.atomic():
+                if lease is not None:  # a concurrent delivery decided first, or this run lost its lease
+                    lease.fence()
+                _append_decision(request, "skipped", reason, decision.failing_checks)
+            metrics.completion_decided(outcome="skipped")
     request.refresh_from_db()
     return request
 

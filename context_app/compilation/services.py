@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
@@ -53,6 +54,7 @@ from context_app.world.embedder import configured_embedder, embedder_setting
 from context_app.world.models import WorldItem
 from context_app.world.services import Scope, progress_record
 from context_app.world.vectors import NewVector, store_vectors
+from nexum import metrics
 from nexum.core import usage, world
 from nexum.core.budgets import ModelBudget
 from nexum.core.compilation import events as compilation_events
@@ -268,7 +270,21 @@ def context_compile_run(*, request_id: str, actor: str = "worker") -> ContextCom
     return ContextCompilation.objects.get(request_id=request_id)
 
 
-def _compile_and_record(
+def _compile_and_record(*, word: str, **arguments: Any) -> CompileOutcome:
+    """Compile and record (``_compile_and_record_uncounted``); a compile this request made, not an earlier
+    answer returned again, counts its latency and tokens by model word (``nexum.metrics``)."""
+    started = time.perf_counter()
+    outcome = _compile_and_record_uncounted(word=word, **arguments)
+    if outcome.result is not None:
+        metrics.compile_recorded(
+            model_word=word,
+            seconds=time.perf_counter() - started,
+            tokens=outcome.result.total_tokens,
+        )
+    return outcome
+
+
+def _compile_and_record_uncounted(
     *,
     task: Task,
     word: str,

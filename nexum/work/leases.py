@@ -44,6 +44,7 @@ from django.db import IntegrityError, InterfaceError, OperationalError, connecti
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from nexum import metrics
 from nexum.sandbox import kill_leftover_group, process_start_ticks
 from nexum.work.kinds import WorkKind
 from nexum.work.models import Work
@@ -133,17 +134,21 @@ def acquire(kind: WorkKind, request_id: str) -> Lease:
             except IntegrityError:  # another delivery created it a moment ago: it holds a fresh lease
                 raise Busy(f"{key} was just leased by another delivery", settings.NEXUM_LEASE_TTL_S) from None
             leftover = None
+            taken_over = False
         else:
             if lease_live(work, now) and not holder_gone(work):
                 assert work.expires_at is not None
                 retry_in = (work.expires_at - now).total_seconds() + 1
                 raise Busy(f"{key} is leased by {work.owner} until {work.expires_at:%H:%M:%S}", retry_in)
             leftover = work if work.check_pid is not None else None
+            taken_over = bool(work.owner)
             Work.objects.filter(key=key).update(
-                **_lease_fields(owner, now), takeovers=work.takeovers + (1 if work.owner else 0)
+                **_lease_fields(owner, now), takeovers=work.takeovers + (1 if taken_over else 0)
             )
-            if work.owner:
+            if taken_over:
                 logger.warning("took over %s from %s (lease until %s)", key, work.owner, work.expires_at)
+    if taken_over:
+        metrics.lease_taken_over(kind=kind.name)
     with _held_lock:
         _held.add(owner)
     lease = Lease(key, owner)

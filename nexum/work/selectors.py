@@ -87,6 +87,23 @@ def stuck_requests(*, now: datetime | None = None, limit: int = 500) -> list[Pen
     return [r for r in found if not r.leased(now)]
 
 
+def pending_count(kind: WorkKind) -> int:
+    """How many of the kind's requests are pending (the metrics' gauge)."""
+    return kind.model.objects.filter(kind.pending).count()
+
+
+def stuck_count(kind: WorkKind, now: datetime) -> int:
+    """How many of the kind's requests ``stuck_requests`` would list, counted by the database (no limit)."""
+    older = now - timedelta(seconds=settings.NEXUM_LEASE_TTL_S)
+    leased = Work.objects.filter(kind=kind.name, owner__gt="", expires_at__gt=now).values("request_id")
+    return (
+        kind.model.objects.filter(kind.pending, requested_at__lte=older)
+        .exclude(project_id__in=projects_at_cap(kind, now))
+        .exclude(**{f"{kind.id_field}__in": leased})
+        .count()
+    )
+
+
 def in_flight(kind: WorkKind, now: datetime) -> QuerySet[Work]:
     """The kind's requests that a live lease holds, or that were sent and are not yet due to be sent again."""
     return Work.objects.filter(kind=kind.name).filter(

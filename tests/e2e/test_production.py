@@ -26,12 +26,14 @@ from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings
+from prometheus_client.parser import text_string_to_metric_families
 
 from nexum.eventstore.models import Event as EventRow
 from tests.conftest import BWRAP_MISSING
 from tests.integration.test_worker import database_url_for_worker, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
+METRICS_TOKEN = "metrics-" + "m" * 24
 # What a deployment must set; everything else keeps its production default.
 REQUIRED = ("DATABASE_URL", "CELERY_BROKER_URL", "NEXUM_SECRET_KEY")
 
@@ -362,7 +364,10 @@ def test_serve_runs_the_web_server_a_pool_per_queue_and_the_dispatcher_and_stops
         NEXUM_WORKER_CONCURRENCY="1",
         NEXUM_COMPILE_WORKER_CONCURRENCY="1",
         NEXUM_WEBHOOK_WORKER_CONCURRENCY="1",
+        NEXUM_METRICS_TOKEN=METRICS_TOKEN,
     )
+    (tmp_path / "prometheus").mkdir()
+    (tmp_path / "prometheus" / "counter_1.db").write_bytes(b"")  # a previous run's: serve empties the folder
     base_url = f"http://127.0.0.1:{port}"
     log = tmp_path / "serve.log"
     with log.open("wb") as output:
@@ -387,6 +392,18 @@ def test_serve_runs_the_web_server_a_pool_per_queue_and_the_dispatcher_and_stops
             return EventRow.objects.filter(event_type="HealthPinged", data__ping_id=ping_id).exists()
 
         assert wait_for(pinged, 90), log.read_text()
+        # The processes keep their metrics' counts in one folder of the data folder, which a scrape sums.
+        status, _, body = fetch(base_url, "/metrics", Authorization=f"Bearer {METRICS_TOKEN}")
+        assert status == 200, body[:500]
+        answered = {
+            sample.labels["route"]
+            for family in text_string_to_metric_families(body.decode())
+            for sample in family.samples
+            if sample.name == "nexum_http_request_duration_seconds_count"
+        }
+        assert "/api/v1/health" in answered, answered
+        kept = {path.name.split("_")[0] for path in (tmp_path / "prometheus").iterdir()}
+        assert kept == {"histogram"}, kept
     finally:
         exit_code = stop_group(process)
     assert exit_code == 0, log.read_text()
