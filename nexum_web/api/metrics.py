@@ -33,6 +33,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
+from context_app.compilation.selectors import drift_per_card
 from nexum import metrics
 from nexum.core.errors import Forbidden
 from nexum.core.roles import OPERATOR
@@ -175,9 +176,38 @@ def project_logs(projects: Sequence[str] | None) -> Iterator[GaugeMetricFamily]:
     yield backlog
 
 
+def card_drift(projects: Sequence[str] | None) -> Iterator[GaugeMetricFamily]:
+    """Per project and card with usage reported: the p50 and p95 drift of the provider's prompt tokens from
+    Nexum's count, (provider - nexum) / nexum over the card's latest reports, and whether it is past
+    ``NEXUM_USAGE_DRIFT_THRESHOLD`` (the dashboard's drifting cards)."""
+    shown = None if projects is None else {str(project) for project in projects}
+    drifts = [drift for drift in drift_per_card() if shown is None or drift.project_id in shown]
+    chosen = Project.objects.filter(id__in={drift.project_id for drift in drifts})
+    slugs = {str(project): slug for project, slug in chosen.values_list("id", "slug")}
+    drift = GaugeMetricFamily(
+        "nexum_card_prompt_drift",
+        "The provider's prompt tokens against Nexum's count, (provider - nexum) / nexum, at a quantile of the"
+        " card's latest reports, by project and card word",
+        labels=["project", "card", "quantile"],
+    )
+    drifting = GaugeMetricFamily(
+        "nexum_card_drifting",
+        "1 when the card's p95 drift is past NEXUM_USAGE_DRIFT_THRESHOLD: its budget may overflow the window",
+        labels=["project", "card"],
+    )
+    for card in drifts:
+        slug = slugs[card.project_id]
+        drift.add_metric([slug, card.card_word, "0.5"], card.summary.p50)
+        drift.add_metric([slug, card.card_word, "0.95"], card.summary.p95)
+        drifting.add_metric([slug, card.card_word], int(card.drifting))
+    yield drift
+    yield drifting
+
+
 STATE_GAUGES: tuple[Callable[[Sequence[str] | None], Iterator[GaugeMetricFamily]], ...] = (
     requests_in_flight,
     project_logs,
+    card_drift,
 )
 """The gauges of state, each ``gauge(projects)``: ``projects`` None for every project, else the ids shown."""
 

@@ -15,6 +15,7 @@ from context_app.catalog.services import DEFAULT_CATALOG
 from context_app.compilation.models import ContextUsage
 from nexum.eventstore.models import Event as EventRow
 from tests.api.test_mcp import refusal, session, structured, token
+from tests.api.test_metrics_api import scrape, value
 from tests.integration.compile_world import build_auth_world
 
 pytestmark = pytest.mark.django_db
@@ -236,3 +237,20 @@ def test_an_agent_reports_usage_over_mcp_and_a_refusal_is_an_error_result(api, p
     assert (negative.status, negative.error["field"]) == (400, "prompt_tokens")
     assert (unknown.status, unknown.error["field"]) == (404, "digest")
     assert ContextUsage.objects.count() == 1
+
+
+def test_metrics_show_each_cards_drift_and_whether_it_is_past_threshold(api, operator_api, auth, settings):
+    settings.NEXUM_USAGE_DRIFT_THRESHOLD = 0.05
+    context = compiled(api, auth)
+    nexum = context["total_tokens"]
+    for count in (nexum + 10, nexum + nexum // 5):
+        report(api, context["digest"], count)
+    samples = scrape(operator_api)
+    labels = {"project": auth.task.project.slug, "card": "quick"}
+    assert value(samples, "nexum_card_prompt_drift", quantile="0.5", **labels) == pytest.approx(10 / nexum)
+    assert value(samples, "nexum_card_prompt_drift", quantile="0.95", **labels) == pytest.approx(
+        (nexum // 5) / nexum
+    )
+    assert value(samples, "nexum_card_drifting", **labels) == 1
+    settings.NEXUM_USAGE_DRIFT_THRESHOLD = 0.5
+    assert value(scrape(operator_api), "nexum_card_drifting", **labels) == 0
