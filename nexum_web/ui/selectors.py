@@ -11,6 +11,7 @@ from context_app.compilation.models import ContextCompilation, StoredContext
 from context_app.resolution import selectors as resolution_selectors
 from context_app.resolution.models import Escalation, Source
 from nexum.core.errors import DomainError
+from nexum.eventstore.verification import latest_verification
 from nexum.work.selectors import stuck_requests
 from tasks_app.models import Task
 from verification_app.models import CompletionRequest
@@ -161,6 +162,7 @@ def dashboard(limit: int = 8) -> dict[str, Any]:
     stuck = stuck_requests(limit=limit)
     stuck_tasks = tasks_by_id([r.task_id for r in stuck])
     return {
+        "log_verification": latest_verification(),
         "stuck": [(r, stuck_tasks.get(str(r.task_id))) for r in stuck],
         "open_escalation_count": Escalation.objects.filter(state="open").count(),
         "open_escalations": [
