@@ -17,6 +17,7 @@ hash of what is read. The stream ``version`` is not covered: a stream's versions
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -79,23 +80,57 @@ def event_hash(
     project_position: int,
     recorded_at: datetime,
 ) -> str:
-    content = {
-        "chain": CHAIN_VERSION,
-        "previous": previous_hash,
-        "stream": stream_id,
-        "type": event_type,
-        "schema_version": schema_version,
-        "data": data,
-        "metadata": metadata,
-        "project": project_id,
-        "project_position": project_position,
-        "recorded_at": timestamp_text(recorded_at),
-    }
-    text = canonical_json(content)
+    return event_hash_of_text(
+        previous_hash=previous_hash,
+        stream_id=stream_id,
+        event_type=event_type,
+        schema_version=schema_version,
+        data_text=canonical_json(data),
+        metadata_text=canonical_json(metadata),
+        project_id=project_id,
+        project_position=project_position,
+        recorded_at_text=timestamp_text(recorded_at),
+    )
+
+
+def event_hash_of_text(
+    *,
+    previous_hash: str,
+    stream_id: str,
+    event_type: str,
+    schema_version: int,
+    data_text: str,
+    metadata_text: str,
+    project_id: str | None,
+    project_position: int,
+    recorded_at_text: str,
+) -> str:
+    """``event_hash`` given the canonical JSON of the data and metadata and the timestamp's text, which an
+    append computes once (the data's text is also what it sends to the database)."""
+    # canonical_json of the object in the module docstring, written out in its sorted key order: an encoder
+    # per value (as canonical_json makes) would cost more than the hash.
+    text = (
+        f'{{"chain":{CHAIN_VERSION},"data":{_as_stored_text(data_text)},'
+        f'"metadata":{_as_stored_text(metadata_text)},"previous":{_string(previous_hash)},'
+        f'"project":{_string(project_id) if project_id is not None else "null"},'
+        f'"project_position":{int(project_position)},"recorded_at":{_string(recorded_at_text)},'
+        f'"schema_version":{int(schema_version)},"stream":{_string(stream_id)},"type":{_string(event_type)}}}'
+    )
+    return sha256_hex(text)
+
+
+_STRING = json.JSONEncoder(ensure_ascii=False).encode
+
+
+def _string(value: str) -> str:
+    return _STRING(value)
+
+
+def _as_stored_text(text: str) -> str:
     if "e+" in text or "E+" in text:
         # Rare: a float written with an exponent. Hash it as the database stores it (see the module doc).
-        text = canonical_json(_as_stored(content))
-    return sha256_hex(text)
+        return canonical_json(_as_stored(json.loads(text)))
+    return text
 
 
 def hash_of(event: ChainedEvent, previous_hash: str) -> str:

@@ -363,8 +363,8 @@ def _insert(
         else:
             cursor.execute(head_sql, params)
         head = cursor.fetchone()
-        params["batch"] = json.dumps(
-            _chained_batch(stream_id, typed, metadata, project_id, recorded_at, head or (0, chain.GENESIS))
+        params["batch"] = _chained_batch(
+            stream_id, typed, metadata, project_id, recorded_at, head or (0, chain.GENESIS)
         )
         cursor.execute(sql, params)
         rows = [tuple(row) for row in cursor.fetchall()]
@@ -378,28 +378,33 @@ def _chained_batch(
     project_id: str | None,
     recorded_at: datetime,
     head: tuple[int, str],
-) -> list[list[Any]]:
-    """Each event as [type, schema version, data, project position, previous hash, its hash]."""
+) -> str:
+    """The batch's JSON text: each event as [type, schema version, data, project position, previous hash,
+    its hash]. Each event's data is serialized once, for its hash and for the statement."""
     place, previous = head
     chained_project = str(uuid.UUID(str(project_id))) if project_id is not None else None
-    batch = []
+    metadata_text = canonical_json(metadata)
+    recorded_at_text = chain.timestamp_text(recorded_at)
+    items = []
     for event in typed:
         place += 1
-        data = event_to_data(event)
-        own = chain.event_hash(
+        data_text = canonical_json(event_to_data(event))
+        own = chain.event_hash_of_text(
             previous_hash=previous,
             stream_id=stream_id,
             event_type=event.event_type,
             schema_version=event.schema_version,
-            data=data,
-            metadata=metadata,
+            data_text=data_text,
+            metadata_text=metadata_text,
             project_id=chained_project,
             project_position=place,
-            recorded_at=recorded_at,
+            recorded_at_text=recorded_at_text,
         )
-        batch.append([event.event_type, event.schema_version, data, place, previous, own])
+        items.append(
+            f'[{canonical_json(event.event_type)},{event.schema_version},{data_text},{place},"{previous}","{own}"]'
+        )
         previous = own
-    return batch
+    return "[" + ",".join(items) + "]"
 
 
 @contextlib.contextmanager
