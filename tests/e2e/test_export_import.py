@@ -7,68 +7,20 @@ folder), as on two machines."""
 from __future__ import annotations
 
 import json
-import os
-import secrets
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-POSTGRES = os.environ.get("NEXUM_TEST_POSTGRES_ADMIN", "postgres://postgres@127.0.0.1:5432/postgres")
+from tests.e2e.installations import Installation, new_postgres_database
+
 pytestmark = pytest.mark.postgres
-
-
-def _postgres_reachable() -> bool:
-    try:
-        psycopg.connect(POSTGRES, connect_timeout=3).close()
-    except psycopg.OperationalError:
-        return False
-    return True
 
 
 @pytest.fixture
 def empty_postgres() -> Iterator[str]:
-    """A new PostgreSQL database (unique name), dropped afterwards."""
-    if not _postgres_reachable():
-        pytest.skip(f"no PostgreSQL at {POSTGRES}")
-    name = f"nexum_test_portable_{secrets.token_hex(4)}"
-    with psycopg.connect(POSTGRES, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield POSTGRES.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        with psycopg.connect(POSTGRES, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-class Installation:
-    """One installation: a database and a data folder (the artifact store), run by subprocess."""
-
-    def __init__(self, data_dir: Path, database_url: str | None) -> None:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self.env = {**os.environ, "NEXUM_DATA_DIR": str(data_dir), "NEXUM_EMBEDDER": "none"}
-        self.env.pop("DATABASE_URL", None)
-        if database_url is not None:
-            self.env["DATABASE_URL"] = database_url
-
-    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [sys.executable, *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=300
-        )
-        if check and done.returncode != 0:
-            raise AssertionError(f"{args} exited {done.returncode}: {done.stderr[-3000:]}")
-        return done
-
-    def manage(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return self.run("manage.py", *args, check=check)
-
-    def snapshot(self, slug: str, until: int | None = None) -> dict:
-        args = ["tests/e2e/portable_world.py", "snapshot", slug] + ([str(until)] if until else [])
-        return json.loads(self.run(*args).stdout)
+    with new_postgres_database("portable") as url:
+        yield url
 
 
 def _pruning_the_artifact(export: str) -> str:
