@@ -16,6 +16,7 @@ from django.utils import timezone
 from nexum.core.projects import HealthPinged
 from nexum.eventstore import store
 from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.verification import verify_log
 
 
 def ping(n: int | str = 0) -> HealthPinged:
@@ -226,5 +227,8 @@ def test_the_migration_numbers_stored_events_and_webhook_positions_in_log_order(
         stream_id="legacy-0", events=[ping("next")], expected_version=1, project_id=str(project_a)
     )
     assert appended.project_positions == (4,)
+    # Migration 0007 chained the stored events, project by project; the next append links to its head.
+    run = verify_log()
+    assert (run.ok, run.events, run.projects) == (True, 7, 3), run.message
     with pytest.raises(DatabaseError), transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("UPDATE nexum_event SET event_type = 'Forged'")
