@@ -116,3 +116,5 @@ def test_the_dashboard_shows_the_last_verification(project, admin_client):
     call_command("nexum_verify_log", stdout=io.StringIO())
     page = admin_client.get("/admin/").content.decode()
     assert "Log chain verified" in page and "never been verified" not in page
+    runs = admin_client.get("/admin/eventstore/logverification/")
+    assert runs.status_code == 200 and "ok" in runs.content.decode()
