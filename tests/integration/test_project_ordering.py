@@ -72,6 +72,9 @@ def test_per_project_positions_are_gapless_under_concurrent_appends_in_many_proj
         assert len(places) == writers_per_project * per_writer
         assert [place for _, place in places] == list(range(1, len(places) + 1))
         assert store.project_head(project_id) == places[-1]
+    # Each concurrent append linked its events to the head it found under the project's lock.
+    run = verify_log()
+    assert run.ok and run.events == len(projects) * writers_per_project * per_writer, run.message
 
 
 @pytest.mark.django_db(transaction=True)
