@@ -121,6 +121,12 @@ def event_hash_of_text(
 
 _STRING = json.JSONEncoder(ensure_ascii=False).encode
 
+canonical_text = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+).encode
+"""``canonical_json`` with one encoder made once (``json.dumps`` with options makes one per call): an append
+serializes every event's data with it."""
+
 
 def _string(value: str) -> str:
     return _STRING(value)

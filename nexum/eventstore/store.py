@@ -383,12 +383,12 @@ def _chained_batch(
     its hash]. Each event's data is serialized once, for its hash and for the statement."""
     place, previous = head
     chained_project = str(uuid.UUID(str(project_id))) if project_id is not None else None
-    metadata_text = canonical_json(metadata)
+    metadata_text = chain.canonical_text(metadata)
     recorded_at_text = chain.timestamp_text(recorded_at)
     items = []
     for event in typed:
         place += 1
-        data_text = canonical_json(event_to_data(event))
+        data_text = chain.canonical_text(event_to_data(event))
         own = chain.event_hash_of_text(
             previous_hash=previous,
             stream_id=stream_id,
@@ -401,7 +401,7 @@ def _chained_batch(
             recorded_at_text=recorded_at_text,
         )
         items.append(
-            f'[{canonical_json(event.event_type)},{event.schema_version},{data_text},{place},"{previous}","{own}"]'
+            f'[{chain.canonical_text(event.event_type)},{event.schema_version},{data_text},{place},"{previous}","{own}"]'
         )
         previous = own
     return "[" + ",".join(items) + "]"
