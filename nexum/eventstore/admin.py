@@ -5,7 +5,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from nexum.core.errors import DomainError
-from nexum.eventstore.models import Event
+from nexum.eventstore.models import Event, LogVerification
 
 
 def admin_actor(request: HttpRequest) -> str:
@@ -68,3 +68,12 @@ class EventAdmin(ReadOnlyAdmin):
     @admin.display(description="actor")
     def actor(self, event: Event) -> str:
         return str(event.metadata.get("actor", ""))
+
+
+@admin.register(LogVerification)
+class LogVerificationAdmin(ReadOnlyAdmin):
+    """The runs of ``nexum_verify_log``, newest first (written by the command only)."""
+
+    list_display = ("finished_at", "ok", "project_id", "projects", "events", "broken_position", "message")
+    list_filter = ("ok",)
+    ordering = ("-finished_at",)

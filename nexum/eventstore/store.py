@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -40,6 +41,7 @@ from typing import Any
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
+from nexum.core import chain
 from nexum.core.digests import canonical_json
 from nexum.core.errors import ConcurrencyError, Conflict, ValidationFailed
 from nexum.core.events import Event, event_from_data, event_to_data, upcast, validate_event
@@ -289,27 +291,24 @@ LOCK_PROJECT = "SELECT pg_advisory_xact_lock(%(lock_class)s, hashtext(COALESCE(%
 
 _INSERT_COLUMNS = (
     "INSERT INTO nexum_event (version, stream_id, event_type, schema_version, data, metadata,"
-    " idempotency_key, project_id, recorded_at, project_position) "
+    " idempotency_key, project_id, recorded_at, project_position, previous_hash, event_hash) "
 )
-# The batch travels as one JSON array of [type, schema version, data]; the statement numbers it after the
-# stream's current version and after the project's last place and, when a version is expected, inserts
-# nothing unless the stream is at it.
+# The batch travels as one JSON array of [type, schema version, data, project position, previous hash, hash]
+# (numbered and hashed under the project's lock, after its head); the statement numbers it after the stream's
+# current version and, when a version is expected, inserts nothing unless the stream is at it.
 _INSERT_BATCH = {
     "postgresql": _INSERT_COLUMNS
     + "SELECT cur.v + b.n, %(stream)s, b.item->>0, (b.item->>1)::smallint, b.item->2, %(metadata)s::jsonb,"
-    " %(key)s, %(project)s::uuid, %(at)s::timestamptz, head.p + b.n"
+    " %(key)s, %(project)s::uuid, %(at)s::timestamptz, (b.item->>3)::bigint, b.item->>4, b.item->>5"
     " FROM jsonb_array_elements(%(batch)s::jsonb) WITH ORDINALITY AS b(item, n),"
-    " (SELECT COALESCE(MAX(version), 0) AS v FROM nexum_event WHERE stream_id = %(stream)s) AS cur,"
-    " (SELECT COALESCE((SELECT project_position FROM nexum_event WHERE {project}"
-    " ORDER BY project_position DESC LIMIT 1), 0) AS p) AS head"
+    " (SELECT COALESCE(MAX(version), 0) AS v FROM nexum_event WHERE stream_id = %(stream)s) AS cur"
     " {guard} ORDER BY b.n RETURNING position, version, project_position",
     "sqlite": _INSERT_COLUMNS
     + "SELECT cur.v + b.key + 1, %(stream)s, json_extract(b.value, '$[0]'), json_extract(b.value, '$[1]'),"
-    " json_extract(b.value, '$[2]'), %(metadata)s, %(key)s, %(project)s, %(at)s, head.p + b.key + 1"
+    " json_extract(b.value, '$[2]'), %(metadata)s, %(key)s, %(project)s, %(at)s,"
+    " json_extract(b.value, '$[3]'), json_extract(b.value, '$[4]'), json_extract(b.value, '$[5]')"
     " FROM json_each(%(batch)s) AS b,"
-    " (SELECT COALESCE(MAX(version), 0) AS v FROM nexum_event WHERE stream_id = %(stream)s) AS cur,"
-    " (SELECT COALESCE((SELECT project_position FROM nexum_event WHERE {project}"
-    " ORDER BY project_position DESC LIMIT 1), 0) AS p) AS head"
+    " (SELECT COALESCE(MAX(version), 0) AS v FROM nexum_event WHERE stream_id = %(stream)s) AS cur"
     " {guard} ORDER BY b.key RETURNING position, version, project_position",
 }
 # The project's head: an equality or IS NULL (not IS NOT DISTINCT FROM), newest first, LIMIT 1, so that it is
@@ -318,6 +317,10 @@ _PROJECT_MATCH = {
     "postgresql": ("project_id = %(project)s::uuid", "project_id IS NULL"),
     "sqlite": ("project_id = %(project)s", "project_id IS NULL"),
 }
+_HEAD = (
+    "SELECT project_position, event_hash FROM nexum_event WHERE {project}"
+    " ORDER BY project_position DESC LIMIT 1"
+)
 
 
 def _insert(
@@ -331,15 +334,16 @@ def _insert(
     *,
     lock: bool,
 ) -> list[tuple[int, int, int]] | None:
-    """Insert the batch in one statement; ``None`` when the stream is not at ``expected_version``.
+    """Number and hash the batch after the project's head, then insert it in one statement; ``None`` when the
+    stream is not at ``expected_version``.
 
-    On PostgreSQL, ``lock`` sends the project's lock in the same round trip as the insert. Returns
+    On PostgreSQL, ``lock`` sends the project's lock in the same round trip as the read of the head. Returns
     (position, version, project_position) per event, in batch order.
     """
     in_project, without_project = _PROJECT_MATCH[connection.vendor]
+    match = in_project if project_id is not None else without_project
     sql = _INSERT_BATCH[connection.vendor].format(
-        guard="WHERE cur.v = %(expected)s" if expected_version is not None else "",
-        project=in_project if project_id is not None else without_project,
+        guard="WHERE cur.v = %(expected)s" if expected_version is not None else ""
     )
     field = EventRow._meta.get_field
     params = {
@@ -348,20 +352,59 @@ def _insert(
         "key": idempotency_key,
         "project": field("project_id").get_db_prep_save(project_id, connection),
         "at": field("recorded_at").get_db_prep_save(recorded_at, connection),
-        "batch": json.dumps(
-            [[event.event_type, event.schema_version, event_to_data(event)] for event in typed]
-        ),
         "expected": expected_version,
         "lock_class": PROJECT_LOCK_CLASS,
     }
     with connection.cursor() as cursor:
+        head_sql = _HEAD.format(project=match)
         if lock and connection.vendor == "postgresql":
-            cursor.execute(f"{LOCK_PROJECT}; {sql}", params)
+            cursor.execute(f"{LOCK_PROJECT}; {head_sql}", params)
             cursor.nextset()
         else:
-            cursor.execute(sql, params)
+            cursor.execute(head_sql, params)
+        head = cursor.fetchone()
+        params["batch"] = _chained_batch(
+            stream_id, typed, metadata, project_id, recorded_at, head or (0, chain.GENESIS)
+        )
+        cursor.execute(sql, params)
         rows = [tuple(row) for row in cursor.fetchall()]
     return sorted(rows, key=lambda row: row[1]) or None
+
+
+def _chained_batch(
+    stream_id: str,
+    typed: Sequence[Event],
+    metadata: dict[str, Any],
+    project_id: str | None,
+    recorded_at: datetime,
+    head: tuple[int, str],
+) -> str:
+    """The batch's JSON text: each event as [type, schema version, data, project position, previous hash,
+    its hash]. Each event's data is serialized once, for its hash and for the statement."""
+    place, previous = head
+    chained_project = str(uuid.UUID(str(project_id))) if project_id is not None else None
+    metadata_text = chain.canonical_text(metadata)
+    recorded_at_text = chain.timestamp_text(recorded_at)
+    items = []
+    for event in typed:
+        place += 1
+        data_text = chain.canonical_text(event_to_data(event))
+        own = chain.event_hash_of_text(
+            previous_hash=previous,
+            stream_id=stream_id,
+            event_type=event.event_type,
+            schema_version=event.schema_version,
+            data_text=data_text,
+            metadata_text=metadata_text,
+            project_id=chained_project,
+            project_position=place,
+            recorded_at_text=recorded_at_text,
+        )
+        items.append(
+            f'[{chain.canonical_text(event.event_type)},{event.schema_version},{data_text},{place},"{previous}","{own}"]'
+        )
+        previous = own
+    return "[" + ",".join(items) + "]"
 
 
 @contextlib.contextmanager
@@ -468,3 +511,95 @@ def _metadata(metadata: Mapping[str, Any] | None, idempotency_key: str | None) -
     if idempotency_key is not None:
         supplied["idempotency_key"] = idempotency_key
     return supplied
+
+
+@dataclass(frozen=True)
+class ImportedEvent:
+    """An event of an exported project's log, with the numbers and hashes it had there."""
+
+    position: int
+    stream_id: str
+    version: int
+    event_type: str
+    schema_version: int
+    data: Any
+    metadata: Mapping[str, Any]
+    idempotency_key: str | None
+    project_position: int
+    recorded_at: datetime
+    previous_hash: str
+    event_hash: str
+
+
+class ImportCollision(Conflict):
+    code = "import_collision"
+
+
+def import_project_log(*, project_id: str, events: Sequence[ImportedEvent], chunk_size: int = 1000) -> None:
+    """Write an exported project's log as it was (positions, versions, times and hashes kept, so the chain
+    and every position a read model or a stored context names stay true) and apply the projections, inside
+    the caller's transaction. Refused (``import_collision``) unless the project has no event here and every
+    position is free; the caller has verified the chain."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("import_project_log runs inside the importer's transaction")
+    lock_project(project_id)
+    if EventRow.objects.filter(project_id=project_id).exists():
+        raise ImportCollision(f"project {project_id} already has events here: import into an empty project")
+    positions = [event.position for event in events]
+    taken = list(EventRow.objects.filter(position__in=positions).values_list("position", flat=True)[:5])
+    if taken:
+        raise ImportCollision(
+            f"log positions {taken} are taken here by other projects' events: import into an installation "
+            "whose log does not overlap the export's positions"
+        )
+    for start in range(0, len(events), chunk_size):
+        chunk = events[start : start + chunk_size]
+        EventRow.objects.bulk_create(
+            [
+                EventRow(
+                    position=event.position,
+                    stream_id=event.stream_id,
+                    version=event.version,
+                    event_type=event.event_type,
+                    schema_version=event.schema_version,
+                    data=event.data,
+                    metadata=dict(event.metadata),
+                    idempotency_key=event.idempotency_key,
+                    project_id=project_id,
+                    project_position=event.project_position,
+                    recorded_at=event.recorded_at,
+                    previous_hash=event.previous_hash,
+                    event_hash=event.event_hash,
+                )
+                for event in chunk
+            ]
+        )
+        projections.apply(
+            [
+                _stored(
+                    (
+                        event.position,
+                        event.stream_id,
+                        event.version,
+                        event.event_type,
+                        event.schema_version,
+                        event.data,
+                        event.metadata,
+                        event.recorded_at,
+                        project_id,
+                        event.project_position,
+                    )
+                )
+                for event in chunk
+            ]
+        )
+    if connection.vendor == "postgresql":
+        # Positions were given, not drawn: the next append must draw past them.
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_get_serial_sequence('nexum_event', 'position')")
+            sequence = cursor.fetchone()[0]
+            cursor.execute(
+                f"SELECT setval(%s, GREATEST((SELECT MAX(position) FROM nexum_event),"
+                f" (SELECT last_value FROM {sequence})))",
+                [sequence],
+            )

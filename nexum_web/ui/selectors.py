@@ -13,6 +13,7 @@ from context_app.compilation.models import ContextCompilation, StoredContext
 from context_app.resolution import selectors as resolution_selectors
 from context_app.resolution.models import Escalation, Source
 from nexum.core.errors import DomainError
+from nexum.eventstore.verification import latest_verification
 from nexum.work.selectors import stuck_requests
 from tasks_app.models import Project, Task
 from verification_app.models import CompletionRequest
@@ -173,6 +174,7 @@ def dashboard(limit: int = 8) -> dict[str, Any]:
     stuck_tasks = tasks_by_id([r.task_id for r in stuck])
     return {
         "drifting": drifting_cards(),
+        "log_verification": latest_verification(),
         "stuck": [(r, stuck_tasks.get(str(r.task_id))) for r in stuck],
         "open_escalation_count": Escalation.objects.filter(state="open").count(),
         "open_escalations": [

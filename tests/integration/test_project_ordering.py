@@ -16,6 +16,7 @@ from django.utils import timezone
 from nexum.core.projects import HealthPinged
 from nexum.eventstore import store
 from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.verification import verify_log
 
 
 def ping(n: int | str = 0) -> HealthPinged:
@@ -71,6 +72,9 @@ def test_per_project_positions_are_gapless_under_concurrent_appends_in_many_proj
         assert len(places) == writers_per_project * per_writer
         assert [place for _, place in places] == list(range(1, len(places) + 1))
         assert store.project_head(project_id) == places[-1]
+    # Each concurrent append linked its events to the head it found under the project's lock.
+    run = verify_log()
+    assert run.ok and run.events == len(projects) * writers_per_project * per_writer, run.message
 
 
 @pytest.mark.django_db(transaction=True)
@@ -226,5 +230,8 @@ def test_the_migration_numbers_stored_events_and_webhook_positions_in_log_order(
         stream_id="legacy-0", events=[ping("next")], expected_version=1, project_id=str(project_a)
     )
     assert appended.project_positions == (4,)
+    # Migration 0007 chained the stored events, project by project; the next append links to its head.
+    run = verify_log()
+    assert (run.ok, run.events, run.projects) == (True, 7, 3), run.message
     with pytest.raises(DatabaseError), transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("UPDATE nexum_event SET event_type = 'Forged'")

@@ -1,0 +1,76 @@
+"""Run by the export/import and backup tests under a given DATABASE_URL (a separate process per database):
+
+python tests/e2e/portable_world.py build SLUG      a project with a world, tokens, an artifact and compiles
+python tests/e2e/portable_world.py snapshot SLUG   JSON: the project's read models as of its head, and
+                                                    whether each stored context replays to its digest
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nexum.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.core.serializers.json import DjangoJSONEncoder  # noqa: E402
+
+from context_app.compilation import services as compilation  # noqa: E402
+from context_app.compilation.models import StoredContext  # noqa: E402
+from context_app.world import services as world  # noqa: E402
+from nexum.eventstore import projections, store  # noqa: E402
+from tasks_app import selectors, services  # noqa: E402
+from tests.integration.compile_world import build_auth_world  # noqa: E402
+
+
+def build(slug: str) -> None:
+    project = services.project_create(slug=slug, name=slug.title(), actor="test")
+    auth = build_auth_world(project, filler=4, tools=3)
+    services.agent_token_issue(project_id=auth.project_id, name="agent-1", role="agent", actor="test")
+    scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    world.artifact_record(
+        scope=scope,
+        uri="artifact://log/1",
+        summary="the failing run's log",
+        content=b"line 48: invalid token\n",
+        actor="test",
+    )
+    for word in ("local", "local"):
+        compilation.context_compile(
+            project_id=auth.project_id, task_id=str(auth.task.id), model_word=word, actor="t"
+        )
+    world.fact_record(scope=scope, text="The token check reads the clock", subject="auth", actor="test")
+    compilation.context_compile(
+        project_id=auth.project_id, task_id=str(auth.task.id), model_word="local", actor="t"
+    )
+
+
+def snapshot(slug: str, until: str = "") -> None:
+    """``until``: a log position (default: the project's head), so that the events an import adds after the
+    exported log (its token revocations) are left out."""
+    project = selectors.project_by_slug(slug=slug)
+    project_id = str(project.id)
+    head = store.project_head(project_id)
+    position = int(until) if until else head[0]
+    replays = {
+        digest: compilation.context_replay(project_id=project_id, digest=digest).matches
+        for digest in StoredContext.objects.filter(project_id=project_id).values_list("digest", flat=True)
+    }
+    with projections.state_as_of(position, project_id=project_id):
+        tables = projections.snapshot()
+    print(
+        json.dumps(
+            {"head": head, "replays": replays, "tables": tables}, cls=DjangoJSONEncoder, sort_keys=True
+        )
+    )
+
+
+if __name__ == "__main__":
+    {"build": build, "snapshot": snapshot}[sys.argv[1]](*sys.argv[2:])
