@@ -1,6 +1,7 @@
 """Run by the export/import and backup tests under a given DATABASE_URL (a separate process per database):
 
-python tests/e2e/portable_world.py build SLUG      a project with a world, tokens, an artifact and compiles
+python tests/e2e/portable_world.py build SLUG      a project with a world, tokens, an artifact, compiles,
+                                                    a usage report and a granted approval
 python tests/e2e/portable_world.py snapshot SLUG   JSON: the project's read models as of its head, and
                                                     whether each stored context replays to its digest
 """
@@ -28,6 +29,7 @@ from context_app.world import services as world  # noqa: E402
 from nexum.eventstore import projections, store  # noqa: E402
 from tasks_app import selectors, services  # noqa: E402
 from tests.integration.compile_world import build_auth_world  # noqa: E402
+from verification_app import services as verification  # noqa: E402
 
 
 def build(slug: str) -> None:
@@ -47,8 +49,33 @@ def build(slug: str) -> None:
             project_id=auth.project_id, task_id=str(auth.task.id), model_word=word, actor="t"
         )
     world.fact_record(scope=scope, text="The token check reads the clock", subject="auth", actor="test")
-    compilation.context_compile(
+    last = compilation.context_compile(
         project_id=auth.project_id, task_id=str(auth.task.id), model_word="local", actor="t"
+    )
+    compilation.context_usage_report(
+        project_id=auth.project_id,
+        digest=last.context.digest,
+        prompt_tokens=last.context.total_tokens + 12,
+        completion_tokens=40,
+        provider="vllm",
+        model="gemma",
+        cost=0.25,
+        actor="agent:agent-1",
+    )
+    approval = verification.approval_request(
+        project_id=auth.project_id,
+        task_id=str(auth.task.id),
+        action="deploy",
+        arguments_digest="0" * 64,
+        reason="deploys to staging",
+        actor="agent:agent-1",
+    )
+    verification.approval_decide(
+        project_id=auth.project_id,
+        approval_id=str(approval.id),
+        decision="grant",
+        reason="staging is free",
+        actor="human:ops",
     )
 
 
