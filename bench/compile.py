@@ -18,7 +18,11 @@ the ``local`` card (a 70B-class model: 128K window → 24,000-token budget), it 
   token count emptied before each run: the whole goal is read with its stored vectors, the block counted
   again);
 * ``loop``: the service in an agent loop: before each compile (not timed) the agent records a tool call and
-  a progress note, so every compile meets a world that changed since the previous one.
+  a progress note, so every compile meets a world that changed since the previous one;
+* ``traced``: the service with tracing on (``nexum.telemetry``: Nexum's spans and the psycopg instrumentation,
+  batched and exported by OTLP/HTTP to a receiver in a process of its own, ``tests/otlp_receiver.py``), timed
+  in turn with ``service`` (tracing off), the connection opened again before each run (not timed) so that
+  its statements are traced or not; ``BENCH_TRACING=0`` leaves it out.
 
 The world is bench/worlds.py's (items inserted fast, 1,000 events per append; the tables then vacuumed and
 analyzed, as autovacuum soon would after such a load: the planner knows their size, and an index-only scan
@@ -38,6 +42,7 @@ import gzip
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -61,6 +66,7 @@ from context_app.compilation.candidates import CANDIDATES, task_items  # noqa: E
 from context_app.world.embedder import configured_embedder_id  # noqa: E402
 from context_app.world.models import WorldItem  # noqa: E402
 from context_app.world.services import progress_record, scope_resolve, tool_call_record  # noqa: E402
+from nexum import telemetry  # noqa: E402
 from nexum.core import world  # noqa: E402
 from nexum.core.compilation.compiler import COMPILER_VERSION, CompileInput, ContextItem  # noqa: E402
 from nexum.core.compilation.compiler import compile_context as run_compiler  # noqa: E402
@@ -72,6 +78,7 @@ RUNS = int(os.environ.get("BENCH_RUNS", 30))
 NAIVE_RUNS = int(os.environ.get("BENCH_NAIVE_RUNS", 5))
 REST_RUNS = int(os.environ.get("BENCH_REST_RUNS", 15))
 WORD = "local"
+TRACING = os.environ.get("BENCH_TRACING", "1") == "1"
 if os.environ.get("BENCH_RANK_BY_MEANING") == "1":
     selectors.VECTORS_FROM = COMPILER_VERSION
 
@@ -148,6 +155,57 @@ def p(times: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+class TracedRuns:
+    """Tracing switched on and off around runs, exporting to a receiver in a process of its own."""
+
+    def __init__(self) -> None:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        root = Path(__file__).resolve().parents[1]
+        self.receiver = subprocess.Popen(
+            [sys.executable, "-m", "tests.otlp_receiver"],
+            cwd=root,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.receiver.stdout is not None
+        endpoint = self.receiver.stdout.readline().strip()
+        self.provider = telemetry.new_provider()
+        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(f"{endpoint}/v1/traces")))
+        self.traced_runs = 0
+
+    def switch(self, on: bool) -> None:
+        if on:
+            telemetry.start_tracing(self.provider)
+            self.traced_runs += 1
+        else:
+            telemetry.stop_tracing()
+        connection.close()  # the next statement opens a connection traced (or not) as tracing now is
+        connection.ensure_connection()
+
+    def spans_received(self) -> int:
+        """Ends tracing and the receiver; how many spans it received."""
+        telemetry.stop_tracing()
+        self.provider.shutdown()  # exports what is still batched
+        output, _ = self.receiver.communicate("", timeout=60)
+        return int(output.split()[-1])
+
+
+def off_and_on_in_turn(
+    function: Callable[[], None], runs: int, tracing: TracedRuns
+) -> dict[str, list[float]]:
+    """``function`` timed ``runs`` times with tracing off and on, taking turns (as ``timed_in_turn``)."""
+    times: dict[str, list[float]] = {"service": [], "traced": []}
+    for _ in range(runs):
+        for name in times:
+            tracing.switch(on=name == "traced")
+            times[name] += timed(function, 1)
+    tracing.switch(on=False)
+    return times
+
+
 def forget_everything(run: int) -> None:
     CANDIDATES.clear()
     counter_for("cl100k_base")._cache.clear()
@@ -197,8 +255,12 @@ def bench_size(size: int) -> dict[str, list[float]]:
     outcome = services.context_compile(
         project_id=project_id, task_id=str(task.id), model_word=WORD, actor="b"
     )
+    tracing = TracedRuns() if TRACING else None
+    traced = off_and_on_in_turn(service, RUNS, tracing) if tracing is not None else {}
+    spans = tracing.spans_received() if tracing is not None else 0
     runs = {
         **timed_in_turn({"service": service, "rest": rest}, RUNS),
+        **({"traced": traced["traced"], "untraced": traced["service"]} if traced else {}),
         "compile": timed(compile_only, RUNS),
         "rest_full": timed(lambda: rest("full"), REST_RUNS),
         "naive": timed(lambda: naive_compile(task), NAIVE_RUNS),
@@ -224,6 +286,12 @@ def bench_size(size: int) -> dict[str, list[float]]:
         f"  rest - service p50 {statistics.median(runs['rest']) - statistics.median(runs['service']):.1f} ms"
         " (goal <= 15 ms)"
     )
+    if traced:
+        overhead = statistics.median(traced["traced"]) / statistics.median(traced["service"]) - 1
+        print(
+            f"  tracing on vs off (in turn) p50 overhead {overhead * 100:+.1f} % (goal <= 5 %), "
+            f"{spans / len(traced['traced']):.0f} spans per traced compile"
+        )
     print(f"  process max RSS so far {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     naive = statistics.median(runs["naive"])
     print(
