@@ -19,10 +19,11 @@ the ``local`` card (a 70B-class model: 128K window → 24,000-token budget), it 
   again);
 * ``loop``: the service in an agent loop: before each compile (not timed) the agent records a tool call and
   a progress note, so every compile meets a world that changed since the previous one;
-* ``traced``: the service with tracing on (``nexum.telemetry``: Nexum's spans and the psycopg instrumentation,
-  batched and exported by OTLP/HTTP to a receiver in a process of its own, ``tests/otlp_receiver.py``), timed
-  in turn with ``service`` (tracing off), the connection opened again before each run (not timed) so that
-  its statements are traced or not; ``BENCH_TRACING=0`` leaves it out.
+* ``traced``: the service with tracing on (``nexum.telemetry``: Nexum's spans, batched and exported by
+  OTLP/HTTP to a receiver in a process of its own, ``tests/otlp_receiver.py``), and ``traced_sql`` with a span
+  per SQL statement too (``NEXUM_TRACE_SQL``), timed in turn with ``untraced`` (tracing off), the connection
+  opened again before each run (not timed) so that its statements are traced or not; ``BENCH_TRACING=0``
+  leaves them out.
 
 The world is bench/worlds.py's (items inserted fast, 1,000 events per append; the tables then vacuumed and
 analyzed, as autovacuum soon would after such a load: the planner knows their size, and an index-only scan
@@ -174,12 +175,10 @@ class TracedRuns:
         endpoint = self.receiver.stdout.readline().strip()
         self.provider = telemetry.new_provider()
         self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(f"{endpoint}/v1/traces")))
-        self.traced_runs = 0
 
-    def switch(self, on: bool) -> None:
+    def switch(self, on: bool, statements: bool = False) -> None:
         if on:
-            telemetry.start_tracing(self.provider)
-            self.traced_runs += 1
+            telemetry.start_tracing(self.provider, statements=statements)
         else:
             telemetry.stop_tracing()
         connection.close()  # the next statement opens a connection traced (or not) as tracing now is
@@ -193,14 +192,18 @@ class TracedRuns:
         return int(output.split()[-1])
 
 
+TRACING_MODES = {"untraced": (False, False), "traced": (True, False), "traced_sql": (True, True)}
+"""Each mode's (tracing on, a span per SQL statement)."""
+
+
 def off_and_on_in_turn(
     function: Callable[[], None], runs: int, tracing: TracedRuns
 ) -> dict[str, list[float]]:
-    """``function`` timed ``runs`` times with tracing off and on, taking turns (as ``timed_in_turn``)."""
-    times: dict[str, list[float]] = {"service": [], "traced": []}
+    """``function`` timed ``runs`` times in each of ``TRACING_MODES``, taking turns (as ``timed_in_turn``)."""
+    times: dict[str, list[float]] = {name: [] for name in TRACING_MODES}
     for _ in range(runs):
-        for name in times:
-            tracing.switch(on=name == "traced")
+        for name, (on, statements) in TRACING_MODES.items():
+            tracing.switch(on=on, statements=statements)
             times[name] += timed(function, 1)
     tracing.switch(on=False)
     return times
@@ -260,7 +263,7 @@ def bench_size(size: int) -> dict[str, list[float]]:
     spans = tracing.spans_received() if tracing is not None else 0
     runs = {
         **timed_in_turn({"service": service, "rest": rest}, RUNS),
-        **({"traced": traced["traced"], "untraced": traced["service"]} if traced else {}),
+        **traced,
         "compile": timed(compile_only, RUNS),
         "rest_full": timed(lambda: rest("full"), REST_RUNS),
         "naive": timed(lambda: naive_compile(task), NAIVE_RUNS),
@@ -287,11 +290,11 @@ def bench_size(size: int) -> dict[str, list[float]]:
         " (goal <= 15 ms)"
     )
     if traced:
-        overhead = statistics.median(traced["traced"]) / statistics.median(traced["service"]) - 1
-        print(
-            f"  tracing on vs off (in turn) p50 overhead {overhead * 100:+.1f} % (goal <= 5 %), "
-            f"{spans / len(traced['traced']):.0f} spans per traced compile"
-        )
+        untraced = statistics.median(traced["untraced"])
+        for name in ("traced", "traced_sql"):
+            overhead = statistics.median(traced[name]) / untraced - 1
+            print(f"  {name} vs untraced (in turn) p50 overhead {overhead * 100:+.1f} % (goal <= 5 %)")
+        print(f"  {spans} spans received for {2 * len(traced['traced'])} traced compiles")
     print(f"  process max RSS so far {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     naive = statistics.median(runs["naive"])
     print(

@@ -7,8 +7,10 @@ one shared object that does nothing, so an instrumented call costs a function ca
 On, spans go by OTLP/HTTP (protobuf) to ``$OTEL_EXPORTER_OTLP_ENDPOINT/v1/traces`` in batches (the SDK's
 ``OTEL_BSP_*`` and ``OTEL_EXPORTER_OTLP_*`` variables apply; ``OTEL_SERVICE_NAME`` names the service,
 ``nexum`` by default). Besides Nexum's own spans, the Django (one span per request, with Nexum's request
-id), Celery (publish and run, the trace context carried in the message's headers, never in its arguments)
-and psycopg (one span per statement) instrumentations are turned on with the same provider.
+id) and Celery (publish and run, the trace context carried in the message's headers, never in its
+arguments) instrumentations are turned on with the same provider, and psycopg's (one span per SQL statement)
+with ``NEXUM_TRACE_SQL=1``: it is the costly part (bench/compile.py: a compile makes about 28 statements),
+so it is asked for, not the default.
 
 Attributes are given by short names (``project_id=...``) and exported under ``nexum.`` (``nexum.project_id``),
 so a user searches every span by one vocabulary: ``ATTRIBUTES`` lists it. ``None`` values are left out.
@@ -112,9 +114,10 @@ def _named(attributes: dict[str, Any]) -> dict[str, Any]:
     return {f"nexum.{key}": value for key, value in attributes.items() if value is not None}
 
 
-def tracing_from_environment() -> bool:
+def tracing_from_environment(*, statements: bool = False) -> bool:
     """Turn tracing on with an OTLP/HTTP exporter when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (once per
-    process; the global provider is set too, for any other library's instrumentation); False when off."""
+    process; the global provider is set too, for any other library's instrumentation); False when off.
+    ``statements``: a span for every SQL statement too (``NEXUM_TRACE_SQL``)."""
     if _tracer is not None or not os.environ.get(ENDPOINT_VARIABLE):
         return _tracer is not None
     from opentelemetry import trace
@@ -124,7 +127,7 @@ def tracing_from_environment() -> bool:
     provider = new_provider()
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
-    start_tracing(provider)
+    start_tracing(provider, statements=statements)
     return True
 
 
@@ -137,9 +140,10 @@ def new_provider() -> Any:
     return TracerProvider(resource=Resource.create({SERVICE_NAME: name}))
 
 
-def start_tracing(provider: Any) -> None:
-    """Trace with ``provider`` from now on: Nexum's spans and the Django, Celery and psycopg
-    instrumentations. A test passes a provider with an exporter of its own, and ends with ``stop_tracing``."""
+def start_tracing(provider: Any, *, statements: bool = False) -> None:
+    """Trace with ``provider`` from now on: Nexum's spans and the Django and Celery instrumentations, and
+    with ``statements`` psycopg's (a span per SQL statement on PostgreSQL, on connections opened from now
+    on). A test passes a provider with an exporter of its own, and ends with ``stop_tracing``."""
     global _tracer
     from opentelemetry.instrumentation.celery import CeleryInstrumentor
     from opentelemetry.instrumentation.django import DjangoInstrumentor
@@ -149,8 +153,10 @@ def start_tracing(provider: Any) -> None:
     _tracer = provider.get_tracer("nexum")
     DjangoInstrumentor().instrument(tracer_provider=provider, response_hook=_request_id_on_span)
     CeleryInstrumentor().instrument(tracer_provider=provider)
-    PsycopgInstrumentor().instrument(tracer_provider=provider, skip_dep_check=True)
-    _instrumented[:] = [DjangoInstrumentor(), CeleryInstrumentor(), PsycopgInstrumentor()]
+    _instrumented[:] = [DjangoInstrumentor(), CeleryInstrumentor()]
+    if statements:
+        PsycopgInstrumentor().instrument(tracer_provider=provider, skip_dep_check=True)
+        _instrumented.append(PsycopgInstrumentor())
 
 
 def stop_tracing() -> None:

@@ -1,6 +1,7 @@
 """Traces (issue 28, item 1): an OTLP/HTTP receiver on a free port gets a compile's trace (the request, the
 compile and its phases) and, from a real Celery worker, a completion's and a queued compile's, the worker's
-spans parented across the queue to the request that sent the work. Off, nothing of the SDK is loaded."""
+spans parented across the queue to the request that sent the work (with its SQL statements on PostgreSQL,
+``NEXUM_TRACE_SQL``). Off, nothing of the SDK is loaded."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 
 import pytest
 from django.conf import settings
+from django.db import connection
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
@@ -129,6 +131,7 @@ def traced_worker(traced, workspace, tmp_path, monkeypatch):
         "OTEL_EXPORTER_OTLP_ENDPOINT": traced.endpoint,
         "OTEL_SERVICE_NAME": "nexum-worker",
         "OTEL_BSP_SCHEDULE_DELAY": "50",
+        "NEXUM_TRACE_SQL": "1",
         "NEXUM_WORKSPACE_ROOT": str(settings.NEXUM_WORKSPACE_ROOT),
         "NEXUM_ARTIFACT_ROOT": str(settings.NEXUM_ARTIFACT_ROOT),
         "NEXUM_CHECK_EXECUTABLES": ",".join(settings.NEXUM_CHECK_EXECUTABLES),
@@ -209,3 +212,6 @@ def test_a_worker_continues_the_requests_trace_for_a_completion_and_a_queued_com
     assert compiled.attributes["nexum.outcome"] == "compiled"
     assert children(compile_trace, compiled) == [f"nexum.compile.{phase}" for phase in PHASES]
     assert completion_trace[0].trace_id != compile_trace[0].trace_id  # two requests, two traces
+    if connection.vendor == "postgresql":  # NEXUM_TRACE_SQL: the worker's statements are in the trace too
+        statements = [span for span in compile_trace if span.attributes.get("db.system") == "postgresql"]
+        assert statements and {span.service for span in statements} == {"nexum-worker"}

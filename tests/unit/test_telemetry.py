@@ -66,3 +66,18 @@ def test_tracing_from_the_environment_is_off_without_an_endpoint(monkeypatch):
     monkeypatch.delenv(telemetry.ENDPOINT_VARIABLE, raising=False)
     assert telemetry.tracing_from_environment() is False
     assert not telemetry.tracing_on()
+
+
+def test_sql_statements_are_traced_only_when_asked_for():
+    from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
+
+    provider = telemetry.new_provider()
+    try:
+        telemetry.start_tracing(provider)
+        assert not PsycopgInstrumentor().is_instrumented_by_opentelemetry
+        telemetry.start_tracing(provider, statements=True)
+        assert PsycopgInstrumentor().is_instrumented_by_opentelemetry
+    finally:
+        telemetry.stop_tracing()
+        provider.shutdown()
+    assert not PsycopgInstrumentor().is_instrumented_by_opentelemetry
