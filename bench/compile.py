@@ -18,7 +18,13 @@ the ``local`` card (a 70B-class model: 128K window → 24,000-token budget), it 
   token count emptied before each run: the whole goal is read with its stored vectors, the block counted
   again);
 * ``loop``: the service in an agent loop: before each compile (not timed) the agent records a tool call and
-  a progress note, so every compile meets a world that changed since the previous one.
+  a progress note, so every compile meets a world that changed since the previous one;
+* ``traced``: the service with tracing on (``nexum.telemetry``: Nexum's spans, batched and exported by
+  OTLP/HTTP to a receiver in a process of its own, ``tests/otlp_receiver.py``) against ``untraced`` (off),
+  and ``traced_sql``, with a span per SQL statement too (``NEXUM_TRACE_SQL``), against ``untraced_new``: the
+  two with the connection opened again before each run (not timed), so that its statements are traced or
+  not (a new connection's first compile is slower, so it has a baseline of its own); the four timed in
+  turn. ``BENCH_TRACING=0`` leaves them out.
 
 The world is bench/worlds.py's (items inserted fast, 1,000 events per append; the tables then vacuumed and
 analyzed, as autovacuum soon would after such a load: the planner knows their size, and an index-only scan
@@ -38,6 +44,7 @@ import gzip
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -61,6 +68,7 @@ from context_app.compilation.candidates import CANDIDATES, task_items  # noqa: E
 from context_app.world.embedder import configured_embedder_id  # noqa: E402
 from context_app.world.models import WorldItem  # noqa: E402
 from context_app.world.services import progress_record, scope_resolve, tool_call_record  # noqa: E402
+from nexum import telemetry  # noqa: E402
 from nexum.core import world  # noqa: E402
 from nexum.core.compilation.compiler import COMPILER_VERSION, CompileInput, ContextItem  # noqa: E402
 from nexum.core.compilation.compiler import compile_context as run_compiler  # noqa: E402
@@ -72,6 +80,7 @@ RUNS = int(os.environ.get("BENCH_RUNS", 30))
 NAIVE_RUNS = int(os.environ.get("BENCH_NAIVE_RUNS", 5))
 REST_RUNS = int(os.environ.get("BENCH_REST_RUNS", 15))
 WORD = "local"
+TRACING = os.environ.get("BENCH_TRACING", "1") == "1"
 if os.environ.get("BENCH_RANK_BY_MEANING") == "1":
     selectors.VECTORS_FROM = COMPILER_VERSION
 
@@ -148,6 +157,67 @@ def p(times: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+class TracedRuns:
+    """Tracing switched on and off around runs, exporting to a receiver in a process of its own."""
+
+    def __init__(self) -> None:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        root = Path(__file__).resolve().parents[1]
+        self.receiver = subprocess.Popen(
+            [sys.executable, "-m", "tests.otlp_receiver"],
+            cwd=root,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.receiver.stdout is not None
+        endpoint = self.receiver.stdout.readline().strip()
+        self.provider = telemetry.new_provider()
+        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(f"{endpoint}/v1/traces")))
+
+    def switch(self, on: bool, statements: bool = False, reconnect: bool = False) -> None:
+        if on:
+            telemetry.start_tracing(self.provider, statements=statements)
+        else:
+            telemetry.stop_tracing()
+        if reconnect:  # the next statement opens a connection traced (or not) as tracing now is
+            connection.close()
+            connection.ensure_connection()
+
+    def spans_received(self) -> int:
+        """Ends tracing and the receiver; how many spans it received."""
+        telemetry.stop_tracing()
+        self.provider.shutdown()  # exports what is still batched
+        output, _ = self.receiver.communicate("", timeout=60)
+        return int(output.split()[-1])
+
+
+TRACING_MODES = {
+    "traced_sql": (True, True, True),
+    "untraced_new": (False, False, True),
+    "untraced": (False, False, False),
+    "traced": (True, False, False),
+}
+"""Each mode's (tracing on, a span per SQL statement, a new connection before the run), in the order they
+take turns: a connection opened while statements were traced stays traced, so the two modes that keep their
+connection follow ``untraced_new``, which opened one untraced."""
+
+
+def off_and_on_in_turn(
+    function: Callable[[], None], runs: int, tracing: TracedRuns
+) -> dict[str, list[float]]:
+    """``function`` timed ``runs`` times in each of ``TRACING_MODES``, taking turns (as ``timed_in_turn``)."""
+    times: dict[str, list[float]] = {name: [] for name in TRACING_MODES}
+    for _ in range(runs):
+        for name, (on, statements, reconnect) in TRACING_MODES.items():
+            tracing.switch(on=on, statements=statements, reconnect=reconnect)
+            times[name] += timed(function, 1)
+    tracing.switch(on=False, reconnect=True)
+    return times
+
+
 def forget_everything(run: int) -> None:
     CANDIDATES.clear()
     counter_for("cl100k_base")._cache.clear()
@@ -197,8 +267,12 @@ def bench_size(size: int) -> dict[str, list[float]]:
     outcome = services.context_compile(
         project_id=project_id, task_id=str(task.id), model_word=WORD, actor="b"
     )
+    tracing = TracedRuns() if TRACING else None
+    traced = off_and_on_in_turn(service, RUNS, tracing) if tracing is not None else {}
+    spans = tracing.spans_received() if tracing is not None else 0
     runs = {
         **timed_in_turn({"service": service, "rest": rest}, RUNS),
+        **traced,
         "compile": timed(compile_only, RUNS),
         "rest_full": timed(lambda: rest("full"), REST_RUNS),
         "naive": timed(lambda: naive_compile(task), NAIVE_RUNS),
@@ -224,6 +298,14 @@ def bench_size(size: int) -> dict[str, list[float]]:
         f"  rest - service p50 {statistics.median(runs['rest']) - statistics.median(runs['service']):.1f} ms"
         " (goal <= 15 ms)"
     )
+    if traced:
+        for name, baseline in (("traced", "untraced"), ("traced_sql", "untraced_new")):
+            on, off = statistics.median(traced[name]), statistics.median(traced[baseline])
+            print(
+                f"  {name} vs {baseline} (in turn) p50 overhead {(on / off - 1) * 100:+.1f} % "
+                f"({on - off:+.1f} ms; goal <= 5 %)"
+            )
+        print(f"  {spans} spans received for {2 * len(traced['traced'])} traced compiles")
     print(f"  process max RSS so far {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     naive = statistics.median(runs["naive"])
     print(

@@ -88,7 +88,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from nexum import bubblewrap
+from nexum import bubblewrap, telemetry
 from nexum.core.errors import ValidationFailed
 from nexum.core.gate import (
     CRASHED,
@@ -997,6 +997,10 @@ def run_command(
     program itself without a sandbox), which leads a process group of its own: a supervisor may record it
     and later end the whole check with ``kill_leftover_group``. It is not called when the check is refused
     before anything started; if it raises, the check is killed and the error propagates.
+
+    Traced in three spans: ``nexum.sandbox.start`` (resolving and starting the program), ``nexum.sandbox.run``
+    (until it exits or times out) and ``nexum.sandbox.output`` (killing what is left, collecting the output,
+    sweeping the workspace).
     """
     started = time.monotonic()
 
@@ -1006,16 +1010,20 @@ def run_command(
         )
 
     env = policy.child_env()
-    try:
-        cwd = _resolve_cwd(policy, check.cwd)
-        executable = resolve_executable(policy, check.argv[0], cwd=cwd, search_path=env["PATH"])
-        running = _start(policy, [executable, *check.argv[1:]], cwd=cwd, env=env)
-    except _Refused as refusal:
-        return refused(refusal.reason, refusal.message)
-    except FileNotFoundError as exc:
-        return refused(MISSING_EXECUTABLE, f"could not execute {exc.filename or check.argv[0]}: {exc}")
-    except (OSError, subprocess.SubprocessError) as exc:
-        return refused(RAISED, f"could not start {check.argv[0]}: {type(exc).__name__}: {exc}")
+    with telemetry.span("nexum.sandbox.start", check=check.name) as starting:
+        try:
+            cwd = _resolve_cwd(policy, check.cwd)
+            executable = resolve_executable(policy, check.argv[0], cwd=cwd, search_path=env["PATH"])
+            running = _start(policy, [executable, *check.argv[1:]], cwd=cwd, env=env)
+        except _Refused as refusal:
+            starting.set(outcome="refused", reason=refusal.reason)
+            return refused(refusal.reason, refusal.message)
+        except FileNotFoundError as exc:
+            starting.set(outcome="refused", reason=MISSING_EXECUTABLE)
+            return refused(MISSING_EXECUTABLE, f"could not execute {exc.filename or check.argv[0]}: {exc}")
+        except (OSError, subprocess.SubprocessError) as exc:
+            starting.set(outcome="refused", reason=RAISED)
+            return refused(RAISED, f"could not start {check.argv[0]}: {type(exc).__name__}: {exc}")
 
     cap = min(check.max_output_bytes, policy.max_output_bytes)
     timeout_s = min(check.timeout_s, policy.max_timeout_s)
@@ -1027,14 +1035,16 @@ def run_command(
         fd = stream.fileno()
         os.set_blocking(fd, False)
         try:
-            if on_start is not None:
-                on_start(process.pid)
-            timed_out = _pump_until_exit(process.pid, fd, output, deadline=started + timeout_s)
+            with telemetry.span("nexum.sandbox.run", check=check.name):
+                if on_start is not None:
+                    on_start(process.pid)
+                timed_out = _pump_until_exit(process.pid, fd, output, deadline=started + timeout_s)
         finally:
-            running.kill()  # the timeout, stragglers after a normal exit, or an error in this process
-            _drain(fd, output, deadline=time.monotonic() + _DRAIN_AFTER_KILL_S)
-            survivors = running.end()
-            swept = sweep_workspace(os.path.realpath(policy.workspace_root))
+            with telemetry.span("nexum.sandbox.output", check=check.name):
+                running.kill()  # the timeout, stragglers after a normal exit, or an error in this process
+                _drain(fd, output, deadline=time.monotonic() + _DRAIN_AFTER_KILL_S)
+                survivors = running.end()
+                swept = sweep_workspace(os.path.realpath(policy.workspace_root))
 
     text = output.text()
     if survivors:

@@ -202,6 +202,9 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
+# Traces (nexum.telemetry): on when OTEL_EXPORTER_OTLP_ENDPOINT is set; with this, a span per SQL statement.
+NEXUM_TRACE_SQL = _env_bool("NEXUM_TRACE_SQL", False)
+
 # --- Celery: eager in process when no broker is configured, real workers otherwise ------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
 CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL

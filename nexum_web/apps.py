@@ -6,6 +6,11 @@ class WebConfig(AppConfig):
     verbose_name = "Web: the REST API, the UI and who reacts to what"
 
     def ready(self) -> None:
+        from django.conf import settings
+
+        from nexum import telemetry
         from nexum_web import handlers
 
         handlers.register_all()
+        # Before any request or connection is made: see nexum.telemetry.
+        telemetry.tracing_from_environment(statements=settings.NEXUM_TRACE_SQL)

@@ -31,7 +31,7 @@ from django.db import transaction
 
 from context_app.world.artifacts import default_store, stored_text
 from context_app.world.models import WorldItem
-from nexum import metrics
+from nexum import metrics, telemetry
 from nexum.core.approvals import (
     BEFORE_COMPLETE,
     BEFORE_START,
@@ -379,12 +379,25 @@ def completion_run(*, request_id: str, lease: Lease | None = None) -> Completion
     """Run the request's checks and record the gate's decision. Idempotent: safe to redeliver.
 
     ``lease`` is the worker's lease on the request (None in process): it is told about every check and
-    fences every write, so a run whose lease was taken over writes nothing (``LeaseLost``)."""
+    fences every write, so a run whose lease was taken over writes nothing (``LeaseLost``). Traced as
+    ``nexum.completion``, each check a ``nexum.check`` inside it."""
     request = CompletionRequest.objects.filter(id=request_id).first()
     if request is None:
         raise NotFound(f"no completion request {request_id}", field="request_id")
     if request.decided:
         return request
+    with telemetry.span(
+        "nexum.completion",
+        project_id=str(request.project_id),
+        task_id=str(request.task_id),
+        completion_id=str(request.id),
+    ) as traced:
+        decided = _completion_run(request, lease)
+        traced.set(outcome=decided.outcome or None)
+        return decided
+
+
+def _completion_run(request: CompletionRequest, lease: Lease | None) -> CompletionRequest:
     task = task_selectors.task_get_unscoped(task_id=request.task_id)
     answer = stored_text(request.answer_sha256)
     try:
@@ -441,14 +454,18 @@ def _run_or_reuse(
     if lease is not None:
         lease.before_check(check.name)
     on_start = lease.on_check_start if lease is not None else None
-    try:
-        result = runner.check_runner(str(request.project_id), on_start=on_start)(check)
-    except INTERRUPTIONS:  # a lost lease or a database outage is not the check's failure: the run stops
-        raise
-    except Exception as error:  # V4: a check that raises is a failed check, and it is recorded as such
-        result = CheckResult(
-            name=check.name, passed=False, reason=RAISED, output=f"{type(error).__name__}: {error}"
-        )
+    with telemetry.span(
+        "nexum.check", project_id=str(request.project_id), check=check.name, check_kind=check.kind
+    ) as traced:
+        try:
+            result = runner.check_runner(str(request.project_id), on_start=on_start)(check)
+        except INTERRUPTIONS:  # a lost lease or a database outage is not the check's failure: the run stops
+            raise
+        except Exception as error:  # V4: a check that raises is a failed check, and it is recorded as such
+            result = CheckResult(
+                name=check.name, passed=False, reason=RAISED, output=f"{type(error).__name__}: {error}"
+            )
+        traced.set(outcome="passed" if result.passed else "failed", reason=result.reason)
     output = default_store().put(result.output.encode("utf-8"))
     event = CheckRunRecorded(
         request_id=str(request.id),

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db.models import Count, QuerySet, Sum
@@ -46,6 +46,7 @@ from context_app.resolution import selectors as resolution_selectors
 from context_app.world.models import WorldItem
 from context_app.world.selectors import tool_specs, tools_for_scope
 from context_app.world.vectors import NewVector
+from nexum import telemetry
 from nexum.core import world
 from nexum.core.budgets import ModelBudget
 from nexum.core.compilation.compiler import (
@@ -120,7 +121,58 @@ def compile_input_for(
     task's folds with the items they folded and their summaries (the compiler shows one or the other: the
     folds ``compaction_threshold`` needs as summaries, the others as their entries when they fit); tools
     as the task sees them; evidence from tool calls, the latest check runs, the resolver's bundle and
-    ``extra_evidence``."""
+    ``extra_evidence``. Traced as two phases of the compile: ``read``, then ``rank``."""
+    with telemetry.phase_span("read"):
+        read = _read_input(
+            task=task,
+            encoding=encoding,
+            counter=counter,
+            extra_evidence=extra_evidence,
+            compaction_threshold=compaction_threshold,
+            version=version,
+            focus=focus,
+            relevance_floor=relevance_floor,
+            embedder=embedder,
+        )
+    with telemetry.phase_span("rank"):
+        ranked = _ranked_sections(
+            task,
+            encoding,
+            counter,
+            read.compile_input,
+            read.sections,
+            read.bundle_facts,
+            read.folded_progress,
+            read.extra,
+            version,
+        )
+    return TaskContextInput(read.compile_input, ranked, read.bundle_digest, read.embedded)
+
+
+class _ReadInput(NamedTuple):
+    """The compiler's input as read, with the parts its sections are ranked from."""
+
+    compile_input: CompileInput
+    sections: Mapping[str, tuple[ContextItem, ...]]
+    bundle_facts: tuple[ContextItem, ...]
+    folded_progress: tuple[ContextItem, ...]
+    extra: tuple[ContextItem, ...]
+    bundle_digest: str | None
+    embedded: tuple[NewVector, ...]
+
+
+def _read_input(
+    *,
+    task: Task,
+    encoding: str,
+    counter: TokenCounter,
+    extra_evidence: Sequence[Mapping[str, Any]],
+    compaction_threshold: int | None,
+    version: int,
+    focus: str,
+    relevance_floor: float,
+    embedder: Embedder | None,
+) -> _ReadInput:
     goal = task if task.is_goal else Task.objects.get(id=task.goal_id)
     embedder = embedder if version >= VECTORS_FROM else None
     embedded: list[NewVector] = []
@@ -187,10 +239,9 @@ def compile_input_for(
             query_vector=query_vector,
             embedder=embedder_id(embedder),
         )
-    ranked = _ranked_sections(
-        task, encoding, counter, compile_input, sections, bundle_facts, folded_progress, extra, version
+    return _ReadInput(
+        compile_input, sections, bundle_facts, folded_progress, extra, bundle_digest, tuple(embedded)
     )
-    return TaskContextInput(compile_input, ranked, bundle_digest, tuple(embedded))
 
 
 _EVIDENCE_VECTORS: OrderedDict[tuple[str, bytes], bytes] = OrderedDict()

@@ -54,7 +54,7 @@ from context_app.world.embedder import configured_embedder, embedder_setting
 from context_app.world.models import WorldItem
 from context_app.world.services import Scope, progress_record
 from context_app.world.vectors import NewVector, store_vectors
-from nexum import metrics
+from nexum import metrics, telemetry
 from nexum.core import usage, world
 from nexum.core.budgets import ModelBudget
 from nexum.core.compilation import events as compilation_events
@@ -270,21 +270,39 @@ def context_compile_run(*, request_id: str, actor: str = "worker") -> ContextCom
     return ContextCompilation.objects.get(request_id=request_id)
 
 
-def _compile_and_record(*, word: str, **arguments: Any) -> CompileOutcome:
-    """Compile and record (``_compile_and_record_uncounted``); a compile this request made, not an earlier
-    answer returned again, counts its latency and tokens by model word (``nexum.metrics``)."""
+def _compile_and_record(*, task: Task, word: str, request_id: str, **options: Any) -> CompileOutcome:
+    """``_compile_and_record_unmeasured`` in a ``nexum.compile`` span that says what was compiled, for whom,
+    and what came of it; a compile this request made, not an earlier answer returned again, counts its
+    latency and tokens by model word (``nexum.metrics``)."""
     started = time.perf_counter()
-    outcome = _compile_and_record_uncounted(word=word, **arguments)
+    with telemetry.span(
+        "nexum.compile",
+        project_id=str(task.project_id),
+        task_id=str(task.id),
+        model_word=word,
+        compile_id=request_id,
+    ) as traced:
+        try:
+            outcome = _compile_and_record_unmeasured(task=task, word=word, request_id=request_id, **options)
+        except DomainError as error:
+            traced.set(outcome=error.code)
+            raise
+        context = outcome.context
+        traced.set(
+            outcome="compiled" if outcome.result is not None else "answered_before",
+            budget_tokens=context.budget.get("context_tokens"),
+            tokens_used=context.prompt_tokens + context.tool_tokens,
+            excluded_count=context.excluded_count,
+            digest=context.digest,
+        )
     if outcome.result is not None:
         metrics.compile_recorded(
-            model_word=word,
-            seconds=time.perf_counter() - started,
-            tokens=outcome.result.total_tokens,
+            model_word=word, seconds=time.perf_counter() - started, tokens=outcome.result.total_tokens
         )
     return outcome
 
 
-def _compile_and_record_uncounted(
+def _compile_and_record_unmeasured(
     *,
     task: Task,
     word: str,
@@ -403,7 +421,43 @@ def _record(
     embedded: Sequence[NewVector],
 ) -> CompileOutcome:
     """Store the compiled context by digest, the vectors the compile made, and append ``ContextCompiled``
-    (the caller's transaction)."""
+    (the caller's transaction): the compile's ``record`` phase."""
+    with telemetry.phase_span("record"):
+        return _record_in_transaction(
+            task=task,
+            word=word,
+            evidence=evidence,
+            request_id=request_id,
+            expected_version=expected_version,
+            result=result,
+            bundle_digest=bundle_digest,
+            position=position,
+            actor=actor,
+            compaction_threshold=compaction_threshold,
+            focus=focus,
+            relevance_floor=relevance_floor,
+            embedder=embedder,
+            embedded=embedded,
+        )
+
+
+def _record_in_transaction(
+    *,
+    task: Task,
+    word: str,
+    evidence: Sequence[Mapping[str, Any]],
+    request_id: str,
+    expected_version: int,
+    result: CompiledContext,
+    bundle_digest: str | None,
+    position: int,
+    actor: str,
+    compaction_threshold: int | None,
+    focus: str,
+    relevance_floor: float,
+    embedder: str,
+    embedded: Sequence[NewVector],
+) -> CompileOutcome:
     project_id = str(task.project_id)
     store_vectors(embedded)
     evidence_digest = _store_evidence(project_id, evidence)
@@ -493,6 +547,7 @@ def compile_task(
         load_texts=selectors.item_text_loader,
         version=version,
         sections=task_input.sections,
+        phase=telemetry.phase_span,
     )
     return result, task_input.bundle_digest
 

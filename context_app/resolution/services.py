@@ -39,6 +39,7 @@ from context_app.resolution.models import (
     TaskQuestions,
 )
 from context_app.world import services as world_services
+from nexum import telemetry
 from nexum.core.digests import canonical_json
 from nexum.core.errors import ConcurrencyError, Conflict, DomainError, NotFound, ValidationFailed
 from nexum.core.events import Event
@@ -379,8 +380,35 @@ def bundle_resolve(
     called; every call and every denial is an event. A source that fails makes the bundle incomplete, never
     the resolve. Gaps that matter open escalations; gaps a later resolve no longer shows are closed, but only
     by the task's own resolve: one narrowed by ``budget``, ``requested`` sources or ``query`` closes none.
-    ``request_id`` makes the call idempotent (a redelivered Celery message writes nothing twice).
+    ``request_id`` makes the call idempotent (a redelivered Celery message writes nothing twice). Traced as
+    ``nexum.resolve``.
     """
+    with telemetry.span("nexum.resolve", project_id=str(project_id), task_id=str(task_id)) as traced:
+        outcome = _bundle_resolve(
+            project_id=project_id,
+            task_id=task_id,
+            actor=actor,
+            request_id=request_id,
+            budget=budget,
+            requested=requested,
+            query=query,
+            now=now,
+        )
+        traced.set(resolve_id=str(outcome.resolve.id), digest=outcome.resolve.bundle_digest)
+        return outcome
+
+
+def _bundle_resolve(
+    *,
+    project_id: str,
+    task_id: str,
+    actor: str,
+    request_id: str | None,
+    budget: ResolveBudget | None,
+    requested: Mapping[str, Sequence[str]] | None,
+    query: str | None,
+    now: datetime | None,
+) -> ResolveOutcome:
     narrowed = any(option is not None for option in (budget, requested, query))
     task = _task(project_id, task_id)
     if task.is_goal:

@@ -41,6 +41,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 from django.utils import timezone
 
+from nexum import telemetry
 from nexum.core.errors import NotFound
 from nexum.eventstore import store
 from nexum.ids import uuid_or_none
@@ -222,7 +223,14 @@ def delivery_attempt(*, delivery_id: str, lease: Lease | None = None) -> str:
         signing.WEBHOOK_ID_HEADER: str(delivery.webhook_id),
         signing.ATTEMPT_HEADER: str(number),
     }
-    answer = post(delivery.webhook.url, body, headers, timeout_s=settings.NEXUM_WEBHOOK_TIMEOUT_S)
+    with telemetry.span(
+        "nexum.webhook.deliver",
+        project_id=str(delivery.project_id),
+        delivery_id=str(delivery.id),
+        attempt=number,
+    ) as traced:
+        answer = post(delivery.webhook.url, body, headers, timeout_s=settings.NEXUM_WEBHOOK_TIMEOUT_S)
+        traced.set(outcome=_attempt_outcome(answer))
     changes: dict[str, Any] = {"last_status": answer.status, "last_error": answer.error}
     if answer.ok:
         changes.update(state=DELIVERED, delivered_at=timezone.now())
@@ -253,6 +261,13 @@ def delivery_attempt(*, delivery_id: str, lease: Lease | None = None) -> str:
     elif state == FAILED:
         logger.warning("webhook delivery %s gave up after %d attempts", delivery.id, number)
     return state
+
+
+def _attempt_outcome(answer: Answer) -> str:
+    """What an attempt's span says came of it: ``delivered``, ``http_<status>`` or ``unreachable``."""
+    if answer.ok:
+        return "delivered"
+    return f"http_{answer.status}" if answer.status is not None else "unreachable"
 
 
 def _give_up_interrupted(delivery: WebhookDelivery, lease: Lease | None) -> str:

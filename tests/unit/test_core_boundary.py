@@ -1,9 +1,19 @@
-"""The core stays framework-free: no module under nexum/core imports Django, DRF, Celery or a tokenizer."""
+"""The core stays framework-free: no module under nexum/core imports Django, DRF, Celery, a tokenizer or a
+tracer (the compiler takes a phase timer, ``nexum.telemetry.phase_span``, from its caller)."""
 
 import ast
 from pathlib import Path
 
-FORBIDDEN = {"django", "rest_framework", "celery", "tiktoken", "tokenizers", "kombu", "psycopg"}
+FORBIDDEN = {
+    "django",
+    "rest_framework",
+    "celery",
+    "tiktoken",
+    "tokenizers",
+    "kombu",
+    "psycopg",
+    "opentelemetry",
+}
 CORE = Path(__file__).resolve().parents[2] / "nexum" / "core"
 
 

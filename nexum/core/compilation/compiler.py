@@ -47,12 +47,14 @@ still keeps them from ever being authority (``nexum.core.trust``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import heapq
 import json
 import math
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache, partial
 from itertools import compress, count, islice, repeat
@@ -516,6 +518,17 @@ class CompiledContext:
 TextLoader = Callable[[Sequence[ContextItem]], Mapping[tuple[str, str], str]]
 """Fetches the texts of the given (included) items in one call, keyed by ``(kind, id)``."""
 
+PhaseTimer = Callable[[str], AbstractContextManager[object]]
+"""Wraps each named phase of a compile (``rank``, ``pack``, ``render``): a caller's timing or tracing
+(``nexum.telemetry.phase_span``), so the core names its phases and imports no tracer."""
+
+_UNTIMED = contextlib.nullcontext()
+
+
+def untimed(name: str) -> AbstractContextManager[object]:
+    """The default phase timer: nothing around any phase."""
+    return _UNTIMED
+
 
 def compile_context(
     compile_input: CompileInput,
@@ -525,6 +538,7 @@ def compile_context(
     load_texts: TextLoader | None = None,
     version: int = COMPILER_VERSION,
     sections: RankedSections | None = None,
+    phase: PhaseTimer = untimed,
 ) -> CompiledContext:
     """Compile the context for one model call. Pure: the same arguments give the same result. ``version``
     is the renderer's (``COMPILER_VERSIONS``): an older one only to replay a context stored by it (version 1
@@ -537,7 +551,7 @@ def compile_context(
 
     ``sections`` are the input's evidence and state sections ranked (``rank_sections(compile_input,
     counter)``, or equal values kept by a caller that compiles the same large world again); computed here
-    when not given.
+    when not given. ``phase(name)`` wraps the ranking (when done here), packing and rendering of each try.
 
     Raises ``ValidationFailed`` for malformed input (wrong kinds, duplicate ids, a bad budget or tool schema),
     ``BudgetTooSmall`` when not even the cut pinned skeleton fits, ``MissingItemText`` when an included item
@@ -552,13 +566,13 @@ def compile_context(
     if isinstance(required, bool) or not isinstance(required, int) or not 0 <= required <= len(folds):
         raise ValidationFailed("folds_required must be from 0 to the number of folds", field="folds_required")
     if not folds:
-        return _compile(compile_input, budget, counter, load_texts, version, (), sections)
+        return _compile(compile_input, budget, counter, load_texts, version, (), sections, phase)
     start = len(folds) if version < 2 else required
     for applied in range(start, len(folds) + 1):
         view, hidden = _fold_view(compile_input, applied)
         records = () if version < 2 else hidden
         view_sections = None if sections is None else _sections_without(sections, hidden)
-        result = _compile(view, budget, counter, load_texts, version, records, view_sections)
+        result = _compile(view, budget, counter, load_texts, version, records, view_sections, phase)
         included = set(result.included)
         out = {(kind, item_id) for kind, item_id, _, _ in hidden}
         if all(key in included for fold in folds[applied:] for key in fold.folded if key not in out):
@@ -639,10 +653,39 @@ def _compile(
     version: int,
     hidden: Sequence[tuple[str, str, int, str]],
     sections: RankedSections | None,
+    phase: PhaseTimer,
 ) -> CompiledContext:
     """One compile of a view without folds; ``hidden`` are the items the folds took out, recorded last."""
     if sections is None:
-        sections = rank_sections(compile_input, counter, version)
+        with phase("rank"):
+            sections = rank_sections(compile_input, counter, version)
+    with phase("pack"):
+        packed = _pack(compile_input, budget, counter, version, sections)
+    with phase("render"):
+        return _render(compile_input, budget, counter, load_texts, version, hidden, packed)
+
+
+class _Packed(NamedTuple):
+    """What fits, before the block is rendered and counted: the tools, the pinned skeleton and the ranked
+    entries of each section that fit their allowances, with the exclusions so far."""
+
+    tool_names: tuple[str, ...]
+    tool_tokens: int
+    pinned: _Pinned
+    evidence: list[_Entry]
+    evidence_tokens: int
+    state: list[_Entry]
+    state_tokens: int
+    exclusions: _Exclusions
+
+
+def _pack(
+    compile_input: CompileInput,
+    budget: ModelBudget,
+    counter: TokenCounter,
+    version: int,
+    sections: RankedSections,
+) -> _Packed:
     context_budget = budget.context_tokens
     query = query_of(compile_input, version)
     exclusions = _Exclusions()
@@ -662,7 +705,23 @@ def _compile(
 
     state_sections = [(kind, getattr(sections, kind)) for kind in STATE_KINDS]
     state, state_tokens = _first_fit(state_sections, remaining - evidence_tokens, costs, exclusions)
+    return _Packed(
+        tool_names, tool_tokens, pinned, evidence, evidence_tokens, state, state_tokens, exclusions
+    )
 
+
+def _render(
+    compile_input: CompileInput,
+    budget: ModelBudget,
+    counter: TokenCounter,
+    load_texts: TextLoader | None,
+    version: int,
+    hidden: Sequence[tuple[str, str, int, str]],
+    packed: _Packed,
+) -> CompiledContext:
+    """The block rendered and counted, items dropped until it fits (C6), and the result with its digest."""
+    context_budget = budget.context_tokens
+    tool_names, tool_tokens, pinned, evidence, evidence_tokens, state, state_tokens, exclusions = packed
     texts = _load_texts([entry.item for entry in (*evidence, *state)], load_texts)
 
     # C6 safety net: count the real block; drop lowest-priority items, then cut pinned further, until it fits.
