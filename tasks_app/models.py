@@ -25,6 +25,15 @@ class Project(models.Model):
         help_text="the project's relevance floor for its compiles (0 to 1; 0: no floor); empty: the "
         "service's NEXUM_RELEVANCE_FLOOR",
     )
+    retention_context_days = models.PositiveIntegerField(
+        null=True, blank=True, help_text="days to keep stored compiled contexts; empty: the service's default"
+    )
+    retention_bundle_days = models.PositiveIntegerField(
+        null=True, blank=True, help_text="days to keep bundles; empty: the service's default"
+    )
+    retention_check_output_days = models.PositiveIntegerField(
+        null=True, blank=True, help_text="days to keep check output; empty: the service's default"
+    )
     created_at = models.DateTimeField()
     version = models.PositiveIntegerField()
 

@@ -8,6 +8,7 @@ from nexum.core.projects import (
     ProjectCreated,
     ProjectRelevanceFloorSet,
 )
+from nexum.core.retention import ProjectRetentionSet
 from nexum.core.tasks import (
     PENDING,
     GoalCreated,
@@ -44,6 +45,18 @@ class ProjectProjection(Projection):
         event: ProjectRelevanceFloorSet = stored.event  # type: ignore[assignment]
         rows.update(
             Project, as_uuid(stored.project_id), relevance_floor=event.relevance_floor, version=stored.version
+        )
+
+    @handles("ProjectRetentionSet")
+    def retention_set(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: ProjectRetentionSet = stored.event  # type: ignore[assignment]
+        rows.update(
+            Project,
+            as_uuid(stored.project_id),
+            retention_context_days=event.context_days,
+            retention_bundle_days=event.bundle_days,
+            retention_check_output_days=event.check_output_days,
+            version=stored.version,
         )
 
     @handles("AgentTokenIssued")

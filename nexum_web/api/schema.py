@@ -72,6 +72,8 @@ API_PREFIX = "/api/v1"
 OPERATION_IDS: dict[tuple[str, str], str] = {
     ("GET", "/project/compile-settings"): "compile_settings",
     ("PUT", "/project/compile-settings"): "set_compile_settings",
+    ("GET", "/project/retention"): "retention",
+    ("PUT", "/project/retention"): "set_retention",
     ("GET", "/artifacts/{item_id}/content"): "artifact_content",
     ("GET", "/bundles/{digest}"): "bundle",
     ("GET", "/compiles/{request_id}"): "compile_request",

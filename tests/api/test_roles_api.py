@@ -590,6 +590,7 @@ def test_the_schema_says_which_operations_need_an_operator(api):
         ("/api/v1/tasks/{scope_id}/grants", "post"),
         ("/api/v1/models/catalog", "put"),
         ("/api/v1/project/compile-settings", "put"),
+        ("/api/v1/project/retention", "put"),
         ("/api/v1/models/{word}/overlay", "put"),
         ("/api/v1/models/{word}/overlay", "delete"),
         ("/api/v1/tools", "post"),
