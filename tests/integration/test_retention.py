@@ -20,14 +20,25 @@ from context_app.compilation.models import (
     StoredContext,
 )
 from context_app.compilation.tasks import RETENTION
+from context_app.resolution.models import BundleContent
 from context_app.world import services as world
 from context_app.world.artifacts import default_store
 from nexum.eventstore import projections
 from nexum.eventstore.models import Event as EventRow
 from nexum.work.dispatch import dispatch_due
 from tasks_app.services import project_retention_set
-from tests.integration.compile_world import build_auth_world
+from tests.integration.compile_world import build_auth_world, load_catalog
 from tests.integration.test_artifact_integrity import _gated_task
+from tests.integration.test_resolution import (  # noqa: F401  (http, source_roots: fixtures)
+    _Routes,
+    grant,
+    http,
+    make_task,
+    register,
+    resolve,
+    source_roots,
+    start,
+)
 from verification_app import services as verification
 from verification_app.models import CheckRun
 
@@ -200,3 +211,32 @@ def test_the_dispatcher_records_a_run_per_interval_and_the_worker_prunes(auth, p
     assert retention.retention_runs_record() == 0  # within NEXUM_RETENTION_INTERVAL_S
     later = timezone.now() + timedelta(seconds=settings.NEXUM_RETENTION_INTERVAL_S + 1)
     assert retention.retention_runs_record(now=later) == 1
+
+
+def test_a_bundle_is_pruned_only_when_no_context_and_no_task_reads_it(project, http, api):  # noqa: F811
+    load_catalog(str(project.id))
+    register(project, "web", "http_json", url=f"{http}/web")
+    task = make_task(project)
+    grant(project, task, "web")
+    start(project, task)
+    bundles = []
+    for text in ("deploy with the blue pipeline", "deploy with the green pipeline", "deploy by hand"):
+        _Routes.documents["/web"] = [{"subject": "deploy", "text": text}]
+        bundles.append(resolve(project, task).resolve.bundle_digest)
+        if len(bundles) == 1:  # a context is compiled from the first bundle only
+            context = services.context_compile(
+                project_id=str(project.id), task_id=str(task.id), model_word="local", actor="test"
+            ).context
+    assert len(set(bundles)) == 3 and context.bundle_digest == bundles[0]
+    BundleContent.objects.update(created_at=timezone.now() - OLD)
+    project_retention_set(project_id=str(project.id), policy={"bundle_days": 7}, actor="test")
+
+    summary = retention.project_prune(project_id=str(project.id))
+
+    assert summary.bundles.count == 1 and summary.bundles.bytes_freed > 0
+    assert retention.pruned_digests(project_id=str(project.id), kind="bundles") == [bundles[1]]
+    gone = api.get(f"/api/v1/bundles/{bundles[1]}")
+    assert gone.status_code == 404 and gone.json()["error"]["code"] == "bundle_pruned"
+    for kept in (bundles[0], bundles[2]):  # read by the context's replay; the task's latest
+        assert api.get(f"/api/v1/bundles/{kept}").status_code == 200
+    assert services.context_replay(project_id=str(project.id), digest=context.digest).matches
