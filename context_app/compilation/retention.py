@@ -118,6 +118,12 @@ def pruned_digests(*, project_id: str, kind: str | None = None) -> list[str]:
     return list(rows.order_by("position").values_list("digest", flat=True))
 
 
+def pruned_at(*, project_id: str, kind: str, digest: str) -> datetime | None:
+    """When retention pruned ``digest`` of ``kind`` in the project; ``None``: it did not."""
+    row = PrunedContent.objects.filter(project_id=project_id, kind=kind, digest=digest).first()
+    return None if row is None else row.pruned_at
+
+
 def pruned_totals(*, project_id: str) -> dict[str, int]:
     """How many of each kind retention pruned in the project, and the bytes freed in all."""
     rows = PrunedContent.objects.filter(project_id=project_id)

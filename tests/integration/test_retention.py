@@ -163,12 +163,12 @@ def test_the_pruned_list_rebuilds_from_the_log(auth):
 
 
 def test_old_check_output_is_removed_unless_something_else_has_the_same_content(
-    project, settings, tmp_path, django_capture_on_commit_callbacks
+    project, api, settings, tmp_path, django_capture_on_commit_callbacks
 ):
     settings.NEXUM_ARTIFACT_ROOT = tmp_path / "artifacts"
     settings.NEXUM_WORKSPACE_ROOT = tmp_path / "workspace"
     task, item = _gated_task(project, b"3 passed, 0 failed")
-    verification.completion_request(
+    completion = verification.completion_request(
         project_id=str(project.id), task_id=str(task.id), answer="done", actor="a"
     )
     run = CheckRun.objects.get(task_id=task.id)
@@ -183,6 +183,9 @@ def test_old_check_output_is_removed_unless_something_else_has_the_same_content(
     assert summary.check_output.count == 1 and summary.check_output.bytes_freed == run.output_bytes
     assert not output.exists() and default_store().exists(item.content_sha256)  # the artifact stays
     assert retention.pruned_digests(project_id=str(project.id), kind="check_output") == [run.output_sha256]
+    shown = api.get(f"/api/v1/completions/{completion.request.id}").json()["check_runs"][0]
+    assert shown["output"].startswith("[check output pruned by retention at ")
+    assert (shown["output_sha256"], shown["output_bytes"]) == (run.output_sha256, run.output_bytes)
     assert retention.project_prune(project_id=str(project.id)).pruned == 0
 
 

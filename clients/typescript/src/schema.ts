@@ -1504,7 +1504,7 @@ export interface components {
             duration_ms: number;
             argv: string[];
             cwd: string;
-            /** @description captured output (head and tail when truncated) */
+            /** @description captured output (head and tail when truncated); once retention pruned it, a line saying when */
             readonly output: string;
             output_sha256: string;
             output_bytes: number;
