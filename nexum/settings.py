@@ -413,12 +413,17 @@ NEXUM_WORK_KINDS = [
 ]
 # Retention (context_app/compilation/retention.py): stored compiled contexts, bundles and check output older
 # than this many days are pruned to their digests (a project's own policy, PUT /api/v1/project/retention,
-# overrides each); unset: kept for ever. The dispatcher's pass records a run for each project with a policy
-# every NEXUM_RETENTION_INTERVAL_S; manage.py nexum_retention runs one now.
+# overrides each); unset: kept for ever. With a broker, the dispatcher's pass records a run for each project
+# with a policy every NEXUM_RETENTION_INTERVAL_S; manage.py nexum_retention runs them now.
 NEXUM_RETENTION_CONTEXT_DAYS = _env_int("NEXUM_RETENTION_CONTEXT_DAYS", 0) or None
 NEXUM_RETENTION_BUNDLE_DAYS = _env_int("NEXUM_RETENTION_BUNDLE_DAYS", 0) or None
 NEXUM_RETENTION_CHECK_OUTPUT_DAYS = _env_int("NEXUM_RETENTION_CHECK_OUTPUT_DAYS", 0) or None
+for _days in (NEXUM_RETENTION_CONTEXT_DAYS, NEXUM_RETENTION_BUNDLE_DAYS, NEXUM_RETENTION_CHECK_OUTPUT_DAYS):
+    if _days is not None and not 1 <= _days <= 36_500:
+        raise RuntimeError("NEXUM_RETENTION_*_DAYS must be a number of days from 1 to 36500, or unset")
 NEXUM_RETENTION_INTERVAL_S = _env_int("NEXUM_RETENTION_INTERVAL_S", 86_400)
+if NEXUM_RETENTION_INTERVAL_S < 1:
+    raise RuntimeError("NEXUM_RETENTION_INTERVAL_S must be at least 1")
 NEXUM_RETENTION_IN_FLIGHT_PER_PROJECT = 1
 # Webhooks (nexum_web/webhooks): a delivery is retried NEXUM_WEBHOOK_BACKOFF_S × 1, 2, 4 … s after a failed
 # attempt (at most NEXUM_WEBHOOK_BACKOFF_MAX_S), and given up after NEXUM_WEBHOOK_MAX_ATTEMPTS attempts; an
