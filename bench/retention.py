@@ -6,8 +6,8 @@
 A world of ITEMS items (default 2,000; bench/worlds.py's) whose task is compiled COMPILES times (default 100)
 for the ``frontier`` card, the agent recording a progress note before each compile (every compile stores a new
 context). The oldest 80% of the contexts are then made 40 days old and a policy of 30 days is set. It prints
-the stored contexts' size before and after ``nexum_retention`` (the table after a vacuum: PostgreSQL's
-``pg_total_relation_size``, SQLite's file), the command's own summary and time, that every remaining context
+the stored contexts' size before and after ``nexum_retention`` (``stored_size``: their values as stored, and
+the table or file after a vacuum), the command's own summary and time, that every remaining context
 and every pruned one replays to its digest, and what a read of a pruned context costs (it is recompiled at its
 position) against a stored one. Uses (and resets) the database named by DATABASE_URL; runs on SQLite too.
 """
@@ -31,7 +31,7 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
-from django.db import connection  # noqa: E402
+from django.db import connection, connections  # noqa: E402
 from django.utils import timezone  # noqa: E402
 from worlds import build_world  # noqa: E402  (bench/worlds.py, beside this script)
 
@@ -43,17 +43,25 @@ from tasks_app.services import project_retention_set  # noqa: E402
 TABLE = StoredContext._meta.db_table
 
 
-def stored_size() -> int:
-    """Bytes the stored contexts take on disk, after a vacuum (PostgreSQL: the table with its TOAST and
-    indexes; SQLite: the whole database file)."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
+def stored_size() -> tuple[int, int]:
+    """Bytes the stored contexts take: their values as stored (PostgreSQL: each column's ``pg_column_size``,
+    compressed as in TOAST; SQLite: their lengths) and on disk after a vacuum (PostgreSQL: the table with its
+    TOAST and indexes after ``VACUUM FULL``; SQLite: the whole database file)."""
+    connections.close_all()  # a snapshot another connection of this process holds would keep old row versions
+    columns = ("prompt_block", "exclusion_runs", "included", "tools", "truncated", "section_tokens", "budget")
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "SELECT " + " + ".join(f"sum(pg_column_size({c}))" for c in columns) + f" FROM {TABLE}"
+            )
+            values = int(cursor.fetchone()[0])
             cursor.execute(f"VACUUM FULL {TABLE}")
             cursor.execute("SELECT pg_total_relation_size(%s)", [TABLE])
-            return int(cursor.fetchone()[0])
-    with connection.cursor() as cursor:
+            return values, int(cursor.fetchone()[0])
+        cursor.execute("SELECT " + " + ".join(f"sum(length({c}))" for c in columns) + f" FROM {TABLE}")
+        values = int(cursor.fetchone()[0])
         cursor.execute("VACUUM")
-    return os.path.getsize(settings.DATABASES["default"]["NAME"])
+    return values, os.path.getsize(settings.DATABASES["default"]["NAME"])
 
 
 def timed(run) -> float:  # type: ignore[no-untyped-def]
@@ -92,7 +100,10 @@ def main() -> None:
     after = stored_size()
     print(f"dry run ({dry_s:.2f} s): {dry.getvalue().strip().splitlines()[0]}")
     print(f"run ({run_s:.2f} s): {out.getvalue().strip().splitlines()[0]}")
-    print(f"stored contexts on disk: {before:,} bytes before, {after:,} after ({before - after:,} freed)")
+    print(
+        f"stored contexts' values: {before[0]:,} bytes before, {after[0]:,} after; "
+        f"on disk: {before[1]:,} before, {after[1]:,} after"
+    )
 
     replays = [services.context_replay(project_id=project_id, digest=digest) for digest in digests]
     print(f"replays matching: {sum(r.matches for r in replays)} of {len(replays)} ({len(old)} pruned)")
