@@ -243,3 +243,13 @@ def test_a_bundle_is_pruned_only_when_no_context_and_no_task_reads_it(project, h
     for kept in (bundles[0], bundles[2]):  # read by the context's replay; the task's latest
         assert api.get(f"/api/v1/bundles/{kept}").status_code == 200
     assert services.context_replay(project_id=str(project.id), digest=context.digest).matches
+
+
+def test_the_admin_shows_a_pruned_context_recompiled_and_says_it_was_pruned(auth, admin_client):
+    older, _ = two_contexts(auth)
+    project_retention_set(project_id=auth.project_id, policy={"context_days": 30}, actor="test")
+    retention.project_prune(project_id=auth.project_id)
+    page = admin_client.get(f"/admin/compilation/storedcontext/{older.pk}/change/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "pruned by retention" in text and "Make auth_spec.rb pass" in text
