@@ -264,6 +264,7 @@ NEXUM_PROJECTIONS = [
     "context_app.resolution.projections.ResolutionProjection",
     "context_app.compilation.projections.CompilationProjection",
     "context_app.compilation.projections.UsageProjection",
+    "context_app.compilation.projections.RetentionProjection",
     "verification_app.projections.VerificationProjection",
 ]
 # The SSE event stream (nexum_web/api/stream.py): a connection closes after at most this many seconds (the
@@ -420,7 +421,22 @@ NEXUM_WORK_KINDS = [
     "verification_app.tasks.COMPLETION",
     "context_app.compilation.tasks.COMPILE",
     "nexum_web.webhooks.tasks.DELIVERY",
+    "context_app.compilation.tasks.RETENTION",
 ]
+# Retention (context_app/compilation/retention.py): stored compiled contexts, bundles and check output older
+# than this many days are pruned to their digests (a project's own policy, PUT /api/v1/project/retention,
+# overrides each); unset: kept for ever. With a broker, the dispatcher's pass records a run for each project
+# with a policy every NEXUM_RETENTION_INTERVAL_S; manage.py nexum_retention runs them now.
+NEXUM_RETENTION_CONTEXT_DAYS = _env_int("NEXUM_RETENTION_CONTEXT_DAYS", 0) or None
+NEXUM_RETENTION_BUNDLE_DAYS = _env_int("NEXUM_RETENTION_BUNDLE_DAYS", 0) or None
+NEXUM_RETENTION_CHECK_OUTPUT_DAYS = _env_int("NEXUM_RETENTION_CHECK_OUTPUT_DAYS", 0) or None
+for _days in (NEXUM_RETENTION_CONTEXT_DAYS, NEXUM_RETENTION_BUNDLE_DAYS, NEXUM_RETENTION_CHECK_OUTPUT_DAYS):
+    if _days is not None and not 1 <= _days <= 36_500:
+        raise RuntimeError("NEXUM_RETENTION_*_DAYS must be a number of days from 1 to 36500, or unset")
+NEXUM_RETENTION_INTERVAL_S = _env_int("NEXUM_RETENTION_INTERVAL_S", 86_400)
+if NEXUM_RETENTION_INTERVAL_S < 1:
+    raise RuntimeError("NEXUM_RETENTION_INTERVAL_S must be at least 1")
+NEXUM_RETENTION_IN_FLIGHT_PER_PROJECT = 1
 # Webhooks (nexum_web/webhooks): a delivery is retried NEXUM_WEBHOOK_BACKOFF_S × 1, 2, 4 … s after a failed
 # attempt (at most NEXUM_WEBHOOK_BACKOFF_MAX_S), and given up after NEXUM_WEBHOOK_MAX_ATTEMPTS attempts; an
 # attempt waits NEXUM_WEBHOOK_TIMEOUT_S for the answer. Their URLs' hosts must be on NEXUM_SOURCE_HTTP_ALLOW.

@@ -103,6 +103,7 @@ api_v1 = [
         name="approval-decision",
     ),
     path("tasks/<str:task_id>/approvals", approvals.TaskApprovalRequestView.as_view(), name="task-approvals"),
+    path("project/retention", compilation.ProjectRetentionView.as_view(), name="retention"),
     path("tasks/<str:task_id>/compile", compilation.TaskCompileView.as_view(), name="task-compile"),
     path("tasks/<str:task_id>/contexts", compilation.TaskContextListView.as_view(), name="task-contexts"),
     path("compiles/<str:request_id>", compilation.CompileRequestView.as_view(), name="compile-request"),

@@ -32,6 +32,15 @@ class Project(models.Model):
         help_text="the stage a high-risk task whose contract says nothing waits at for an operator's "
         "approval (before_start or before_complete); empty: none",
     )
+    retention_context_days = models.PositiveIntegerField(
+        null=True, blank=True, help_text="days to keep stored compiled contexts; empty: the service's default"
+    )
+    retention_bundle_days = models.PositiveIntegerField(
+        null=True, blank=True, help_text="days to keep bundles; empty: the service's default"
+    )
+    retention_check_output_days = models.PositiveIntegerField(
+        null=True, blank=True, help_text="days to keep check output; empty: the service's default"
+    )
     created_at = models.DateTimeField()
     version = models.PositiveIntegerField()
 

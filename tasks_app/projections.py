@@ -9,6 +9,7 @@ from nexum.core.projects import (
     ProjectHighRiskApprovalSet,
     ProjectRelevanceFloorSet,
 )
+from nexum.core.retention import ProjectRetentionSet
 from nexum.core.tasks import (
     PENDING,
     GoalCreated,
@@ -54,6 +55,18 @@ class ProjectProjection(Projection):
             Project,
             as_uuid(stored.project_id),
             high_risk_approval=event.high_risk_approval,
+            version=stored.version,
+        )
+
+    @handles("ProjectRetentionSet")
+    def retention_set(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: ProjectRetentionSet = stored.event  # type: ignore[assignment]
+        rows.update(
+            Project,
+            as_uuid(stored.project_id),
+            retention_context_days=event.context_days,
+            retention_bundle_days=event.bundle_days,
+            retention_check_output_days=event.check_output_days,
             version=stored.version,
         )
 

@@ -39,6 +39,7 @@ from nexum.core.projects import (
     check_token_name,
     project_stream,
 )
+from nexum.core.retention import ProjectRetentionSet, check_retention_policy
 from nexum.core.roles import AGENT, check_role
 from nexum.core.tasks import (
     GoalCreated,
@@ -120,6 +121,34 @@ def project_high_risk_approval_set(*, project_id: str, high_risk_approval: Any, 
     store.append(
         stream_id=project_stream(str(project.id)),
         events=[ProjectHighRiskApprovalSet(high_risk_approval=stage, previous=project.high_risk_approval)],
+        expected_version=project.version,
+        metadata={"actor": actor},
+        project_id=str(project.id),
+    )
+    project.refresh_from_db()
+    return project
+
+
+def project_retention(project: Project) -> dict[str, int | None]:
+    """The project's own retention policy, by member (``None``: the service's default)."""
+    return {
+        "context_days": project.retention_context_days,
+        "bundle_days": project.retention_bundle_days,
+        "check_output_days": project.retention_check_output_days,
+    }
+
+
+def project_retention_set(*, project_id: str, policy: Mapping[str, Any], actor: str) -> Project:
+    """Set the project's retention policy (each member a number of days, or ``None`` for the service's
+    ``NEXUM_RETENTION_…_DAYS``), as an event; the same policy again writes nothing. Whether the caller may is
+    the caller's check (an operator's)."""
+    project = selectors.project_get(project_id=project_id)
+    checked = check_retention_policy(policy)
+    if checked == project_retention(project):
+        return project
+    store.append(
+        stream_id=project_stream(str(project.id)),
+        events=[ProjectRetentionSet(**checked)],
         expected_version=project.version,
         metadata={"actor": actor},
         project_id=str(project.id),

@@ -57,10 +57,11 @@ class CompiledContextAdmin(ReadOnlyAdmin):
     ):  # type: ignore[no-untyped-def]
         context = get_object_or_404(StoredContext, pk=object_id)
         previous = selectors.previous_context(context)
-        excluded = list(selectors.iter_excluded(context))
-        result = selectors.compiled_result(context)
+        result = services.context_content(context)  # recompiled and verified when retention pruned it
+        excluded = list(selectors.iter_excluded(result))
         extra = {
             "compiled": context,
+            "prompt_block": result.prompt_block,
             "sections": selectors.section_rows(context),
             "excluded": excluded[:EXCLUDED_SHOWN],
             "excluded_total": len(excluded),
@@ -100,7 +101,9 @@ class CompiledContextAdmin(ReadOnlyAdmin):
     def diff_view(self, request: HttpRequest, object_id: str, other_id: str) -> HttpResponse:
         before = get_object_or_404(StoredContext, pk=object_id)
         after = get_object_or_404(StoredContext, pk=other_id, project_id=before.project_id)
-        diff = selectors.context_diff(before=before, after=after)
+        diff = selectors.context_diff(
+            before_result=services.context_content(before), after_result=services.context_content(after)
+        )
         return TemplateResponse(
             request,
             "admin/compilation/storedcontext/diff.html",

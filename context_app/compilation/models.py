@@ -6,6 +6,10 @@ Two kinds of tables live here:
   ``ContextCompiled`` event, never cleared by a rebuild (like the artifact store): ``StoredContext`` (a
   compiled context, stored once per project and digest) and ``CompileEvidence`` (the extra evidence a compile
   request supplied, kept by digest so a replay can use it again). Events name their rows by digest only.
+* Retention's operational rows: ``RetentionRun`` (one pass of a project's policy, the work kind the
+  dispatcher sends).
+* Read models written by ``projections.RetentionProjection``: ``PrunedContent`` (what retention pruned, by
+  digest: the list an export gives).
 * Read models written by ``projections.CompilationProjection`` from the log: ``ContextCompilation`` (one row
   per compile request: the per-task compile history and the status an asynchronous caller polls),
   ``CompactionFold`` and ``FoldedItem`` (which progress notes and tool calls were folded into a summary).
@@ -58,6 +62,12 @@ class StoredContext(models.Model):
         help_text="name@version of the embedder the compile ranked by; empty: by words alone",
     )
     stored_at = models.DateTimeField()
+    pruned_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="when retention dropped the prompt block and exclusion runs (ContextPruned): a read "
+        "recompiles them at the position and verifies the digest",
+    )
 
     class Meta:
         db_table = "compilation_compiledcontext"  # the table's name from before the model was renamed
@@ -244,3 +254,59 @@ class ContextUsage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.digest[:16]} {self.provider}/{self.provider_model}"
+
+
+PRUNED_KIND_CHOICES = [(kind, kind) for kind in ("contexts", "bundles", "check_output")]
+
+
+class PrunedContent(models.Model):
+    """Stored content retention pruned (``ContextPruned``, ``BundlePruned``, ``CheckOutputPruned``): its
+    digest, how many bytes it freed and the log position of the prune."""
+
+    id = models.UUIDField(primary_key=True)
+    project = models.ForeignKey(
+        "tasks_app.Project", on_delete=models.DO_NOTHING, related_name="+", db_constraint=False
+    )
+    kind = models.CharField(max_length=16, choices=PRUNED_KIND_CHOICES)
+    digest = models.CharField(max_length=64)
+    bytes_freed = models.PositiveBigIntegerField()
+    position = models.BigIntegerField(help_text="the log position of the prune event")
+    pruned_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["position"]
+        verbose_name = "pruned content"
+        verbose_name_plural = "pruned content"
+        indexes = [models.Index(fields=["project", "kind", "digest"], name="pruned_content_digest")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.digest[:16]}"
+
+
+RETENTION_PENDING = "pending"
+RETENTION_DONE = "done"
+RETENTION_STATES = [(state, state) for state in (RETENTION_PENDING, RETENTION_DONE)]
+
+
+class RetentionRun(models.Model):
+    """One run of a project's retention policy, recorded by the dispatcher's pass when the last one is
+    ``NEXUM_RETENTION_INTERVAL_S`` old and run by a worker under its lease (operational state, not a read
+    model: what it pruned is in the log)."""
+
+    id = models.UUIDField(primary_key=True)
+    project = models.ForeignKey(
+        "tasks_app.Project", on_delete=models.DO_NOTHING, related_name="+", db_constraint=False
+    )
+    task_id = models.UUIDField(null=True, blank=True, help_text="unused: work kinds list one")
+    state = models.CharField(max_length=8, choices=RETENTION_STATES, default=RETENTION_PENDING)
+    requested_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    pruned = models.PositiveIntegerField(default=0, help_text="contexts, bundles and outputs pruned")
+    bytes_freed = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-requested_at"]
+        indexes = [models.Index(fields=["project", "requested_at"], name="retention_run_project")]
+
+    def __str__(self) -> str:
+        return f"retention {self.id} ({self.state})"

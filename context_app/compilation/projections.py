@@ -5,10 +5,18 @@ clears them."""
 
 from __future__ import annotations
 
+import uuid
 from decimal import Decimal
 from typing import Any
 
-from context_app.compilation.models import CompactionFold, ContextCompilation, ContextUsage, FoldedItem
+from context_app.compilation.models import (
+    CompactionFold,
+    ContextCompilation,
+    ContextUsage,
+    FoldedItem,
+    PrunedContent,
+)
+from nexum.core import retention
 from nexum.core.compilation import events as compilation_events
 from nexum.core.usage import ContextUsageReported, drift
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
@@ -145,4 +153,42 @@ class UsageProjection(Projection):
             position=stored.position,
             actor=str(stored.metadata.get("actor", "system"))[:200],
             recorded_at=stored.recorded_at,
+        )
+
+
+_PRUNED_NAMESPACE = uuid.UUID("8c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f")
+
+
+class RetentionProjection(Projection):
+    """What retention pruned, by digest (``ContextPruned``, ``BundlePruned``, ``CheckOutputPruned``)."""
+
+    models = (PrunedContent,)
+
+    @handles("ContextPruned")
+    def context_pruned(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: retention.ContextPruned = stored.event  # type: ignore[assignment]
+        self._pruned(stored, rows, retention.CONTEXTS, event.digest, event.bytes_freed)
+
+    @handles("BundlePruned")
+    def bundle_pruned(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: retention.BundlePruned = stored.event  # type: ignore[assignment]
+        self._pruned(stored, rows, retention.BUNDLES, event.digest, event.bytes_freed)
+
+    @handles("CheckOutputPruned")
+    def check_output_pruned(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: retention.CheckOutputPruned = stored.event  # type: ignore[assignment]
+        self._pruned(stored, rows, retention.CHECK_OUTPUT, event.sha256, event.bytes_freed)
+
+    @staticmethod
+    def _pruned(stored: StoredEvent, rows: ReadModelRows, kind: str, digest: str, bytes_freed: int) -> None:
+        pruned_id = uuid.uuid5(_PRUNED_NAMESPACE, f"{stored.project_id}/{kind}/{digest}/{stored.position}")
+        rows.insert(
+            PrunedContent,
+            id=pruned_id,
+            project_id=as_uuid(stored.project_id),
+            kind=kind,
+            digest=digest,
+            bytes_freed=bytes_freed,
+            position=stored.position,
+            pruned_at=stored.recorded_at,
         )

@@ -557,9 +557,8 @@ def previous_context(context: StoredContext) -> StoredContext | None:
     return StoredContext.objects.filter(project_id=context.project_id, digest=digest).first()
 
 
-def context_diff(*, before: StoredContext, after: StoredContext) -> ContextDiff:
+def context_diff(*, before_result: CompiledContext, after_result: CompiledContext) -> ContextDiff:
     """Which items (and tools) entered and left between two contexts, and why (C12)."""
-    before_result, after_result = compiled_result(before), compiled_result(after)
     return diff_contexts(
         before_included=[*before_result.included, *(("tool", name) for name in before_result.tools)],
         before_excluded=_reasons(before_result),
@@ -590,8 +589,8 @@ def section_rows(context: StoredContext) -> list[dict[str, Any]]:
     return rows
 
 
-def iter_excluded(context: StoredContext, limit: int | None = None) -> Iterable[Any]:
-    records = compiled_result(context).excluded
+def iter_excluded(result: CompiledContext, limit: int | None = None) -> Iterable[Any]:
+    records = result.excluded
     return records if limit is None else records[:limit]
 
 

@@ -67,7 +67,14 @@ from nexum.core.compilation.compiler import (
 )
 from nexum.core.compilation.compiler import compile_context as run_compiler
 from nexum.core.digests import digest_of
-from nexum.core.errors import ConcurrencyError, DomainError, NotFound, PolicyRefused, ValidationFailed
+from nexum.core.errors import (
+    ConcurrencyError,
+    Conflict,
+    DomainError,
+    NotFound,
+    PolicyRefused,
+    ValidationFailed,
+)
 from nexum.core.text import require_storable
 from nexum.core.trust import TrustClass
 from nexum.embedding import DEFAULT_EMBEDDER, Embedder, embedder_id, embedder_named
@@ -614,8 +621,39 @@ def _store_context(
 
 def context_replay(*, project_id: str, digest: str) -> ReplayOutcome:
     """Recompile a stored context's task as of the log position it was compiled at, with the budget, request
-    evidence and compiler version it recorded, and compare digests. Writes nothing."""
+    evidence and compiler version it recorded, and compare digests. Writes nothing. A context retention
+    pruned replays the same way: the log and the evidence it needs are kept."""
     context = selectors.context_get(project_id=project_id, digest=digest)
+    result = _recompile(context)
+    return ReplayOutcome(
+        digest=context.digest,
+        replayed_digest=result.digest,
+        matches=result.digest == context.digest,
+        position=context.position,
+    )
+
+
+def context_content(context: StoredContext) -> CompiledContext:
+    """A stored context's content: as stored, or, for one retention pruned, recompiled at its position and
+    verified against its digest (``context_not_reproducible`` when it does not match: nothing is shown that
+    is not the context the digest names)."""
+    if context.pruned_at is None:
+        return selectors.compiled_result(context)
+    result = _recompile(context)
+    if result.digest != context.digest:
+        raise Conflict(
+            f"compiled context {context.digest} was pruned by retention and its recompile at position "
+            f"{context.position} gives {result.digest}: the content cannot be shown",
+            field="digest",
+            code="context_not_reproducible",
+            details={"digest": context.digest, "replayed_digest": result.digest},
+        )
+    return result
+
+
+def _recompile(context: StoredContext) -> CompiledContext:
+    """The compiler's result for ``context``'s task as of its position, with what its compile recorded."""
+    project_id = str(context.project_id)
     evidence = (
         selectors.evidence_get(project_id=project_id, digest=context.evidence_digest)
         if context.evidence_digest
@@ -640,12 +678,7 @@ def context_replay(*, project_id: str, digest: str) -> ReplayOutcome:
             else compiled.relevance_floor,
             embedder=embedder,
         )
-    return ReplayOutcome(
-        digest=context.digest,
-        replayed_digest=result.digest,
-        matches=result.digest == context.digest,
-        position=context.position,
-    )
+    return result
 
 
 def _recorded_compile(context: StoredContext) -> compilation_events.ContextCompiled | None:

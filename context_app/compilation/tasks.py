@@ -3,6 +3,10 @@
 ``compile_requested`` answers one queued compile under its lease (``nexum.work``). Its result needs no fence:
 the compile and its ``ContextCompiled`` are one transaction appended at the request stream's queued version,
 so of two runs exactly one is recorded.
+
+``retention_run`` runs one recorded retention run of a project (``retention``): the dispatcher's pass records
+them every ``NEXUM_RETENTION_INTERVAL_S`` (``prepare``) and sends them, one per project at a time. A second
+run of the same request finds what it pruned already pruned and appends nothing more.
 """
 
 from __future__ import annotations
@@ -10,7 +14,8 @@ from __future__ import annotations
 from celery import shared_task
 from django.db.models import Q
 
-from context_app.compilation.models import ContextCompilation
+from context_app.compilation import retention
+from context_app.compilation.models import RETENTION_PENDING, ContextCompilation, RetentionRun
 from nexum.core.compilation.events import REQUEST_QUEUED
 from nexum.work.kinds import WorkKind
 from nexum.work.worker import WorkTask, run_leased
@@ -33,4 +38,21 @@ COMPILE = WorkKind(
     id_field="request_id",
     pending=Q(status=REQUEST_QUEUED),
     in_flight_setting="NEXUM_COMPILE_IN_FLIGHT_PER_PROJECT",
+)
+
+
+@shared_task(bind=True, base=WorkTask, name="nexum.retention_run")
+def retention_run(self: WorkTask, run_id: str) -> str | None:
+    """Run the recorded retention run ``run_id``; its state afterwards."""
+    return run_leased(self, RETENTION, run_id, lambda lease: retention.retention_run_execute(run_id=run_id))
+
+
+RETENTION = WorkKind(
+    name="retention",
+    task=retention_run,
+    model=RetentionRun,
+    id_field="id",
+    pending=Q(state=RETENTION_PENDING),
+    prepare=retention.retention_runs_record,
+    in_flight_setting="NEXUM_RETENTION_IN_FLIGHT_PER_PROJECT",
 )

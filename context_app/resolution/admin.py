@@ -14,7 +14,7 @@ from django.utils.html import format_html, format_html_join
 from context_app.resolution import selectors, services
 from context_app.resolution.models import Escalation, Grant, Resolve, Retrieval, Source, TaskContext
 from nexum.core.durations import human_duration
-from nexum.core.errors import DomainError
+from nexum.core.errors import DomainError, NotFound
 from nexum.eventstore.admin import ReadOnlyAdmin
 
 TRUST_COLOURS = {
@@ -75,7 +75,10 @@ class BundleAdmin(ReadOnlyAdmin):
 
     @admin.display(description="bundle")
     def bundle_view(self, resolve: Resolve) -> str:
-        bundle = selectors.bundle_content(digest=resolve.bundle_digest)
+        try:
+            bundle = selectors.bundle_content(digest=resolve.bundle_digest)
+        except NotFound as gone:  # pruned by retention: the message says when
+            return gone.message
         rejected = selectors.rejected_digests(goal_id=resolve.goal_id, items=bundle["items"])
         items = format_html_join(
             "",

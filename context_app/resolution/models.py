@@ -3,7 +3,8 @@ content store (``BundleContent``), which is not a read model.
 
 ``BundleContent`` keeps each bundle's canonical content by its digest, as the artifact store keeps artifact
 bytes: the service writes it in the same transaction as the ``BundleResolved`` event that names the digest,
-it is never changed, and a rebuild of the read models leaves it alone (events carry only the digest, R10).
+it is never changed (but for retention, which empties a bundle nothing reads any more and records a
+``BundlePruned``), and a rebuild of the read models leaves it alone (events carry only the digest, R10).
 Foreign keys carry no database constraint, like every read model's.
 """
 
@@ -245,6 +246,9 @@ class BundleContent(models.Model):
     content = models.JSONField()
     size = models.PositiveIntegerField()
     created_at = models.DateTimeField()
+    pruned_at = models.DateTimeField(
+        null=True, blank=True, help_text="when retention dropped the content (BundlePruned); the digest stays"
+    )
 
     def __str__(self) -> str:
         return self.digest

@@ -82,6 +82,14 @@ def bundle_content(*, digest: str) -> dict[str, Any]:
     row = BundleContent.objects.filter(digest=digest).first()
     if row is None:
         raise NotFound(f"no bundle {digest}", field="digest")
+    if row.pruned_at is not None:
+        raise NotFound(
+            f"bundle {digest} was pruned by retention at {row.pruned_at.isoformat()}: its digest and its "
+            "items' provenance (the resolve's bundle items) are kept, its content is not",
+            field="digest",
+            code="bundle_pruned",
+            details={"digest": digest, "pruned_at": row.pruned_at.isoformat()},
+        )
     return {**row.content, "digest": row.digest}
 
 

@@ -19,13 +19,14 @@ from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
 from rest_framework.views import APIView
 
-from context_app.compilation import selectors, services
+from context_app.compilation import retention, selectors, services
 from context_app.compilation.models import ContextCompilation, StoredContext
 from nexum.core import world
 from nexum.core.compilation import events as compilation_events
 from nexum.core.compilation import rules as compilation_rules
 from nexum.core.compilation.compiler import REASON_CODES, CompiledContext, Truncation
 from nexum.core.errors import NotFound
+from nexum.core.retention import POLICY_FIELDS, RETENTION_DAYS_MAX
 from nexum_web.api.auth import CallerTrustField, OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.pagination import LogListQuery, log_page, page_schema
@@ -80,8 +81,9 @@ class CompileInput(StrictInput):
 # --- output -----------------------------------------------------------------------------------------------
 
 
-def context_fields(context: StoredContext) -> dict[str, Any]:
-    """A compiled context as the API shows it, but for ``excluded`` (``context_json`` adds it)."""
+def context_fields(context: StoredContext, compiled: CompiledContext) -> dict[str, Any]:
+    """A compiled context as the API shows it, but for ``excluded`` (``context_json`` adds it); its text is
+    ``compiled``'s (recompiled for a context retention pruned)."""
     return {
         "digest": context.digest,
         "task_id": str(context.task_id),
@@ -90,7 +92,7 @@ def context_fields(context: StoredContext) -> dict[str, Any]:
         "encoding": context.encoding,
         "position": context.position,
         "budget": context.budget,
-        "prompt_block": context.prompt_block,
+        "prompt_block": compiled.prompt_block,
         "tools": list(context.tools),
         "included": [{"kind": kind, "id": item_id} for kind, item_id in context.included],
         "truncated": [Truncation(*record)._asdict() for record in context.truncated],
@@ -102,6 +104,7 @@ def context_fields(context: StoredContext) -> dict[str, Any]:
         "evidence_digest": context.evidence_digest or None,
         "compiler_version": context.compiler_version,
         "embedder": context.embedder or None,
+        "pruned_at": context.pruned_at,
     }
 
 
@@ -115,9 +118,9 @@ def context_json(context: StoredContext, *, excluded: str, result: CompiledConte
     ``excluded`` is ``full``, ``excluded``: every record, written by the compiler from its exclusion runs
     (``CompiledContext.excluded_json``), so a large world's tens of thousands of records cost no object
     each. ``result`` is the compiler's result for this context when the caller has it (no stored runs are
-    parsed then)."""
-    compiled = result if result is not None else selectors.compiled_result(context)
-    body = _json({**context_fields(context), "exclusions": compiled.exclusion_summary()})
+    parsed then); without it, a context retention pruned is recompiled (``services.context_content``)."""
+    compiled = result if result is not None else services.context_content(context)
+    body = _json({**context_fields(context, compiled), "exclusions": compiled.exclusion_summary()})
     if excluded == "full":
         body = _with_member(body, "excluded", compiled.excluded_json())
     return body
@@ -253,6 +256,11 @@ COMPILED_CONTEXT_FIELDS = {
     "embedder": serializers.CharField(
         allow_null=True,
         help_text="name@version of the embedder the compile ranked by (NEXUM_EMBEDDER); null: by words alone",
+    ),
+    "pruned_at": serializers.DateTimeField(
+        allow_null=True,
+        help_text="when retention pruned the stored content (its text here is recompiled at the position and "
+        "verified against the digest); null: stored",
     ),
 }
 COMPILED_CONTEXT = inline_serializer("CompiledContext", COMPILED_CONTEXT_FIELDS)
@@ -443,7 +451,7 @@ class ContextExcludedView(APIView):
         context = selectors.context_get(project_id=request.user.project_id, digest=digest)
         start, limit = _page_bounds(request, context.excluded_count)
         stop = start + limit
-        records = selectors.compiled_result(context).excluded_json(start, stop)
+        records = services.context_content(context).excluded_json(start, stop)
         next_cursor = str(stop) if stop < context.excluded_count else None
         return _json_response(f'{{"results":{records},"next_cursor":{_json(next_cursor)}}}')
 
@@ -486,7 +494,9 @@ class ContextDiffView(APIView):
         project_id = request.user.project_id
         before = selectors.context_get(project_id=project_id, digest=digest)
         after = selectors.context_get(project_id=project_id, digest=other)
-        diff = selectors.context_diff(before=before, after=after)
+        diff = selectors.context_diff(
+            before_result=services.context_content(before), after_result=services.context_content(after)
+        )
         return Response(
             {
                 "from": before.digest,
@@ -550,6 +560,100 @@ class ProjectCompileSettingsView(APIView):
             {
                 "relevance_floor": project.relevance_floor,
                 "effective_relevance_floor": services.relevance_floor(project_id),
+                "version": project.version,
+            }
+        )
+
+
+# --- the project's retention policy -----------------------------------------------------------------------
+
+
+def _days_input(what: str) -> serializers.IntegerField:
+    return serializers.IntegerField(
+        allow_null=True,
+        min_value=1,
+        max_value=RETENTION_DAYS_MAX,
+        help_text=f"days to keep {what} (1 to {RETENTION_DAYS_MAX}); null: the service's default",
+    )
+
+
+class RetentionInput(StrictInput):
+    context_days = _days_input("stored compiled contexts")
+    bundle_days = _days_input("bundles")
+    check_output_days = _days_input("check output")
+
+
+def _days_output(setting: str) -> serializers.IntegerField:
+    return serializers.IntegerField(
+        allow_null=True, help_text=f"null: {setting} (unset there: kept for ever)"
+    )
+
+
+RETENTION = inline_serializer(
+    "Retention",
+    {
+        "policy": inline_serializer(
+            "RetentionPolicy",
+            {
+                "context_days": _days_output("NEXUM_RETENTION_CONTEXT_DAYS"),
+                "bundle_days": _days_output("NEXUM_RETENTION_BUNDLE_DAYS"),
+                "check_output_days": _days_output("NEXUM_RETENTION_CHECK_OUTPUT_DAYS"),
+            },
+            help_text="the project's own policy",
+        ),
+        "effective": inline_serializer(
+            "RetentionEffective",
+            {
+                "contexts": serializers.IntegerField(allow_null=True),
+                "bundles": serializers.IntegerField(allow_null=True),
+                "check_output": serializers.IntegerField(allow_null=True),
+            },
+            help_text="days each kind is kept now (its own, else the service's); null: for ever",
+        ),
+        "pruned": inline_serializer(
+            "RetentionPruned",
+            {
+                "contexts": serializers.IntegerField(),
+                "bundles": serializers.IntegerField(),
+                "check_output": serializers.IntegerField(),
+                "bytes_freed": serializers.IntegerField(),
+            },
+            help_text="what retention has pruned in the project so far",
+        ),
+        "version": serializers.IntegerField(help_text="the project's stream version"),
+    },
+)
+
+
+class ProjectRetentionView(APIView):
+    """The project's retention policy (issue 27 item 4): days to keep stored compiled contexts, bundles and
+    check output before they are pruned to their digests. ``PUT`` (operator) replaces it, as an event."""
+
+    operator_only = {"PUT": OperatorOnly("setting the project's retention policy")}
+
+    @extend_schema(responses=RETENTION)
+    def get(self, request: Request) -> Response:
+        return self._answer(request.user.project_id)
+
+    @extend_schema(request=RetentionInput, responses=RETENTION)
+    def put(self, request: Request) -> Response:
+        payload = RetentionInput(data=request.data, context={"request": request})
+        payload.is_valid(raise_exception=True)
+        task_services.project_retention_set(
+            project_id=request.user.project_id,
+            policy={field: request.data.get(field) for field in POLICY_FIELDS.values()},
+            actor=request.user.actor,
+        )
+        return self._answer(request.user.project_id)
+
+    def _answer(self, project_id: str) -> Response:
+        project = project_get(project_id=project_id)
+        pruned = retention.pruned_totals(project_id=project_id)
+        return Response(
+            {
+                "policy": task_services.project_retention(project),
+                "effective": retention.effective_policy(project),
+                "pruned": pruned,
                 "version": project.version,
             }
         )

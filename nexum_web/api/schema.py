@@ -77,6 +77,8 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
     ("GET", "/approvals"): "approvals",
     ("GET", "/approvals/{approval_id}"): "approval",
     ("POST", "/approvals/{approval_id}/decision"): "decide_approval",
+    ("GET", "/project/retention"): "retention",
+    ("PUT", "/project/retention"): "set_retention",
     ("GET", "/artifacts/{item_id}/content"): "artifact_content",
     ("GET", "/bundles/{digest}"): "bundle",
     ("GET", "/compiles/{request_id}"): "compile_request",

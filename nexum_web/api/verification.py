@@ -23,6 +23,7 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from context_app.compilation import retention
 from context_app.world.artifacts import stored_text
 from nexum.core.approvals import CONTRACT_APPROVALS
 from nexum.core.gate import (
@@ -41,6 +42,7 @@ from nexum.core.gate import (
     MIN_TIMEOUT_S,
     ON_FAILURE_CHOICES,
 )
+from nexum.core.retention import CHECK_OUTPUT
 from nexum.core.verification import MAX_ANSWER_CHARS, MAX_DERIVED_FROM
 from nexum_web.api.auth import TRUST_CLASS_CHOICES, OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
@@ -234,14 +236,23 @@ class CheckRunSerializer(serializers.Serializer):
     duration_ms = serializers.IntegerField()
     argv = serializers.ListField(child=serializers.CharField())
     cwd = serializers.CharField()
-    output = serializers.SerializerMethodField(help_text="captured output (head and tail when truncated)")
+    output = serializers.SerializerMethodField(
+        help_text="captured output (head and tail when truncated); once retention pruned it, a line saying "
+        "when"
+    )
     output_sha256 = serializers.CharField()
     output_bytes = serializers.IntegerField()
     truncated = serializers.BooleanField()
     recorded_at = serializers.DateTimeField()
 
     def get_output(self, run: CheckRun) -> str:
-        return stored_text(run.output_sha256)
+        text = stored_text(run.output_sha256)
+        if text or not run.output_sha256:
+            return text
+        when = retention.pruned_at(
+            project_id=str(run.project_id), kind=CHECK_OUTPUT, digest=run.output_sha256
+        )
+        return "" if when is None else f"[check output pruned by retention at {when.isoformat()}]"
 
 
 class CompletionSerializer(serializers.Serializer):

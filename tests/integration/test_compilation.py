@@ -416,10 +416,14 @@ def shout(entries, *, max_tokens, counter):
 def test_diff_shows_what_entered_and_left_with_reasons(auth):
     small = compile_for(auth, "quick").context
     frontier = compile_for(auth, "frontier").context
-    diff = selectors.context_diff(before=small, after=frontier)
+    diff = selectors.context_diff(
+        before_result=selectors.compiled_result(small), after_result=selectors.compiled_result(frontier)
+    )
     assert diff.entered and all(entry.reason for entry in diff.entered)
     assert any(entry.kind == "tool" for entry in diff.entered)
-    back = selectors.context_diff(before=frontier, after=small)
+    back = selectors.context_diff(
+        before_result=selectors.compiled_result(frontier), after_result=selectors.compiled_result(small)
+    )
     assert {(e.kind, e.id) for e in back.left} == {(e.kind, e.id) for e in diff.entered}
     assert all(entry.reason for entry in back.left)
 

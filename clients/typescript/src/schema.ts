@@ -748,6 +748,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/project/retention": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description The project's retention policy (issue 27 item 4): days to keep stored compiled contexts, bundles and
+         *     check output before they are pruned to their digests. ``PUT`` (operator) replaces it, as an event.
+         */
+        get: operations["retention"];
+        /**
+         * @description The project's retention policy (issue 27 item 4): days to keep stored compiled contexts, bundles and
+         *     check output before they are pruned to their digests. ``PUT`` (operator) replaces it, as an event.
+         *
+         *     Needs an operator token (setting the project's retention policy); an agent token gets 403 `forbidden`.
+         */
+        put: operations["set_retention"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/sources": {
         parameters: {
             query?: never;
@@ -1701,7 +1727,7 @@ export interface components {
             duration_ms: number;
             argv: string[];
             cwd: string;
-            /** @description captured output (head and tail when truncated) */
+            /** @description captured output (head and tail when truncated); once retention pruned it, a line saying when */
             readonly output: string;
             output_sha256: string;
             output_bytes: number;
@@ -1874,6 +1900,11 @@ export interface components {
             compiler_version: number;
             /** @description name@version of the embedder the compile ranked by (NEXUM_EMBEDDER); null: by words alone */
             embedder: string | null;
+            /**
+             * Format: date-time
+             * @description when retention pruned the stored content (its text here is recompiled at the position and verified against the digest); null: stored
+             */
+            pruned_at: string | null;
         };
         CompleteRequestRequest: {
             /**
@@ -2733,6 +2764,43 @@ export interface components {
              * @default false
              */
             async?: boolean;
+        };
+        Retention: {
+            /** @description the project's own policy */
+            policy: components["schemas"]["RetentionPolicy"];
+            /** @description days each kind is kept now (its own, else the service's); null: for ever */
+            effective: components["schemas"]["RetentionEffective"];
+            /** @description what retention has pruned in the project so far */
+            pruned: components["schemas"]["RetentionPruned"];
+            /** @description the project's stream version */
+            version: number;
+        };
+        RetentionEffective: {
+            contexts: number | null;
+            bundles: number | null;
+            check_output: number | null;
+        };
+        RetentionInputRequest: {
+            /** @description days to keep stored compiled contexts (1 to 36500); null: the service's default */
+            context_days: number | null;
+            /** @description days to keep bundles (1 to 36500); null: the service's default */
+            bundle_days: number | null;
+            /** @description days to keep check output (1 to 36500); null: the service's default */
+            check_output_days: number | null;
+        };
+        RetentionPolicy: {
+            /** @description null: NEXUM_RETENTION_CONTEXT_DAYS (unset there: kept for ever) */
+            context_days: number | null;
+            /** @description null: NEXUM_RETENTION_BUNDLE_DAYS (unset there: kept for ever) */
+            bundle_days: number | null;
+            /** @description null: NEXUM_RETENTION_CHECK_OUTPUT_DAYS (unset there: kept for ever) */
+            check_output_days: number | null;
+        };
+        RetentionPruned: {
+            contexts: number;
+            bundles: number;
+            check_output: number;
+            bytes_freed: number;
         };
         /**
          * @description * `low` - low
@@ -6517,6 +6585,147 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["CompileSettings"];
+                };
+            };
+            /** @description bad input: malformed, unknown member or parameter, wrong type, out of range */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no token, or an unknown or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description forbidden to this token (an operator's operation, or a trust class above its ceiling) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not found in the token's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description conflicts with the current state (version, transition, idempotency key, existing name) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the request body or a member of it is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a service it needs (the database, the broker, a share of the server) is unavailable; nothing was written; Retry-After says when to try again */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    retention: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Retention"];
+                };
+            };
+            /** @description bad input: malformed, unknown member or parameter, wrong type, out of range */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no token, or an unknown or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not found in the token's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a service it needs (the database, the broker, a share of the server) is unavailable; nothing was written; Retry-After says when to try again */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    set_retention: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RetentionInputRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Retention"];
                 };
             };
             /** @description bad input: malformed, unknown member or parameter, wrong type, out of range */
