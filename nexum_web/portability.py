@@ -92,7 +92,7 @@ def export_lines(project: Project) -> Iterator[str]:
             "events": len(events),
             "head_hash": events[-1].event_hash if events else chain.GENESIS,
             "blobs": counts,
-            "pruned": sum(1 for line in blobs if line["kind"] == "pruned"),
+            "pruned": sum(1 for line in blobs if _pruned(line)),
         }
     )
     keys = dict(_idempotency_keys(project_id))
@@ -155,6 +155,12 @@ def _blob_lines(project_id: str) -> Iterator[dict[str, Any]]:
             yield _row_line("bundle", digest, bundles[digest])
         else:
             yield {"kind": "pruned", "blob": "bundle", "digest": digest}
+
+
+def _pruned(line: Mapping[str, Any]) -> bool:
+    """A blob retention pruned: a ``pruned`` line (content gone), or a context's or bundle's row kept with
+    its ``pruned_at`` (its content is recompiled from the log when read)."""
+    return line["kind"] == "pruned" or bool(line.get("row", {}).get("pruned_at"))
 
 
 def _artifact_digests(project_id: str) -> set[str]:

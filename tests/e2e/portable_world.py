@@ -1,7 +1,8 @@
 """Run by the export/import and backup tests under a given DATABASE_URL (a separate process per database):
 
-python tests/e2e/portable_world.py build SLUG      a project with a world, tokens, an artifact, compiles,
-                                                    a usage report and a granted approval
+python tests/e2e/portable_world.py build SLUG      a project with a world, tokens, an artifact, compiles
+                                                    (the first pruned by retention), a usage report
+                                                    and a granted approval
 python tests/e2e/portable_world.py snapshot SLUG   JSON: the project's read models as of its head, and
                                                     whether each stored context replays to its digest
 """
@@ -21,8 +22,12 @@ import django  # noqa: E402
 
 django.setup()
 
-from django.core.serializers.json import DjangoJSONEncoder  # noqa: E402
+from datetime import timedelta  # noqa: E402
 
+from django.core.serializers.json import DjangoJSONEncoder  # noqa: E402
+from django.utils import timezone  # noqa: E402
+
+from context_app.compilation import retention  # noqa: E402
 from context_app.compilation import services as compilation  # noqa: E402
 from context_app.compilation.models import StoredContext  # noqa: E402
 from context_app.world import services as world  # noqa: E402
@@ -48,6 +53,13 @@ def build(slug: str) -> None:
         compilation.context_compile(
             project_id=auth.project_id, task_id=str(auth.task.id), model_word=word, actor="t"
         )
+    services.project_retention_set(
+        project_id=auth.project_id,
+        policy={"context_days": 1, "bundle_days": None, "check_output_days": None},
+        actor="test",
+    )
+    two_days_on = timezone.now() + timedelta(days=2)
+    assert retention.project_prune(project_id=auth.project_id, now=two_days_on).contexts.count == 1
     world.fact_record(scope=scope, text="The token check reads the clock", subject="auth", actor="test")
     last = compilation.context_compile(
         project_id=auth.project_id, task_id=str(auth.task.id), model_word="local", actor="t"

@@ -51,7 +51,9 @@ def test_sqlite_to_postgres_and_back(tmp_path: Path, empty_postgres: str) -> Non
     source = origin.snapshot("acme")
     assert len(source["replays"]) >= 2 and all(source["replays"].values())
     first = tmp_path / "acme.nexum.jsonl"
-    first.write_text(_pruning_the_artifact(origin.manage("nexum_export", "acme").stdout))
+    exported = origin.manage("nexum_export", "acme").stdout
+    assert json.loads(exported.splitlines()[0])["pruned"] == 1  # the context retention pruned, kept as a row
+    first.write_text(_pruning_the_artifact(exported))
 
     postgres = Installation(tmp_path / "postgres", empty_postgres)
     _arrive(postgres, first, source, revoked=1)
