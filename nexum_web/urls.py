@@ -6,7 +6,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from nexum_web.api import catalog, compilation, resolution, stream, tasks, verification, views, world
+from nexum_web.api import catalog, compilation, forks, resolution, stream, tasks, verification, views, world
 from nexum_web.api.errors import json_not_found, json_server_error
 from nexum_web.mcp.http import mcp_endpoint
 from nexum_web.webhooks import api as webhooks_api
@@ -26,6 +26,8 @@ api_v1 = [
     path("tasks/<str:task_id>/block", tasks.TaskBlockView.as_view(), name="task-block"),
     path("tasks/<str:task_id>/unblock", tasks.TaskUnblockView.as_view(), name="task-unblock"),
     path("tasks/<str:task_id>/cancel", tasks.TaskCancelView.as_view(), name="task-cancel"),
+    path("tasks/<str:task_id>/fork", forks.TaskForkView.as_view(), name="task-fork"),
+    path("goals/<str:goal_id>/fork", forks.GoalForkView.as_view(), name="goal-fork"),
     path("tasks/<str:task_id>/complete", verification.TaskCompleteView.as_view(), name="task-complete"),
     path(
         "tasks/<str:task_id>/completions",

@@ -122,6 +122,61 @@ class WorldProjection(Projection):
         event: world.ToolCallRecorded = stored.event  # type: ignore[assignment]
         self._recorded(stored, rows, "tool_call", source=event.tool)
 
+    @handles("ItemsCarried")
+    def items_carried(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        """A fork's items, each as its origin stood (``world.ItemsCarried``): the origin's place in the
+        recorded order (``position``), this event's as the last change; version 0, since the item's own
+        stream holds no event yet."""
+        event: world.ItemsCarried = stored.event  # type: ignore[assignment]
+        project_id = as_uuid(stored.project_id)
+        goal_id = as_uuid(event.goal_id)
+        for fields in event.items:
+            kind = fields["kind"]
+            rendered = world.render_item(kind, fields)
+            meaning = world.meaning_text(kind, fields)
+            item_id = as_uuid(fields["item_id"])
+            if meaning is not None:
+                self.defer((item_id, project_id, meaning))
+            rows.insert(
+                WorldItem,
+                id=item_id,
+                project_id=project_id,
+                goal_id=goal_id,
+                task_id=as_uuid(fields["task_id"]) if fields["task_id"] else None,
+                kind=kind,
+                text=fields["text"],
+                rendered=rendered,
+                token_counts=dict(fields["token_counts"]),
+                line_count=world.line_count(rendered),
+                terms=list(fields["terms"]),
+                terms_text=" ".join(fields["terms"]),
+                entities_text=" ".join(entities_of(meaning)) if meaning is not None else "",
+                trust_class=fields["trust_class"],
+                source=fields["source"],
+                actor=fields["actor"],
+                position=fields["position"],
+                changed_position=stored.position,
+                recorded_at=stored.recorded_at,
+                updated_at=stored.recorded_at,
+                version=0,
+                forked_from=as_uuid(fields["forked_from"]),
+                subject=fields["subject"],
+                observed_at=_datetime(fields["observed_at"]),
+                verified=fields["verified"],
+                status=fields["status"],
+                supersedes=as_uuid(fields["supersedes"]) if fields["supersedes"] else None,
+                superseded_by=as_uuid(fields["superseded_by"]) if fields["superseded_by"] else None,
+                rationale=fields["rationale"],
+                attempt=fields["attempt"],
+                uri=fields["uri"],
+                excerpt=fields["excerpt"],
+                media_type=fields["media_type"],
+                content_sha256=fields["content_sha256"],
+                content_size=fields["content_size"],
+                tool=fields["tool"],
+                arguments_digest=fields["arguments_digest"],
+            )
+
     @handles("FactVerified")
     def fact_verified(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: world.FactVerified = stored.event  # type: ignore[assignment]
