@@ -1,8 +1,9 @@
 """Forks (issue 27): a new goal whose world is a goal's, or one task's, as it stood at a past log position.
 
-The source's state at the position is the one a replay compiles against: the read models rebuilt as of it
-(``projections.state_as_of``, the project's events up to the position, rolled back afterwards). What the fork
-takes from it is read into memory there; the fork is then written as events of its own, in one transaction:
+The source's state at the position is the one a replay compiles against (``projections.state_as_of``): the
+rows a fork takes are read as they are now and, where an event after the position changed one, folded
+again from that row's own streams up to the position (in memory, as a rebuild would); the fork is then
+written as events of its own, in one transaction:
 ``GoalCreated``/``TaskCreated`` and ``GoalForked`` (the plan as it stood, every task pending),
 ``ItemsCarried`` (each world item of the scope under a new id with ``forked_from``), the tool narrowing,
 the verification contracts and the grants in force then. The source's streams get no event.
@@ -18,7 +19,7 @@ project's tool registry is the project's, as it is now.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ from context_app.world import services as world_services
 from context_app.world.models import Tool, ToolScope, WorldItem
 from nexum.core import world
 from nexum.core.errors import PolicyRefused, ValidationFailed
+from nexum.core.resolution.events import grant_stream
 from nexum.core.tasks import (
     GoalForked,
     check_fork_position,
@@ -40,8 +42,10 @@ from nexum.core.tasks import (
     plan_goal,
     task_stream,
 )
+from nexum.core.verification import contract_stream
 from nexum.eventstore import projections, store
 from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.projections import Row
 from tasks_app import selectors as task_selectors
 from tasks_app.models import Task
 from tasks_app.services import goal_fork_create
@@ -148,8 +152,7 @@ def _fork(
             code="not_yet_created",
             details={"created_at_position": created_at.position},
         )
-    with projections.state_as_of(position, project_id=project_id):
-        state = _read_source(goal, task)
+    state = _read_source(goal, task, position)
     return _write_fork(project_id, fork_id, goal, task, position, reason, state, actor, idempotency_key)
 
 
@@ -199,14 +202,13 @@ def _previous_fork(
     )
 
 
-def _read_source(goal: Task, task: Task | None) -> _SourceState:
-    """Inside ``state_as_of``: the goal, the tasks the fork takes (all, or the task and the steps it refines,
-    in plan order), their items and the goal's shared ones, tool narrowing, contracts and grants in force."""
-    goal_row = Task.objects.filter(id=goal.id).values().first()
-    if goal_row is None:
-        raise PolicyRefused(
-            "the goal did not exist at that position", field="at_position", code="not_yet_created"
-        )
+def _read_source(goal: Task, task: Task | None, position: int) -> _SourceState:
+    """The goal, the tasks the fork takes (all, or the task and the steps it refines, in plan order), their
+    items and the goal's shared ones, tool narrowing, contracts and grants, as they stood at ``position``.
+
+    A plan does not change once created. Every other row is read as it is now and, when an event after the
+    position changed it, folded again from its own streams' events up to the position (``_as_of``): the
+    rows a replay's rebuild would hold, without rebuilding the project."""
     tasks = list(Task.objects.filter(goal_id=goal.id, is_goal=False).order_by("ordinal").values())
     if task is not None:
         by_id = {row["id"]: row for row in tasks}
@@ -216,27 +218,62 @@ def _read_source(goal: Task, task: Task | None) -> _SourceState:
             current = by_id.get(current["parent_id"])
         tasks = [row for row in tasks if row["id"] in kept]
     task_ids = [row["id"] for row in tasks]
-    scope_ids = [goal.id, *task_ids]
     items = list(
-        WorldItem.objects.filter(goal_id=goal.id, project_id=goal.project_id)
+        WorldItem.objects.filter(project_id=goal.project_id, goal_id=goal.id, position__lte=position)
         .filter(_shared_or(task_ids))
         .order_by("position")
-        .values(*_ITEM_COLUMNS)
+        .values(*_ITEM_COLUMNS, "changed_position", "forked_from")
     )
+    changed = {row["id"]: row for row in items if row["changed_position"] > position}
+    if changed:
+        streams = [world.item_stream(row["kind"], str(row["id"])) for row in changed.values()]
+        if any(row["forked_from"] for row in changed.values()):
+            streams.append(world.fork_stream(str(goal.id)))
+        then = _as_of(WorldItem, streams, list(changed), position)
+        items = [
+            then[row["id"]] if row["id"] in changed else row
+            for row in items
+            if row["id"] in then or row["id"] not in changed
+        ]
+    scopes = list(ToolScope.objects.filter(id__in=[goal.id, *task_ids]).values_list("id", flat=True))
+    grants = [
+        grant_id
+        for grant_id, task_id in Grant.objects.filter(
+            project_id=goal.project_id, goal_id=goal.id
+        ).values_list("id", "task_id")
+        if task_id is None or task_id in task_ids
+    ]
+    contracts = list(Contract.objects.filter(task_id__in=task_ids).values_list("task_id", flat=True))
     now = timezone.now()
     return _SourceState(
-        goal=goal_row,
+        goal=Task.objects.filter(id=goal.id).values().get(),
         tasks=tasks,
         items=items,
-        tool_scopes=list(ToolScope.objects.filter(id__in=scope_ids).values()),
-        contracts=list(Contract.objects.filter(task_id__in=task_ids).values()),
+        tool_scopes=_rows_then(ToolScope, world.tool_scope_stream, scopes, position),
+        contracts=_rows_then(Contract, contract_stream, contracts, position),
         grants=[
             row
-            for row in Grant.objects.filter(goal_id=goal.id, revoked_at__isnull=True).values()
-            if (row["task_id"] is None or row["task_id"] in task_ids)
-            and (row["expires_at"] is None or row["expires_at"] > now)
+            for row in _rows_then(Grant, grant_stream, grants, position)
+            if row["revoked_at"] is None and (row["expires_at"] is None or row["expires_at"] > now)
         ],
     )
+
+
+def _rows_then(
+    model: type[Any], stream_of: Callable[[str], str], pks: Sequence[Any], position: int
+) -> list[Row]:
+    """The rows ``pks`` of ``model`` (one stream each, ``stream_of(pk)``) as they stood at ``position``."""
+    return list(_as_of(model, [stream_of(str(pk)) for pk in pks], pks, position).values())
+
+
+def _as_of(model: type[Any], streams: Sequence[str], pks: Sequence[Any], position: int) -> dict[Any, Row]:
+    """The rows ``pks`` of ``model`` as they stood at ``position``: their streams' events up to it, applied
+    through the projections into memory (nothing is written). A row not yet recorded then is absent."""
+    if not pks:
+        return {}
+    rows = projections.BufferedRows(transient=True)
+    projections.apply(store.read_streams(streams, until_position=position), rows)
+    return rows.get_many(model, pks)
 
 
 def _shared_or(task_ids: Sequence[uuid.UUID]) -> Q:
@@ -294,7 +331,7 @@ def _write_fork(
         )
         if carried:
             store.append(
-                stream_id=f"fork-{fork_id}",
+                stream_id=world.fork_stream(fork_id),
                 events=[
                     world.ItemsCarried(
                         goal_id=fork_id,

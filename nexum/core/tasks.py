@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from nexum.core.errors import Conflict, IllegalTransition, ValidationFailed
+from nexum.core.errors import Conflict, IllegalTransition, PolicyRefused, ValidationFailed
 from nexum.core.events import Event, event_type
 from nexum.core.text import is_storable, require_storable
 
@@ -430,7 +430,7 @@ def check_fork_position(value: object, *, first: int, head: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise ValidationFailed("at_position must be an integer log position", field="at_position")
     if head == 0 or not first <= value <= head:
-        raise ValidationFailed(
+        raise PolicyRefused(
             f"at_position {value} is outside this project's log (positions {first} to {head})"
             if head
             else f"at_position {value} is outside this project's log, which is empty",

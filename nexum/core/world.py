@@ -64,6 +64,11 @@ def item_stream(kind: str, item_id: str) -> str:
     return f"{STREAM_PREFIX[kind]}-{item_id}"
 
 
+def fork_stream(goal_id: str) -> str:
+    """The stream of the items a fork carried into its goal (``ItemsCarried``)."""
+    return f"fork-{goal_id}"
+
+
 def tool_stream(project_id: str, name: str) -> str:
     return f"tool-{project_id}-{name}"
 
@@ -285,6 +290,7 @@ CARRIED_FIELDS = (
     "trust_class",
     "token_counts",
     "terms",
+    "entities_text",
     "position",
     "actor",
     "status",

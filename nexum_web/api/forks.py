@@ -27,7 +27,7 @@ class ForkRequestSerializer(StrictInput):
     at_position = serializers.IntegerField(
         min_value=1,
         help_text="the log position whose state the fork starts from (a compile's or an event's position); "
-        "outside the project's log: 400 position_outside_log",
+        "outside the project's log: 422 position_outside_log",
     )
     reason = serializers.CharField(max_length=MAX_REASON_CHARS, help_text="why the fork is made")
     key = serializers.RegexField(
