@@ -201,7 +201,8 @@ def test_each_tools_results_match_its_output_schema(project, planned, operator_a
         return got
 
     got = session(token(project), steps)
-    assert set(got) - {"compiled"} == set(TOOLS) - {"set_contract"}  # the operator's, called in test_mcp
+    # the operator's, called in test_mcp
+    assert set(got) - {"compiled"} == set(TOOLS) - {"set_contract", "fork"}
     assert [item["text"] for item in got["resolve_context"]["bundle"]["items"]] == ["The port is 8080."]
     assert "Port 8081" in got["compiled"]["prompt_block"] and got["compiled"]["resource"].startswith("nexum:")
     assert got["compile_context"]["url"]  # async: true answers the request to poll (run at once: eager)

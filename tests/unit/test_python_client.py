@@ -246,3 +246,28 @@ def test_a_503_waits_as_long_as_the_servers_retry_after_within_the_bound():
     with pytest.raises(Unavailable):
         bounded.request("GET", "tasks")
     assert slept[2:] == [1.5, 1.5]  # never longer than backoff_max_s, and given up after the retries
+
+
+def test_a_fork_is_posted_with_its_position_and_reason_and_read_back():
+    answer = {
+        "goal_id": "g-2",
+        "task_id": "t-2",
+        "source_goal_id": "g-1",
+        "source_task_id": "t-1",
+        "at_position": 41,
+        "task_ids": {"t-1": "t-2"},
+        "carried_items": 12,
+        "replayed": False,
+    }
+    client, seen = client_for(lambda request, count: httpx.Response(201, json=answer))
+    fork = client.fork_task("t-1", at_position=41, reason="retry", idempotency_key="k-1")
+    assert (fork.goal_id, fork.task_id, fork.task_ids, fork.carried_items) == (
+        "g-2",
+        "t-2",
+        {"t-1": "t-2"},
+        12,
+    )
+    assert seen[0].url.path == "/api/v1/tasks/t-1/fork" and seen[0].headers["Idempotency-Key"] == "k-1"
+    assert json.loads(seen[0].content) == {"at_position": 41, "reason": "retry"}
+    goal_fork = client.fork_goal("g-1", at_position=41, reason="side by side")
+    assert seen[1].url.path == "/api/v1/goals/g-1/fork" and goal_fork.source_goal_id == "g-1"

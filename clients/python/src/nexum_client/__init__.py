@@ -15,7 +15,7 @@ from nexum_client.errors import (
     Unauthorized,
     Unavailable,
 )
-from nexum_client.models import Completion, Context, Event, Goal, Item, Resolution, Task
+from nexum_client.models import Completion, Context, Event, Fork, Goal, Item, Resolution, Task
 
 __all__ = [
     "BadRequest",
@@ -26,6 +26,7 @@ __all__ = [
     "Context",
     "Event",
     "Forbidden",
+    "Fork",
     "Goal",
     "Item",
     "Nexum",
