@@ -107,6 +107,22 @@ def test_a_goal_fork_carries_the_plan_and_shows_as_a_tree(api, operator_api, for
     assert [(node["id"], node["at_position"]) for node in source["forks"]] == [(copy, position)]
     forked = api.get(f"/api/v1/goals/{fork['goal_id']}").json()
     assert forked["forked_from"] == str(auth.goal.id) and forked["forked_at_position"] == position
+    assert [node["id"] for node in api.get(f"/api/v1/goals/{auth.goal.id}").json()["forks"]] == [
+        fork["goal_id"]
+    ]
+
+
+def test_the_admin_shows_a_goals_forks_as_a_tree(admin_client, operator_api, forked_world):
+    auth, _context, position = forked_world
+    body = {"at_position": position, "reason": "r"}
+    first = operator_api.post(f"/api/v1/goals/{auth.goal.id}/fork", body, format="json").json()
+    head = EventRow.objects.aggregate(p=Max("position"))["p"]
+    second = operator_api.post(
+        f"/api/v1/goals/{first['goal_id']}/fork", {"at_position": head, "reason": "r"}, format="json"
+    ).json()
+    page = admin_client.get(f"/admin/tasks_app/goal/{auth.goal.id}/change/").content.decode()
+    assert "Forks (source → forks)" in page
+    assert page.index(first["goal_id"]) < page.index(second["goal_id"])  # the fork's fork, nested under it
 
 
 def test_refusals_write_nothing(api, operator_api, other_operator_api, forked_world, project):
