@@ -70,7 +70,7 @@ class OrmRows:
     def insert_many(self, model: type[models.Model], rows: Sequence[Row]) -> None:
         if rows:
             write = _copy_rows if connection.vendor == "postgresql" else _insert_rows
-            write(model, [dict(row) for row in rows])
+            write(model, list(rows))
 
     def get_many(self, model: type[models.Model], pks: Iterable[Any]) -> dict[Any, Row]:
         found = model._base_manager.filter(pk__in=list(pks)).values(*_attnames(model))
