@@ -10,6 +10,7 @@ from nexum_web.api import (
     approvals,
     catalog,
     compilation,
+    forks,
     resolution,
     stream,
     tasks,
@@ -38,6 +39,8 @@ api_v1 = [
     path("tasks/<str:task_id>/block", tasks.TaskBlockView.as_view(), name="task-block"),
     path("tasks/<str:task_id>/unblock", tasks.TaskUnblockView.as_view(), name="task-unblock"),
     path("tasks/<str:task_id>/cancel", tasks.TaskCancelView.as_view(), name="task-cancel"),
+    path("tasks/<str:task_id>/fork", forks.TaskForkView.as_view(), name="task-fork"),
+    path("goals/<str:goal_id>/fork", forks.GoalForkView.as_view(), name="goal-fork"),
     path("tasks/<str:task_id>/complete", verification.TaskCompleteView.as_view(), name="task-complete"),
     path(
         "tasks/<str:task_id>/completions",

@@ -12,11 +12,14 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils.cache import add_never_cache_headers, patch_cache_control
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
 from nexum.core.projects import check_token_name
 from nexum.eventstore.admin import ReadOnlyAdmin, ReadOnlyInline, admin_actor, checked_by
-from tasks_app import services
+from tasks_app import selectors, services
 from tasks_app.models import AgentToken, Goal, Task, TaskTransition
 
 
@@ -133,10 +136,48 @@ class PlanInline(ReadOnlyInline):
         return super().get_queryset(request).filter(is_goal=False)
 
 
+def _change_page(node: dict[str, Any]) -> str:
+    return "admin:tasks_app_goal_change" if node["id"] == node["goal_id"] else "admin:tasks_app_task_change"
+
+
+def _fork_list(nodes: list[dict[str, Any]]) -> SafeString:
+    """A nested list of forks, each linked to its page, with the position it was forked at."""
+    return format_html(
+        "<ul>{}</ul>",
+        format_html_join(
+            "",
+            '<li><a href="{}">{}</a> (at position {}){}</li>',
+            (
+                (
+                    reverse(
+                        "admin:tasks_app_goal_change"
+                        if node["id"] == node["goal_id"]
+                        else "admin:tasks_app_task_change",
+                        args=[node["id"]],
+                    ),
+                    node["id"],
+                    node["at_position"],
+                    _fork_list(node["forks"]) if node["forks"] else "",
+                )
+                for node in nodes
+            ),
+        ),
+    )
+
+
+class ForkTreeMixin:
+    """The source a goal or task was forked from and the forks made from it, as a tree."""
+
+    @admin.display(description="forks (source → forks)")
+    def fork_tree(self, task: Task) -> SafeString | str:
+        return _fork_list(selectors.fork_tree(task=task)) if task.pk else ""
+
+
 @admin.register(Goal)
-class GoalAdmin(ReadOnlyAdmin):
+class GoalAdmin(ForkTreeMixin, ReadOnlyAdmin):
     """Goals, their derived state, their plan and the timeline of all their tasks."""
 
+    readonly_fields = ("fork_tree",)
     list_display = ("objective", "project", "state", "progress", "risk", "created_at", "updated_at")
     list_filter = ("state", "project")
     search_fields = ("objective",)
@@ -148,10 +189,11 @@ class GoalAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Task)
-class TaskAdmin(ReadOnlyAdmin):
+class TaskAdmin(ForkTreeMixin, ReadOnlyAdmin):
     """Tasks with their lifecycle timeline. Nothing here can change a state; ``completed`` comes only from the
     verification gate."""
 
+    readonly_fields = ("fork_tree",)
     list_display = ("key", "objective", "goal", "state", "attempt", "risk", "version", "updated_at")
     list_filter = ("state", "risk", "project")
     search_fields = ("key", "objective")

@@ -119,6 +119,12 @@ class Task(models.Model):
     attempt = models.PositiveIntegerField(default=0)
     version = models.PositiveIntegerField()
     progress = models.JSONField(default=dict, help_text="a goal's tasks counted by state; empty for a task")
+    forked_from = models.UUIDField(
+        null=True, blank=True, help_text="the goal or task this one was forked from (GoalForked); empty: none"
+    )
+    forked_at_position = models.BigIntegerField(
+        null=True, blank=True, help_text="the log position of the source's state the fork started from"
+    )
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 
@@ -128,6 +134,7 @@ class Task(models.Model):
         indexes = [
             models.Index(fields=["project", "is_goal", "-created_at"], name="task_project_goals"),
             models.Index(fields=["project", "state"], name="task_project_state"),
+            models.Index(fields=["forked_from"], name="task_forked_from"),
         ]
 
     def __str__(self) -> str:

@@ -13,6 +13,7 @@ from nexum.core.retention import ProjectRetentionSet
 from nexum.core.tasks import (
     PENDING,
     GoalCreated,
+    GoalForked,
     TaskCreated,
     count_states,
     derive_goal_state,
@@ -128,6 +129,25 @@ class TaskProjection(Projection):
             created_at=stored.recorded_at,
             updated_at=stored.recorded_at,
         )
+
+    @handles("GoalForked")
+    def goal_forked(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        """The fork's goal names its source goal (a task's fork: the source task's goal), each of its tasks
+        the task it was forked from."""
+        event: GoalForked = stored.event  # type: ignore[assignment]
+        goal_id = as_uuid(event.goal_id)
+        rows.update(
+            Task,
+            goal_id,
+            forked_from=as_uuid(event.source_goal_id),
+            forked_at_position=event.at_position,
+            version=stored.version,
+            updated_at=stored.recorded_at,
+        )
+        for task_id, source_id in sorted(event.task_ids.items()):
+            rows.update(
+                Task, as_uuid(task_id), forked_from=as_uuid(source_id), forked_at_position=event.at_position
+            )
 
     @handles("TaskCreated")
     def task_created(self, stored: StoredEvent, rows: ReadModelRows) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.db.models import Count, Q, QuerySet
 
@@ -132,3 +133,35 @@ def task_get_unscoped(*, task_id: str | uuid.UUID) -> Task:
     if task is None:
         raise NotFound(f"no task {task_id}", field="task_id")
     return task
+
+
+FORK_TREE_MAX_NODES = 1000
+
+
+def fork_tree(*, task: Task) -> list[dict[str, Any]]:
+    """The forks of a task or goal, each with its own forks (``{id, goal_id, at_position, created_at,
+    forks}``), oldest first: the tree the timeline and the admin show. At most ``FORK_TREE_MAX_NODES``
+    nodes are read, level by level."""
+    nodes: dict[Any, dict[str, Any]] = {}
+    roots: list[dict[str, Any]] = []
+    level, parents = [task.id], {task.id: roots}
+    while level and len(nodes) < FORK_TREE_MAX_NODES:
+        rows = (
+            Task.objects.filter(project_id=task.project_id, forked_from__in=level)
+            .order_by("created_at", "id")
+            .values("id", "goal_id", "forked_from", "forked_at_position", "created_at")
+        )[: FORK_TREE_MAX_NODES - len(nodes)]
+        level = []
+        for row in rows:
+            node = {
+                "id": row["id"],
+                "goal_id": row["goal_id"],
+                "at_position": row["forked_at_position"],
+                "created_at": row["created_at"],
+                "forks": [],
+            }
+            parents[row["forked_from"]].append(node)
+            nodes[row["id"]] = node
+            parents[row["id"]] = node["forks"]
+            level.append(row["id"])
+    return roots

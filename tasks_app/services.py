@@ -43,6 +43,8 @@ from nexum.core.retention import ProjectRetentionSet, check_retention_policy
 from nexum.core.roles import AGENT, check_role
 from nexum.core.tasks import (
     GoalCreated,
+    GoalForked,
+    GoalPlan,
     TaskCreated,
     TaskState,
     check_reason,
@@ -307,6 +309,85 @@ def goal_create(
                     idempotency_key=idempotency_key,
                 )
             )
+    return Task.objects.get(id=goal_id)
+
+
+def goal_fork_create(
+    *,
+    project_id: str,
+    goal_id: str,
+    plan: GoalPlan,
+    source_goal_id: str,
+    source_task_ids: Mapping[str, str],
+    source_task_id: str | None,
+    at_position: int,
+    reason: str,
+    actor: str,
+    idempotency_key: str | None,
+) -> Task:
+    """Create the goal of a fork with its tasks, all pending, and record what it was forked from
+    (``GoalForked``: the source goal, or task, and the position). ``source_task_ids`` maps the plan's task
+    keys to the tasks they were forked from. The caller (the fork service, which carries the world) holds
+    the transaction."""
+    task_ids = {spec.key: str(uuid.uuid5(uuid.UUID(goal_id), spec.key)) for spec in plan.tasks}
+    common = {"metadata": {"actor": actor}, "project_id": project_id, "idempotency_key": idempotency_key}
+    store.append(
+        stream_id=goal_stream(goal_id),
+        events=[
+            GoalCreated(
+                goal_id=goal_id,
+                objective=plan.objective,
+                inputs=plan.inputs,
+                constraints=plan.constraints,
+                success_criteria=plan.success_criteria,
+                risk=plan.risk,
+                task_keys=tuple(spec.key for spec in plan.tasks),
+            )
+        ],
+        expected_version=0,
+        **common,
+    )
+    for ordinal, spec in enumerate(plan.tasks, start=1):
+        task_id = task_ids[spec.key]
+        store.append(
+            stream_id=task_stream(task_id),
+            events=[
+                TaskCreated(
+                    task_id=task_id,
+                    goal_id=goal_id,
+                    parent_id=task_ids[spec.parent] if spec.parent else goal_id,
+                    parent_key=spec.parent,
+                    key=spec.key,
+                    ordinal=ordinal,
+                    objective=spec.objective,
+                    inputs=spec.inputs,
+                    constraints=spec.constraints,
+                    success_criteria=spec.success_criteria,
+                    risk=spec.risk,
+                    depends_on=spec.depends_on,
+                )
+            ],
+            expected_version=0,
+            **common,
+        )
+    # Once its tasks exist, so that the projection marks each with the task it was forked from. Without the
+    # key (it names the goal's creation in this stream): a concurrent repeat of the fork stops here, 409.
+    store.append(
+        stream_id=goal_stream(goal_id),
+        events=[
+            GoalForked(
+                goal_id=goal_id,
+                source_goal_id=source_goal_id,
+                source_task_id=source_task_id,
+                at_position=at_position,
+                reason=reason,
+                task_ids={task_ids[key]: source for key, source in source_task_ids.items()},
+            )
+        ],
+        expected_version=1,
+        metadata={"actor": actor},
+        project_id=project_id,
+    )
     return Task.objects.get(id=goal_id)
 
 

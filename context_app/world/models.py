@@ -54,6 +54,9 @@ class WorldItem(models.Model):
     recorded_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     version = models.PositiveIntegerField()
+    forked_from = models.UUIDField(
+        null=True, blank=True, help_text="the item this one was carried from by a fork (ItemsCarried)"
+    )
     # facts
     subject = models.CharField(max_length=500, blank=True)
     observed_at = models.DateTimeField(null=True, blank=True)

@@ -8,6 +8,7 @@ events (one append, or a thousand events of a rebuild) are embedded in one call 
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Any
 
@@ -35,7 +36,7 @@ class WorldProjection(Projection):
         item_id = as_uuid(event.item_id)
         project_id = as_uuid(stored.project_id)
         if meaning is not None:
-            self.defer((item_id, project_id, meaning))
+            self.defer((item_id, project_id, meaning, None))
         rows.insert(
             WorldItem,
             id=item_id,
@@ -76,23 +77,38 @@ class WorldProjection(Projection):
         )
 
     def settle(self, deferred: list[Any], rows: ReadModelRows) -> None:
-        """The vectors of the items recorded in the batch, by the configured embedder, in one call. A past
-        state's rows (``state_as_of``) get none: a replay embeds the few items its compile reads, by the
-        embedder that compile recorded."""
+        """The vectors of the items recorded in the batch, by the configured embedder, in one call; a carried
+        item's is its origin's (a vector is a function of the text and the embedder alone), the others are
+        made. A past state's rows (``state_as_of``) get none: a replay embeds the few items its compile
+        reads, by the embedder that compile recorded."""
         embedder = configured_embedder()
         if embedder is None or getattr(rows, "transient", False):
             return
         name = embedder_id(embedder)
-        vectors = embedder.embed([text for _, _, text in deferred])
-        for (item_id, project_id, _), vector in zip(deferred, vectors, strict=True):
-            rows.insert(
-                ItemVector,
-                id=item_vector_id(item_id, name),
-                project_id=project_id,
-                item_id=item_id,
-                embedder=name,
-                vector=vector,
-            )
+        origins = [origin for *_, origin in deferred if origin is not None]
+        known = {
+            row["item_id"]: row["vector"]
+            for row in rows.get_many(
+                ItemVector, [item_vector_id(origin, name) for origin in origins]
+            ).values()
+        }
+        vectors = {item_id: bytes(known[origin]) for item_id, _, _, origin in deferred if origin in known}
+        missing = [entry for entry in deferred if entry[0] not in vectors]
+        made = embedder.embed([entry[2] for entry in missing]) if missing else []
+        vectors.update((entry[0], vector) for entry, vector in zip(missing, made, strict=True))
+        rows.insert_many(
+            ItemVector,
+            [
+                {
+                    "id": item_vector_id(item_id, name),
+                    "project_id": project_id,
+                    "item_id": item_id,
+                    "embedder": name,
+                    "vector": vectors[item_id],
+                }
+                for item_id, project_id, *_ in deferred
+            ],
+        )
 
     @handles("FactRecorded")
     def fact_recorded(self, stored: StoredEvent, rows: ReadModelRows) -> None:
@@ -121,6 +137,66 @@ class WorldProjection(Projection):
     def tool_call_recorded(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: world.ToolCallRecorded = stored.event  # type: ignore[assignment]
         self._recorded(stored, rows, "tool_call", source=event.tool)
+
+    @handles("ItemsCarried")
+    def items_carried(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        """A fork's items, each as its origin stood (``world.ItemsCarried``), written at once: the origin's
+        place in the recorded order (``position``), this event's as the last change; version 0, since the
+        item's own stream holds no event yet. Their vectors are the origins' (``settle``)."""
+        event: world.ItemsCarried = stored.event  # type: ignore[assignment]
+        project_id = as_uuid(stored.project_id)
+        goal_id = as_uuid(event.goal_id)
+        scopes = {fields["task_id"] for fields in event.items}
+        task_ids = {task_id: as_uuid(task_id) if task_id else None for task_id in scopes}
+        carried = []
+        for fields in event.items:
+            kind = fields["kind"]
+            rendered = world.render_item(kind, fields)
+            meaning = world.meaning_text(kind, fields)
+            item_id, origin = uuid.UUID(fields["item_id"]), uuid.UUID(fields["forked_from"])
+            if meaning is not None:
+                self.defer((item_id, project_id, meaning, origin))
+            carried.append(
+                {
+                    "id": item_id,
+                    "project_id": project_id,
+                    "goal_id": goal_id,
+                    "task_id": task_ids[fields["task_id"]],
+                    "kind": kind,
+                    "text": fields["text"],
+                    "rendered": rendered,
+                    "token_counts": dict(fields["token_counts"]),
+                    "line_count": world.line_count(rendered),
+                    "terms": list(fields["terms"]),
+                    "terms_text": " ".join(fields["terms"]),
+                    "entities_text": fields["entities_text"],
+                    "trust_class": fields["trust_class"],
+                    "source": fields["source"],
+                    "actor": fields["actor"],
+                    "position": fields["position"],
+                    "changed_position": stored.position,
+                    "recorded_at": stored.recorded_at,
+                    "updated_at": stored.recorded_at,
+                    "version": 0,
+                    "forked_from": origin,
+                    "subject": fields["subject"],
+                    "observed_at": _datetime(fields["observed_at"]),
+                    "verified": fields["verified"],
+                    "status": fields["status"],
+                    "supersedes": as_uuid(fields["supersedes"]) if fields["supersedes"] else None,
+                    "superseded_by": as_uuid(fields["superseded_by"]) if fields["superseded_by"] else None,
+                    "rationale": fields["rationale"],
+                    "attempt": fields["attempt"],
+                    "uri": fields["uri"],
+                    "excerpt": fields["excerpt"],
+                    "media_type": fields["media_type"],
+                    "content_sha256": fields["content_sha256"],
+                    "content_size": fields["content_size"],
+                    "tool": fields["tool"],
+                    "arguments_digest": fields["arguments_digest"],
+                }
+            )
+        rows.insert_many(WorldItem, carried)
 
     @handles("FactVerified")
     def fact_verified(self, stored: StoredEvent, rows: ReadModelRows) -> None:

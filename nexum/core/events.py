@@ -115,11 +115,18 @@ def validate_event(event: Event) -> Event:
     return _build(type(event), event_to_data(event), prefix=type(event).event_type)
 
 
+_SCALARS = (str, int, float, type(None))
+
+
 def _to_json(value: Any) -> Any:
+    if isinstance(value, _SCALARS):  # most values: checked first, cheaply (``Mapping`` is an ABC)
+        return value
     if isinstance(value, tuple | list):
-        return [_to_json(item) for item in value]
+        return [item if isinstance(item, _SCALARS) else _to_json(item) for item in value]
     if isinstance(value, Mapping):
-        return {str(key): _to_json(item) for key, item in value.items()}
+        return {
+            str(key): item if isinstance(item, _SCALARS) else _to_json(item) for key, item in value.items()
+        }
     return value
 
 

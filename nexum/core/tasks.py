@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from nexum.core.errors import Conflict, IllegalTransition, ValidationFailed
+from nexum.core.errors import Conflict, IllegalTransition, PolicyRefused, ValidationFailed
 from nexum.core.events import Event, event_type
 from nexum.core.text import is_storable, require_storable
 
@@ -198,6 +198,21 @@ class TaskCompleted(Event):
     goal_id: str
     reason: str
     decision_id: str
+
+
+@event_type("GoalForked")
+@dataclass(frozen=True)
+class GoalForked(Event):
+    """A goal made as a fork of another goal (or of one of its tasks, ``source_task_id``) as it stood at
+    log position ``at_position``; ``task_ids`` maps each of the fork's tasks to the task it was forked from.
+    Recorded in the fork's goal stream right after its ``GoalCreated``."""
+
+    goal_id: str
+    source_goal_id: str
+    source_task_id: str | None
+    at_position: int
+    reason: str
+    task_ids: dict[str, str]
 
 
 TRANSITION_EVENTS: Final[Mapping[str, str]] = {
@@ -407,6 +422,23 @@ def check_reason(reason: object) -> str:
     if len(reason) > MAX_REASON_CHARS:
         raise ValidationFailed(f"reason has at most {MAX_REASON_CHARS} characters", field="reason")
     return require_storable(reason, "reason").strip()
+
+
+def check_fork_position(value: object, *, first: int, head: int) -> int:
+    """A fork's ``at_position``: a log position within the project's log, from its first event to its last
+    (``first``/``head``, both 0 for a project with no events)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValidationFailed("at_position must be an integer log position", field="at_position")
+    if head == 0 or not first <= value <= head:
+        raise PolicyRefused(
+            f"at_position {value} is outside this project's log (positions {first} to {head})"
+            if head
+            else f"at_position {value} is outside this project's log, which is empty",
+            field="at_position",
+            code="position_outside_log",
+            details={"first_position": first, "head_position": head},
+        )
+    return value
 
 
 # --- the lifecycle: state, evolve, decide ---

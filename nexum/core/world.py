@@ -19,7 +19,9 @@ Relevance terms: ``item_terms`` keeps the subject's terms and the first words of
 
 from __future__ import annotations
 
+import hashlib
 import re
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +62,11 @@ SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 def item_stream(kind: str, item_id: str) -> str:
     return f"{STREAM_PREFIX[kind]}-{item_id}"
+
+
+def fork_stream(goal_id: str) -> str:
+    """The stream of the items a fork carried into its goal (``ItemsCarried``)."""
+    return f"fork-{goal_id}"
 
 
 def tool_stream(project_id: str, name: str) -> str:
@@ -272,6 +279,61 @@ ITEM_EVENTS: dict[str, type[_ItemRecorded]] = {
     "progress": ProgressRecorded,
     "tool_call": ToolCallRecorded,
 }
+
+
+CARRIED_FIELDS = (
+    "kind",
+    "item_id",
+    "forked_from",
+    "task_id",
+    "text",
+    "trust_class",
+    "token_counts",
+    "terms",
+    "entities_text",
+    "position",
+    "actor",
+    "status",
+    "verified",
+    "supersedes",
+    "superseded_by",
+    "source",
+    "subject",
+    "observed_at",
+    "rationale",
+    "attempt",
+    "uri",
+    "excerpt",
+    "media_type",
+    "content_sha256",
+    "content_size",
+    "tool",
+    "arguments_digest",
+)
+"""What a carried item holds: its row as it stood at the fork's position, under its new id."""
+CARRY_BATCH = 1000
+"""Items per ``ItemsCarried`` event: a fork of a large goal is a few events of one append."""
+
+
+@event_type("ItemsCarried")
+@dataclass(frozen=True)
+class ItemsCarried(Event):
+    """World items a fork carries into its goal, each as it stood at the fork's position (``CARRIED_FIELDS``),
+    under a new id, with ``forked_from`` naming the item it was copied from. ``position`` is the origin's
+    place in the recorded order (the compiler's "newer"), kept so that the fork ranks its items as the
+    source did; the item's own stream starts empty (a carried fact's first change is version 1)."""
+
+    goal_id: str
+    source_goal_id: str
+    items: tuple[dict[str, Any], ...]
+
+
+def carried_item_id(fork_goal_id: str, origin_id: str) -> str:
+    """A carried item's id: the origin's first 64 bits, then 64 bits of the fork's and the origin's hash.
+    Ids sort as their origins do (the compiler breaks ties by id), and differ per fork."""
+    origin = uuid.UUID(origin_id).hex
+    suffix = hashlib.sha256(f"{fork_goal_id}/{origin_id}".encode()).hexdigest()[:16]
+    return str(uuid.UUID(origin[:16] + suffix))
 
 
 @event_type("ItemTokensCounted")

@@ -41,6 +41,14 @@ class ReadModelRows(Protocol):
 
     def delete(self, model: type[models.Model], pk: Any) -> None: ...
 
+    def insert_many(self, model: type[models.Model], rows: Sequence[Row]) -> None:
+        """Insert many rows of one table at once (a fork's thousands of items: one write, not one each)."""
+        ...
+
+    def get_many(self, model: type[models.Model], pks: Iterable[Any]) -> dict[Any, Row]:
+        """The rows found among ``pks``, by primary key (one read)."""
+        ...
+
 
 class OrmRows:
     """Writes through the ORM at once: used for live appends."""
@@ -58,6 +66,15 @@ class OrmRows:
 
     def delete(self, model: type[models.Model], pk: Any) -> None:
         model._base_manager.filter(pk=pk).delete()
+
+    def insert_many(self, model: type[models.Model], rows: Sequence[Row]) -> None:
+        if rows:
+            write = _copy_rows if connection.vendor == "postgresql" else _insert_rows
+            write(model, list(rows))
+
+    def get_many(self, model: type[models.Model], pks: Iterable[Any]) -> dict[Any, Row]:
+        found = model._base_manager.filter(pk__in=list(pks)).values(*_attnames(model))
+        return {row[model._meta.pk.attname]: row for row in found}
 
 
 class BufferedRows:
@@ -87,6 +104,14 @@ class BufferedRows:
 
     def delete(self, model: type[models.Model], pk: Any) -> None:
         self._tables.get(model, {}).pop(pk, None)
+
+    def insert_many(self, model: type[models.Model], rows: Sequence[Row]) -> None:
+        for row in rows:
+            self.insert(model, **row)
+
+    def get_many(self, model: type[models.Model], pks: Iterable[Any]) -> dict[Any, Row]:
+        found = (self.get(model, pk) for pk in pks)
+        return {row[model._meta.pk.attname]: row for row in found if row is not None}
 
     def flush(self, order: Sequence[type[models.Model]]) -> None:
         """Write every buffered row, table by table in ``order`` (parents first)."""

@@ -122,6 +122,22 @@ class TaskSerializer(serializers.Serializer):
     version = serializers.IntegerField(help_text="send back as expected_version")
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
+    forked_from = serializers.UUIDField(
+        allow_null=True, help_text="the goal or task this one was forked from (POST …/fork); null: none"
+    )
+    forked_at_position = serializers.IntegerField(
+        allow_null=True, help_text="the log position of the source's state the fork started from"
+    )
+
+
+class ForkNodeSerializer(serializers.Serializer):
+    id = serializers.UUIDField(help_text="the fork (a goal, or a task of a fork's goal)")
+    goal_id = serializers.UUIDField()
+    at_position = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    forks = serializers.ListField(
+        child=serializers.DictField(), help_text="the fork's own forks, in this shape"
+    )
 
 
 class TransitionSerializer(serializers.Serializer):
@@ -138,8 +154,17 @@ class TransitionSerializer(serializers.Serializer):
     recorded_at = serializers.DateTimeField()
 
 
+def _forks(task: Task) -> list[dict[str, Any]]:
+    return ForkNodeSerializer(selectors.fork_tree(task=task), many=True).data  # type: ignore[return-value]
+
+
 class TaskDetailSerializer(TaskSerializer):
     transitions = serializers.SerializerMethodField()
+    forks = serializers.SerializerMethodField()
+
+    @extend_schema_field(ForkNodeSerializer(many=True))
+    def get_forks(self, task: Task) -> list[dict[str, Any]]:
+        return _forks(task)
 
     @extend_schema_field(TransitionSerializer(many=True))
     def get_transitions(self, task: Task) -> list[dict[str, Any]]:
@@ -154,6 +179,11 @@ class GoalSerializer(TaskSerializer):
 
 class GoalDetailSerializer(GoalSerializer):
     tasks = serializers.SerializerMethodField()
+    forks = serializers.SerializerMethodField()
+
+    @extend_schema_field(ForkNodeSerializer(many=True))
+    def get_forks(self, goal: Task) -> list[dict[str, Any]]:
+        return _forks(goal)
 
     @extend_schema_field(TaskSerializer(many=True))
     def get_tasks(self, goal: Task) -> list[dict[str, Any]]:

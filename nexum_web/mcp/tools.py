@@ -462,6 +462,19 @@ TOOLS: dict[str, ToolSpec] = {
             operator=True,
             destructive=True,
         ),
+        ToolSpec(
+            "fork",
+            "Fork a task (task_id) or a goal with its plan (goal_id) from a past log position "
+            "(at_position: a compile's or an event's position): a new goal whose world is the source's as "
+            "it stood then, every task pending; the source is untouched. Retrying with the same "
+            "idempotency_key returns the first fork. An agent token is refused.",
+            "POST",
+            "/api/v1/tasks/{task_id}/fork",
+            goal_path="/api/v1/goals/{goal_id}/fork",
+            operator=True,
+            omitted={"key": "pass idempotency_key"},
+            idempotent=True,
+        ),
     ]
 }
 

@@ -177,6 +177,28 @@ def test_an_agent_cannot_call_an_operator_tool_or_exceed_its_ceiling(project, pl
     assert session(operator, steps)["revision"] == 2
 
 
+def test_an_operator_forks_over_mcp_and_an_agent_is_refused(project, planned):
+    task_id, goal_id = planned["tasks"][0]["id"], planned["id"]
+    position = EventRow.objects.filter(project_id=project.id).order_by("-position").first().position
+    arguments = {"task_id": task_id, "at_position": position, "reason": "try again"}
+    agent, operator = token(project), token(project, role="operator")
+    before = EventRow.objects.count()
+    refused = call_refused(agent, "fork", arguments)
+    assert refused.status == 403 and refused.error["code"] == "forbidden"
+    assert EventRow.objects.count() == before
+
+    async def steps(client: Client) -> list[dict[str, Any]]:
+        forked = structured(await client.call_tool("fork", {**arguments, "idempotency_key": "f-1"}))
+        again = structured(await client.call_tool("fork", {**arguments, "idempotency_key": "f-1"}))
+        whole = {"goal_id": goal_id, "at_position": position, "reason": "side by side"}
+        return [forked, again, structured(await client.call_tool("fork", whole))]
+
+    forked, again, whole = session(operator, steps)
+    assert forked["source_task_id"] == task_id and forked["task_id"] and not forked["replayed"]
+    assert again == {**forked, "replayed": True}
+    assert whole["source_goal_id"] == goal_id and whole["task_id"] is None
+
+
 def test_an_agent_cannot_retract_or_supersede_an_operators_fact_over_mcp(project, planned, operator_api):
     task_id = planned["tasks"][0]["id"]
     rule = {"text": "Deploys need a second reviewer", "subject": "deploy window"}

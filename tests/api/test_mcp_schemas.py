@@ -207,7 +207,7 @@ def test_each_tools_results_match_its_output_schema(project, planned, operator_a
         return got
 
     got = session(token(project), steps)
-    operators = {"set_contract", "decide_approval"}  # called in test_mcp and test_approvals_mcp
+    operators = {"set_contract", "decide_approval", "fork"}  # called in test_mcp and test_approvals_mcp
     assert set(got) - {"compiled"} == set(TOOLS) - operators
     assert [item["text"] for item in got["resolve_context"]["bundle"]["items"]] == ["The port is 8080."]
     assert "Port 8081" in got["compiled"]["prompt_block"] and got["compiled"]["resource"].startswith("nexum:")

@@ -262,3 +262,28 @@ def test_usage_is_reported_under_one_key_and_totals_are_read_with_their_filter()
     reported = client.report_usage("d1", prompt_tokens=10, completion_tokens=2, provider="p", model="m")
     assert reported["drift"] == 0.25 and seen[0].headers["Idempotency-Key"]
     assert client.usage(goal_id="g-1")["scope"] == "goal"
+
+
+def test_a_fork_is_posted_with_its_position_and_reason_and_read_back():
+    answer = {
+        "goal_id": "g-2",
+        "task_id": "t-2",
+        "source_goal_id": "g-1",
+        "source_task_id": "t-1",
+        "at_position": 41,
+        "task_ids": {"t-1": "t-2"},
+        "carried_items": 12,
+        "replayed": False,
+    }
+    client, seen = client_for(lambda request, count: httpx.Response(201, json=answer))
+    fork = client.fork_task("t-1", at_position=41, reason="retry", idempotency_key="k-1")
+    assert (fork.goal_id, fork.task_id, fork.task_ids, fork.carried_items) == (
+        "g-2",
+        "t-2",
+        {"t-1": "t-2"},
+        12,
+    )
+    assert seen[0].url.path == "/api/v1/tasks/t-1/fork" and seen[0].headers["Idempotency-Key"] == "k-1"
+    assert json.loads(seen[0].content) == {"at_position": 41, "reason": "retry"}
+    goal_fork = client.fork_goal("g-1", at_position=41, reason="side by side")
+    assert seen[1].url.path == "/api/v1/goals/g-1/fork" and goal_fork.source_goal_id == "g-1"

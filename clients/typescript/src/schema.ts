@@ -440,6 +440,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/goals/{goal_id}/fork": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Fork a goal from a past position: a new goal with its plan (every task pending) and its world as they stood
+         * @description Fork a goal with its plan as it stood at a past position.
+         *
+         *     Needs an operator token (forking a goal); an agent token gets 403 `forbidden`.
+         */
+        post: operations["fork_goal"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/goals/{goal_id}/tasks/{key}": {
         parameters: {
             query?: never;
@@ -1183,6 +1205,28 @@ export interface paths {
          * @description running → failed (retryable)
          */
         post: operations["fail"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/tasks/{task_id}/fork": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Fork a task from a past position: a new goal with the task, the steps it refines, and the world (items, decisions, failures, contract, grants) as they stood
+         * @description Fork a task as it stood at a past position into a goal of its own.
+         *
+         *     Needs an operator token (forking a task); an agent token gets 403 `forbidden`.
+         */
+        post: operations["fork_task"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2343,6 +2387,55 @@ export interface components {
         };
         /** @enum {string} */
         FileMatchesCheckKindEnum: "file_matches";
+        Fork: {
+            /**
+             * Format: uuid
+             * @description the fork's goal
+             */
+            goal_id: string;
+            /**
+             * Format: uuid
+             * @description a task's fork: the fork's copy of the task; a goal's fork: null
+             */
+            task_id: string | null;
+            /** Format: uuid */
+            source_goal_id: string;
+            /** Format: uuid */
+            source_task_id: string | null;
+            at_position: number;
+            /** @description source task id → the fork's task id */
+            task_ids: {
+                [key: string]: string;
+            };
+            /** @description world items carried, each with its forked_from */
+            carried_items: number;
+            /** @description true when the key had been used: nothing was written */
+            replayed: boolean;
+        };
+        ForkNode: {
+            /**
+             * Format: uuid
+             * @description the fork (a goal, or a task of a fork's goal)
+             */
+            id: string;
+            /** Format: uuid */
+            goal_id: string;
+            at_position: number;
+            /** Format: date-time */
+            created_at: string;
+            /** @description the fork's own forks, in this shape */
+            forks: {
+                [key: string]: unknown;
+            }[];
+        };
+        ForkRequestRequest: {
+            /** @description the log position whose state the fork starts from (a compile's or an event's position); outside the project's log: 422 position_outside_log */
+            at_position: number;
+            /** @description why the fork is made */
+            reason: string;
+            /** @description makes the call safe to retry: the same key returns the first fork, writing nothing */
+            key?: string;
+        };
         Goal: {
             /** Format: uuid */
             id: string;
@@ -2371,6 +2464,13 @@ export interface components {
             created_at: string;
             /** Format: date-time */
             updated_at: string;
+            /**
+             * Format: uuid
+             * @description the goal or task this one was forked from (POST …/fork); null: none
+             */
+            forked_from: string | null;
+            /** @description the log position of the source's state the fork started from */
+            forked_at_position: number | null;
             /** @description the goal's tasks counted by state */
             progress: {
                 [key: string]: number;
@@ -2427,11 +2527,19 @@ export interface components {
             created_at: string;
             /** Format: date-time */
             updated_at: string;
+            /**
+             * Format: uuid
+             * @description the goal or task this one was forked from (POST …/fork); null: none
+             */
+            forked_from: string | null;
+            /** @description the log position of the source's state the fork started from */
+            forked_at_position: number | null;
             /** @description the goal's tasks counted by state */
             progress: {
                 [key: string]: number;
             };
             readonly tasks: components["schemas"]["Task"][];
+            readonly forks: components["schemas"]["ForkNode"][];
         };
         GoalPage: {
             results: components["schemas"]["Goal"][];
@@ -2932,6 +3040,13 @@ export interface components {
             created_at: string;
             /** Format: date-time */
             updated_at: string;
+            /**
+             * Format: uuid
+             * @description the goal or task this one was forked from (POST …/fork); null: none
+             */
+            forked_from: string | null;
+            /** @description the log position of the source's state the fork started from */
+            forked_at_position: number | null;
         };
         TaskBrief: {
             /** Format: uuid */
@@ -2968,7 +3083,15 @@ export interface components {
             created_at: string;
             /** Format: date-time */
             updated_at: string;
+            /**
+             * Format: uuid
+             * @description the goal or task this one was forked from (POST …/fork); null: none
+             */
+            forked_from: string | null;
+            /** @description the log position of the source's state the fork started from */
+            forked_at_position: number | null;
             readonly transitions: components["schemas"]["Transition"][];
+            readonly forks: components["schemas"]["ForkNode"][];
         };
         TaskPage: {
             results: components["schemas"]["Task"][];
@@ -5092,6 +5215,114 @@ export interface operations {
             };
             /** @description not found in the token's project */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a service it needs (the database, the broker, a share of the server) is unavailable; nothing was written; Retry-After says when to try again */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    fork_goal: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the POST safe to retry: a repeat with the same key writes nothing and returns the same result; the same key with a different request is a 409 `idempotency_key_reused`. 1–200 characters. */
+                "Idempotency-Key"?: string;
+            };
+            path: {
+                goal_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ForkRequestRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Fork"];
+                };
+            };
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Fork"];
+                };
+            };
+            /** @description bad input: malformed, unknown member or parameter, wrong type, out of range */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no token, or an unknown or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description forbidden to this token (an operator's operation, or a trust class above its ceiling) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not found in the token's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description conflicts with the current state (version, transition, idempotency key, existing name) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the request body or a member of it is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description well formed but refused by policy */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8790,6 +9021,114 @@ export interface operations {
             };
             /** @description the request body or a member of it is too large */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a service it needs (the database, the broker, a share of the server) is unavailable; nothing was written; Retry-After says when to try again */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    fork_task: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the POST safe to retry: a repeat with the same key writes nothing and returns the same result; the same key with a different request is a 409 `idempotency_key_reused`. 1–200 characters. */
+                "Idempotency-Key"?: string;
+            };
+            path: {
+                task_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ForkRequestRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Fork"];
+                };
+            };
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Fork"];
+                };
+            };
+            /** @description bad input: malformed, unknown member or parameter, wrong type, out of range */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no token, or an unknown or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description forbidden to this token (an operator's operation, or a trust class above its ceiling) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not found in the token's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description conflicts with the current state (version, transition, idempotency key, existing name) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description the request body or a member of it is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description well formed but refused by policy */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };

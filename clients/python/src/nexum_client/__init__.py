@@ -16,7 +16,7 @@ from nexum_client.errors import (
     Unauthorized,
     Unavailable,
 )
-from nexum_client.models import Approval, Completion, Context, Event, Goal, Item, Resolution, Task
+from nexum_client.models import Approval, Completion, Context, Event, Fork, Goal, Item, Resolution, Task
 
 __all__ = [
     "Approval",
@@ -29,6 +29,7 @@ __all__ = [
     "Context",
     "Event",
     "Forbidden",
+    "Fork",
     "Goal",
     "Item",
     "Nexum",

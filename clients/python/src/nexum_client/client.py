@@ -28,7 +28,7 @@ from nexum_client.errors import (
     NexumError,
     error_from_response,
 )
-from nexum_client.models import Approval, Completion, Context, Event, Goal, Item, Resolution, Task
+from nexum_client.models import Approval, Completion, Context, Event, Fork, Goal, Item, Resolution, Task
 
 logger = logging.getLogger("nexum_client")
 
@@ -173,6 +173,22 @@ class Nexum:
     ) -> Iterator[Task]:
         for body in self._pages("tasks", {"goal": goal_id, "state": state, "limit": limit}):
             yield Task.from_json(body)
+
+    def fork_task(
+        self, task_id: str, *, at_position: int, reason: str, idempotency_key: str | None = None
+    ) -> Fork:
+        """An operator's: a new goal with the task (and the steps it refines) and its world as they stood at
+        log ``at_position`` (a compile's ``position``, an event's); the source is untouched."""
+        body = {"at_position": at_position, "reason": reason}
+        return Fork.from_json(self._post(f"tasks/{task_id}/fork", body, idempotency_key))
+
+    def fork_goal(
+        self, goal_id: str, *, at_position: int, reason: str, idempotency_key: str | None = None
+    ) -> Fork:
+        """An operator's: a new goal with the goal's plan (every task pending) and world as of
+        ``at_position``."""
+        body = {"at_position": at_position, "reason": reason}
+        return Fork.from_json(self._post(f"goals/{goal_id}/fork", body, idempotency_key))
 
     def _transition(
         self, command: str, task_id: str, expected_version: int | None, reason: str | None

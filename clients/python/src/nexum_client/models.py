@@ -63,6 +63,36 @@ class Goal:
 
 
 @dataclass(frozen=True)
+class Fork:
+    """A fork (an operator's ``fork_task``/``fork_goal``): its goal, the task it copied (a task's fork) and
+    the fork's task for each source task."""
+
+    goal_id: str
+    task_id: str | None
+    source_goal_id: str
+    source_task_id: str | None
+    at_position: int
+    task_ids: dict[str, str]
+    carried_items: int
+    replayed: bool
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Fork:
+        return cls(
+            goal_id=str(body["goal_id"]),
+            task_id=str(body["task_id"]) if body.get("task_id") else None,
+            source_goal_id=str(body["source_goal_id"]),
+            source_task_id=str(body["source_task_id"]) if body.get("source_task_id") else None,
+            at_position=int(body["at_position"]),
+            task_ids={str(source): str(fork) for source, fork in body.get("task_ids", {}).items()},
+            carried_items=int(body.get("carried_items", 0)),
+            replayed=bool(body.get("replayed", False)),
+            raw=body,
+        )
+
+
+@dataclass(frozen=True)
 class Item:
     """A world-state item: fact, decision, failure, artifact, progress note or tool call."""
 
