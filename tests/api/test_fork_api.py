@@ -14,6 +14,7 @@ from context_app.world import services as world
 from context_app.world.models import WorldItem
 from nexum.eventstore import projections
 from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.verification import verify_log
 from tasks_app.models import Task
 from tasks_app.services import task_fail
 from tests.integration.compile_world import build_auth_world
@@ -235,13 +236,13 @@ def test_a_fork_carries_the_contract_grants_and_tool_scope_as_they_stood(
     assert tools == {**source_tools, "goal_id": fork["goal_id"], "task_id": copy}
 
 
-def test_a_fork_rebuilds_as_it_was_written(operator_api, forked_world):
-
+def test_a_fork_rebuilds_as_it_was_written_and_its_chain_verifies(operator_api, forked_world):
     auth, _context, position = forked_world
     answer = operator_api.post(
         f"/api/v1/goals/{auth.goal.id}/fork", {"at_position": position, "reason": "r"}, format="json"
     )
     assert answer.status_code == 201
+    assert verify_log().ok  # the carried items' events are chained like any other
     with transaction.atomic():
         live = projections.snapshot()
         projections.rebuild()
