@@ -46,6 +46,7 @@ from nexum.core.tasks import (
     GoalForked,
     GoalPlan,
     TaskCreated,
+    TaskSpec,
     TaskState,
     check_reason,
     decide_block,
@@ -250,22 +251,12 @@ def goal_create(
         goal_id = str(uuid.uuid5(_GOAL_ID_NAMESPACE, f"{project.id}:{idempotency_key}"))
     else:
         goal_id = str(uuid.uuid4())
-    task_ids = {spec.key: str(uuid.uuid5(uuid.UUID(goal_id), spec.key)) for spec in plan.tasks}
+    task_ids = _task_ids(goal_id, plan)
     common = {"metadata": {"actor": actor}, "project_id": str(project.id), "idempotency_key": idempotency_key}
     with transaction.atomic():
         created = store.append(
             stream_id=goal_stream(goal_id),
-            events=[
-                GoalCreated(
-                    goal_id=goal_id,
-                    objective=plan.objective,
-                    inputs=plan.inputs,
-                    constraints=plan.constraints,
-                    success_criteria=plan.success_criteria,
-                    risk=plan.risk,
-                    task_keys=tuple(spec.key for spec in plan.tasks),
-                )
-            ],
+            events=[_goal_created(goal_id, plan)],
             expected_version=0,
             **common,
         )
@@ -273,22 +264,7 @@ def goal_create(
             task_id = task_ids[spec.key]
             appended = store.append(
                 stream_id=task_stream(task_id),
-                events=[
-                    TaskCreated(
-                        task_id=task_id,
-                        goal_id=goal_id,
-                        parent_id=task_ids[spec.parent] if spec.parent else goal_id,
-                        parent_key=spec.parent,
-                        key=spec.key,
-                        ordinal=ordinal,
-                        objective=spec.objective,
-                        inputs=spec.inputs,
-                        constraints=spec.constraints,
-                        success_criteria=spec.success_criteria,
-                        risk=spec.risk,
-                        depends_on=spec.depends_on,
-                    )
-                ],
+                events=[_task_created(goal_id, task_ids, ordinal, spec)],
                 expected_version=0,
                 **common,
             )
@@ -329,21 +305,11 @@ def goal_fork_create(
     (``GoalForked``: the source goal, or task, and the position). ``source_task_ids`` maps the plan's task
     keys to the tasks they were forked from. The caller (the fork service, which carries the world) holds
     the transaction."""
-    task_ids = {spec.key: str(uuid.uuid5(uuid.UUID(goal_id), spec.key)) for spec in plan.tasks}
+    task_ids = _task_ids(goal_id, plan)
     common = {"metadata": {"actor": actor}, "project_id": project_id, "idempotency_key": idempotency_key}
     store.append(
         stream_id=goal_stream(goal_id),
-        events=[
-            GoalCreated(
-                goal_id=goal_id,
-                objective=plan.objective,
-                inputs=plan.inputs,
-                constraints=plan.constraints,
-                success_criteria=plan.success_criteria,
-                risk=plan.risk,
-                task_keys=tuple(spec.key for spec in plan.tasks),
-            )
-        ],
+        events=[_goal_created(goal_id, plan)],
         expected_version=0,
         **common,
     )
@@ -351,22 +317,7 @@ def goal_fork_create(
         task_id = task_ids[spec.key]
         store.append(
             stream_id=task_stream(task_id),
-            events=[
-                TaskCreated(
-                    task_id=task_id,
-                    goal_id=goal_id,
-                    parent_id=task_ids[spec.parent] if spec.parent else goal_id,
-                    parent_key=spec.parent,
-                    key=spec.key,
-                    ordinal=ordinal,
-                    objective=spec.objective,
-                    inputs=spec.inputs,
-                    constraints=spec.constraints,
-                    success_criteria=spec.success_criteria,
-                    risk=spec.risk,
-                    depends_on=spec.depends_on,
-                )
-            ],
+            events=[_task_created(goal_id, task_ids, ordinal, spec)],
             expected_version=0,
             **common,
         )
@@ -389,6 +340,41 @@ def goal_fork_create(
         project_id=project_id,
     )
     return Task.objects.get(id=goal_id)
+
+
+def _task_ids(goal_id: str, plan: GoalPlan) -> dict[str, str]:
+    """The plan's task ids by key, derived from the goal's: a retry of the same goal names the same tasks."""
+    return {spec.key: str(uuid.uuid5(uuid.UUID(goal_id), spec.key)) for spec in plan.tasks}
+
+
+def _goal_created(goal_id: str, plan: GoalPlan) -> GoalCreated:
+    return GoalCreated(
+        goal_id=goal_id,
+        objective=plan.objective,
+        inputs=plan.inputs,
+        constraints=plan.constraints,
+        success_criteria=plan.success_criteria,
+        risk=plan.risk,
+        task_keys=tuple(spec.key for spec in plan.tasks),
+    )
+
+
+def _task_created(goal_id: str, task_ids: Mapping[str, str], ordinal: int, spec: TaskSpec) -> TaskCreated:
+    """The plan's task ``spec`` (the ``ordinal``-th) as created under its goal; ``task_ids`` by key."""
+    return TaskCreated(
+        task_id=task_ids[spec.key],
+        goal_id=goal_id,
+        parent_id=task_ids[spec.parent] if spec.parent else goal_id,
+        parent_key=spec.parent,
+        key=spec.key,
+        ordinal=ordinal,
+        objective=spec.objective,
+        inputs=spec.inputs,
+        constraints=spec.constraints,
+        success_criteria=spec.success_criteria,
+        risk=spec.risk,
+        depends_on=spec.depends_on,
+    )
 
 
 def task_start(
