@@ -410,42 +410,10 @@ def _answered(project_id: str, request_id: str, expected_version: int) -> Compil
     return answered
 
 
-def _record(
-    *,
-    task: Task,
-    word: str,
-    evidence: Sequence[Mapping[str, Any]],
-    request_id: str,
-    expected_version: int,
-    result: CompiledContext,
-    bundle_digest: str | None,
-    position: int,
-    actor: str,
-    compaction_threshold: int | None,
-    focus: str,
-    relevance_floor: float,
-    embedder: str,
-    embedded: Sequence[NewVector],
-) -> CompileOutcome:
-    """Store the compiled context by digest, the vectors the compile made, and append ``ContextCompiled``
-    (the caller's transaction): the compile's ``record`` phase."""
+def _record(**arguments: Any) -> CompileOutcome:
+    """``_record_in_transaction`` (the caller's transaction) as the compile's ``record`` phase."""
     with telemetry.phase_span("record"):
-        return _record_in_transaction(
-            task=task,
-            word=word,
-            evidence=evidence,
-            request_id=request_id,
-            expected_version=expected_version,
-            result=result,
-            bundle_digest=bundle_digest,
-            position=position,
-            actor=actor,
-            compaction_threshold=compaction_threshold,
-            focus=focus,
-            relevance_floor=relevance_floor,
-            embedder=embedder,
-            embedded=embedded,
-        )
+        return _record_in_transaction(**arguments)
 
 
 def _record_in_transaction(
@@ -465,6 +433,7 @@ def _record_in_transaction(
     embedder: str,
     embedded: Sequence[NewVector],
 ) -> CompileOutcome:
+    """Store the compiled context by digest, the vectors the compile made, and append ``ContextCompiled``."""
     project_id = str(task.project_id)
     store_vectors(embedded)
     evidence_digest = _store_evidence(project_id, evidence)
