@@ -188,6 +188,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "World state, context compilation and verification for LLM agents.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Tags and default names start after /api/: /metrics, outside the schema, must not widen the prefix.
+    "SCHEMA_PATH_PREFIX": r"/api/",
     # Request bodies get components of their own, where a string that may not be blank says minLength 1.
     "COMPONENT_SPLIT_REQUEST": True,
     # Swagger UI and Redoc from this server's static files (drf-spectacular-sidecar), never from a CDN.

@@ -24,14 +24,15 @@ from django.conf import settings
 
 from context_app.catalog.models import CatalogCard, ModelOverlay
 from context_app.catalog.services import DEFAULT_CATALOG, model_catalog_replace, model_overlay_set
-from context_app.compilation.models import StoredContext
-from context_app.compilation.services import context_compile
+from context_app.compilation.models import ContextUsage, StoredContext
+from context_app.compilation.services import context_compile, context_usage_report
 from context_app.resolution import services as resolution
 from context_app.resolution.models import Grant, Source, TaskContext, TaskQuestions
 from context_app.world import services as world
 from context_app.world.models import Tool, ToolScope, WorldItem
 from nexum.core import roles
 from nexum.core.roles import actor_of, caller_trust
+from nexum.eventstore.verification import verify_log
 from nexum.workspaces import project_published, project_workspace
 from tasks_app.models import Project, Task
 from tasks_app.services import goal_create, project_create, task_start
@@ -104,6 +105,8 @@ def load_demo_world(*, log: Callable[[str], None] = lambda line: None) -> DemoWo
     _run_gate(project_id, tasks, log)
     _resolve(project_id, tasks, log)
     _compile(project_id, tasks, log)
+    _usage(project_id, log)
+    _verify_log(log)
     tasks = {task.key: task for task in Task.objects.filter(goal_id=goal.id, is_goal=False)}
     return DemoWorld(project=project, goal=goal, tasks=tasks)
 
@@ -431,3 +434,33 @@ def _compile(project_id: str, tasks: dict[str, Task], log: Callable[[str], None]
             f"compile: {key} for {word}: {outcome.context.total_tokens} tokens, "
             f"{outcome.context.excluded_count} excluded"
         )
+
+
+def _usage(project_id: str, log: Callable[[str], None]) -> None:
+    """What a provider counted for a call made with the frontier context: the usage ledger's first row, and
+    the card's drift on GET /models and the admin (2 % more than Nexum counted: the chat template)."""
+    if ContextUsage.objects.filter(project_id=project_id).exists():
+        return
+    context = StoredContext.objects.filter(project_id=project_id, model_word="frontier").first()
+    if context is None:
+        return
+    counted = context.total_tokens + context.total_tokens // 50
+    context_usage_report(
+        project_id=project_id,
+        digest=context.digest,
+        prompt_tokens=counted,
+        completion_tokens=180,
+        provider="demo-provider",
+        model="frontier",
+        actor=AGENT,
+    )
+    log(
+        f"usage: the provider counted {counted} prompt tokens for the frontier context"
+        f" ({context.total_tokens} by Nexum)"
+    )
+
+
+def _verify_log(log: Callable[[str], None]) -> None:
+    """Walk the log's hash chains, as ``nexum_verify_log`` does, so the dashboard shows a verification."""
+    verification = verify_log()
+    log(f"log: {verification.events} events verified" if verification.ok else f"log: {verification.message}")

@@ -593,6 +593,8 @@ def test_the_schema_says_which_operations_need_an_operator(api):
         ("/api/v1/project/approval-settings", "put"),
         ("/api/v1/approvals/{approval_id}/decision", "post"),
         ("/api/v1/project/retention", "put"),
+        ("/api/v1/tasks/{task_id}/fork", "post"),
+        ("/api/v1/goals/{goal_id}/fork", "post"),
         ("/api/v1/models/{word}/overlay", "put"),
         ("/api/v1/models/{word}/overlay", "delete"),
         ("/api/v1/tools", "post"),
