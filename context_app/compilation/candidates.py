@@ -29,14 +29,12 @@ by a concurrent compile of the same task.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import sys
 import threading
 import uuid
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -68,6 +66,7 @@ from nexum.core.tokens import TokenCounter
 from nexum.embedding import Embedder, embedder_id
 from nexum.eventstore.models import Event
 from nexum.eventstore.replica import read_connection
+from nexum.gc_pause import collection_paused
 from tasks_app.models import Task
 
 RANKED_KINDS = ("fact", "tool_call")  # ranked by relevance: their terms are needed
@@ -232,7 +231,7 @@ class CandidateCache:
             return kept
         else:
             base = kept
-        with _collection_paused():
+        with collection_paused():
             fresh = self._refreshed(base, task, encoding, counter, now, embedder, embedded)
         self._keep(key, fresh, examined=entry)
         return fresh
@@ -448,22 +447,6 @@ class CandidateCache:
         if embedded is not None:
             embedded.extend(made)
         return {entry.item_id: entry.vector for entry in made}
-
-
-@contextmanager
-def _collection_paused() -> Iterator[None]:
-    """The cyclic garbage collector held off while a list is read and built: building a goal's items makes
-    tens of thousands of objects, none in a cycle, and each full collection they trigger walks every object
-    of the process (about a fifth of a cold compile's time at 10k items). Reference counting still frees
-    everything; the collector runs again afterwards, unless it was off before (a thread that finds it
-    paused by another thread leaves it to that one)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _applied(

@@ -46,6 +46,7 @@ from nexum.core.verification import contract_stream
 from nexum.eventstore import projections, store
 from nexum.eventstore.models import Event as EventRow
 from nexum.eventstore.projections import Row
+from nexum.gc_pause import collection_paused
 from tasks_app import selectors as task_selectors
 from tasks_app.models import Task
 from tasks_app.services import goal_fork_create
@@ -152,8 +153,9 @@ def _fork(
             code="not_yet_created",
             details={"created_at_position": created_at.position},
         )
-    state = _read_source(goal, task, position)
-    return _write_fork(project_id, fork_id, goal, task, position, reason, state, actor, idempotency_key)
+    with collection_paused():
+        state = _read_source(goal, task, position)
+        return _write_fork(project_id, fork_id, goal, task, position, reason, state, actor, idempotency_key)
 
 
 def _fork_goal_id(project_id: str, idempotency_key: str | None) -> str:
