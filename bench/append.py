@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nexum.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 import django
 
@@ -35,7 +35,7 @@ from django.db import connection  # noqa: E402
 
 from context_app.world import services as world  # noqa: E402
 from context_app.world.embedder import configured_embedder, configured_embedder_id  # noqa: E402
-from nexum.core.projects import AgentTokenIssued, HealthPinged, project_stream  # noqa: E402
+from nexum.core.tasks.projects import AgentTokenIssued, HealthPinged, project_stream  # noqa: E402
 from nexum.eventstore import projections, store  # noqa: E402
 from tasks_app.services import goal_create, project_create  # noqa: E402
 

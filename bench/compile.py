@@ -19,12 +19,12 @@ the ``local`` card (a 70B-class model: 128K window → 24,000-token budget), it 
   again);
 * ``loop``: the service in an agent loop: before each compile (not timed) the agent records a tool call and
   a progress note, so every compile meets a world that changed since the previous one;
-* ``traced``: the service with tracing on (``nexum.telemetry``: Nexum's spans, batched and exported by
-  OTLP/HTTP to a receiver in a process of its own, ``tests/otlp_receiver.py``) against ``untraced`` (off),
-  and ``traced_sql``, with a span per SQL statement too (``NEXUM_TRACE_SQL``), against ``untraced_new``: the
-  two with the connection opened again before each run (not timed), so that its statements are traced or
-  not (a new connection's first compile is slower, so it has a baseline of its own); the four timed in
-  turn. ``BENCH_TRACING=0`` leaves them out.
+* ``traced``: the service with tracing on (``nexum.adapters.telemetry``: Nexum's spans, batched and
+  exported by OTLP/HTTP to a receiver in a process of its own, ``tests/otlp_receiver.py``) against
+  ``untraced`` (off), and ``traced_sql``, with a span per SQL statement too (``NEXUM_TRACE_SQL``), against
+  ``untraced_new``: the two with the connection opened again before each run (not timed), so that its
+  statements are traced or not (a new connection's first compile is slower, so it has a baseline of its own);
+  the four timed in turn. ``BENCH_TRACING=0`` leaves them out.
 
 The world is bench/worlds.py's (items inserted fast, 1,000 events per append; the tables then vacuumed and
 analyzed, as autovacuum soon would after such a load: the planner knows their size, and an index-only scan
@@ -52,7 +52,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nexum.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 import django
 
@@ -68,11 +68,11 @@ from context_app.compilation.candidates import CANDIDATES, task_items  # noqa: E
 from context_app.world.embedder import configured_embedder_id  # noqa: E402
 from context_app.world.models import WorldItem  # noqa: E402
 from context_app.world.services import progress_record, scope_resolve, tool_call_record  # noqa: E402
-from nexum import telemetry  # noqa: E402
-from nexum.core import world  # noqa: E402
+from nexum.adapters import telemetry  # noqa: E402
+from nexum.adapters.tokenization import counter_for, default_registry  # noqa: E402
 from nexum.core.compilation.compiler import COMPILER_VERSION, CompileInput, ContextItem  # noqa: E402
 from nexum.core.compilation.compiler import compile_context as run_compiler  # noqa: E402
-from nexum.tokenization import counter_for, default_registry  # noqa: E402
+from nexum.core.world.items import item_terms, line_count  # noqa: E402
 from tasks_app.models import Task  # noqa: E402
 
 SIZES = [int(size) for size in os.environ.get("BENCH_SIZES", "1000,10000,50000").split(",")]
@@ -103,10 +103,10 @@ def naive_compile(task: Task) -> None:
                     item.kind,
                     item.id,
                     tokenizer.count(text),
-                    world.line_count(text),
+                    line_count(text),
                     item.position,
                     item.verified,
-                    tuple(world.item_terms(text)),
+                    tuple(item_terms(text)),
                     item.trust_class,
                     item.origin,
                     item.observed,

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nexum.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 import django
 
@@ -48,7 +48,7 @@ django.setup()
 
 from context_app.catalog.services import DEFAULT_CATALOG, model_catalog_replace  # noqa: E402
 from context_app.compilation import services as compilation_services  # noqa: E402
-from nexum.core import world  # noqa: E402
+from nexum.adapters.tokenization import counter_for  # noqa: E402
 from nexum.core.compilation.compiler import (  # noqa: E402
     ITEM_OVERHEAD,
     VERIFIED_LABEL,
@@ -56,9 +56,9 @@ from nexum.core.compilation.compiler import (  # noqa: E402
     Step,
     query_text,
 )
-from nexum.core.relevance import terms_of  # noqa: E402
+from nexum.core.world.items import DEFAULT_TRUST_CLASS, FactRecorded, item_terms, render_fact, token_counts  # noqa: E402
+from nexum.core.world.relevance import terms_of  # noqa: E402
 from nexum.eventstore import store  # noqa: E402
-from nexum.tokenization import counter_for  # noqa: E402
 from tasks_app.models import Task  # noqa: E402
 from tasks_app.services import goal_create, project_create, task_start  # noqa: E402
 
@@ -97,7 +97,7 @@ class Fact:
 
     @property
     def rendered(self) -> str:
-        return world.render_fact(self.text, subject=self.subject)
+        return render_fact(self.text, subject=self.subject)
 
 
 @dataclass(frozen=True)
@@ -340,14 +340,14 @@ def build_quality_world(
     counter = counter_for(ENCODING)
     for start in range(0, len(facts), BATCH):
         events = [
-            world.FactRecorded(
+            FactRecorded(
                 item_id=ids[fact.key],
                 goal_id=str(goal.id),
                 task_id=None,
                 text=fact.text,
-                trust_class=world.DEFAULT_TRUST_CLASS,
-                token_counts=world.token_counts(fact.rendered, [counter]),
-                terms=list(world.item_terms(fact.subject, fact.text)),
+                trust_class=DEFAULT_TRUST_CLASS,
+                token_counts=token_counts(fact.rendered, [counter]),
+                terms=list(item_terms(fact.subject, fact.text)),
                 subject=fact.subject,
                 verified=ids[fact.key] in verified,
             )

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nexum.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ["NEXUM_METRICS_TOKEN"] = SCRAPE_TOKEN = "bench-scrape-token-" + "x" * 24
 os.environ["NEXUM_SOURCE_HTTP_ALLOW"] = "127.0.0.1:9"  # the webhooks' host (never reached)
 os.environ.setdefault("NEXUM_DATA_DIR", str(Path(__file__).resolve().parents[1] / "data" / "bench"))

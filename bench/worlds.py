@@ -18,10 +18,24 @@ from django.db import connection
 
 from context_app.catalog.services import DEFAULT_CATALOG, model_catalog_replace
 from context_app.world.services import tool_define
-from nexum.core import world
+from nexum.adapters.tokenization import counter_for
 from nexum.core.events import Event
+from nexum.core.world.items import (
+    ArtifactRecorded,
+    DecisionRecorded,
+    FactRecorded,
+    FailureRecorded,
+    ProgressRecorded,
+    ToolCallRecorded,
+    item_terms,
+    render_artifact,
+    render_decision,
+    render_fact,
+    render_failure,
+    render_tool_call,
+    token_counts,
+)
 from nexum.eventstore import store
-from nexum.tokenization import counter_for
 from tasks_app.models import Task
 from tasks_app.services import agent_token_issue, goal_create, project_create, task_start
 
@@ -86,51 +100,51 @@ def item_event(
     }
     if kind == "fact":
         subject = rng.choice(VOCABULARY)
-        rendered = world.render_fact(text, subject=subject, source="docs/notes.md")
-        return world.FactRecorded(
+        rendered = render_fact(text, subject=subject, source="docs/notes.md")
+        return FactRecorded(
             **common,
-            token_counts=world.token_counts(rendered, [counter]),
-            terms=list(world.item_terms(subject, text)),
+            token_counts=token_counts(rendered, [counter]),
+            terms=list(item_terms(subject, text)),
             source="docs/notes.md",
             subject=subject,
             verified=rng.random() < 0.2,
         )
     if kind == "decision":
-        rendered = world.render_decision(text, rationale="it keeps the spec green")
-        return world.DecisionRecorded(
+        rendered = render_decision(text, rationale="it keeps the spec green")
+        return DecisionRecorded(
             **common,
-            token_counts=world.token_counts(rendered, [counter]),
-            terms=list(world.item_terms(text)),
+            token_counts=token_counts(rendered, [counter]),
+            terms=list(item_terms(text)),
             rationale="it keeps the spec green",
         )
     if kind == "failure":
-        rendered = world.render_failure(text, attempt=1)
-        return world.FailureRecorded(
+        rendered = render_failure(text, attempt=1)
+        return FailureRecorded(
             **common,
-            token_counts=world.token_counts(rendered, [counter]),
-            terms=list(world.item_terms(text)),
+            token_counts=token_counts(rendered, [counter]),
+            terms=list(item_terms(text)),
             attempt=1,
         )
     if kind == "artifact":
         uri = f"artifact://results/{rng.randrange(10**6)}"
-        rendered = world.render_artifact(uri=uri, summary=text, excerpt="", media_type="text/plain")
-        return world.ArtifactRecorded(
+        rendered = render_artifact(uri=uri, summary=text, excerpt="", media_type="text/plain")
+        return ArtifactRecorded(
             **common,
-            token_counts=world.token_counts(rendered, [counter]),
-            terms=list(world.item_terms(text)),
+            token_counts=token_counts(rendered, [counter]),
+            terms=list(item_terms(text)),
             uri=uri,
             media_type="text/plain",
         )
     if kind == "progress":
-        return world.ProgressRecorded(
-            **common, token_counts=world.token_counts(text, [counter]), terms=list(world.item_terms(text))
+        return ProgressRecorded(
+            **common, token_counts=token_counts(text, [counter]), terms=list(item_terms(text))
         )
     digest = uuid.uuid4().hex * 2
-    rendered = world.render_tool_call(tool="rspec", arguments_digest=digest, result_summary=text)
-    return world.ToolCallRecorded(
+    rendered = render_tool_call(tool="rspec", arguments_digest=digest, result_summary=text)
+    return ToolCallRecorded(
         **common,
-        token_counts=world.token_counts(rendered, [counter]),
-        terms=list(world.item_terms(f"rspec {text}")),
+        token_counts=token_counts(rendered, [counter]),
+        terms=list(item_terms(f"rspec {text}")),
         tool="rspec",
         arguments_digest=digest,
     )

@@ -7,7 +7,7 @@ The defaults suit one machine behind a reverse proxy that terminates TLS; the en
 import multiprocessing
 import os
 
-wsgi_app = "nexum.wsgi:application"
+wsgi_app = "config.wsgi:application"
 bind = os.environ.get("NEXUM_WEB_BIND", "127.0.0.1:8000").split(",")
 # Threads share a process's compile cache and database connections (persistent, see CONN_MAX_AGE).
 worker_class = "gthread"
@@ -29,7 +29,7 @@ errorlog = "-"
 
 
 def post_fork(server, worker):
-    """Each worker tells the application (nexum/settings.py) the thread and worker counts it serves with, as
+    """Each worker tells the application (config/settings.py) the thread and worker counts it serves with, as
     finally configured (GUNICORN_CMD_ARGS and the command line included): an open event stream holds one of
     its process's threads, so the streams' bounds derive from them (NEXUM_EVENT_STREAMS_MAX, and all of a
     process's threads but one)."""

@@ -30,7 +30,7 @@ if [ "${1:-}" = "--check" ]; then
 fi
 
 export NEXUM_DEBUG="${NEXUM_DEBUG:-false}"
-# Every process below keeps its metrics' counts in this folder and /metrics sums them (nexum/metrics.py);
+# Every process below keeps its metrics' counts in this folder and /metrics sums them (nexum/adapters/metrics.py);
 # emptied at each start, as the processes whose counts it held are gone.
 export PROMETHEUS_MULTIPROC_DIR="${PROMETHEUS_MULTIPROC_DIR:-${NEXUM_DATA_DIR:-data}/prometheus}"
 rm -rf "$PROMETHEUS_MULTIPROC_DIR"
@@ -39,7 +39,7 @@ python manage.py migrate --noinput
 python manage.py collectstatic --noinput --verbosity 0
 
 source deploy/supervise.bash
-# A worker pool per queue (CELERY_TASK_ROUTES in nexum/settings.py), so a backlog of one kind never delays another:
+# A worker pool per queue (CELERY_TASK_ROUTES in config/settings.py), so a backlog of one kind never delays another:
 # completions (and the default queue: async resolves, health pings), compiles, webhook deliveries.
 pool() {
     local name=$1 queues=$2 concurrency=$3
@@ -50,7 +50,7 @@ pool completions completions,celery "${NEXUM_WORKER_CONCURRENCY:-$(nproc)}"
 pool compiles compiles "${NEXUM_COMPILE_WORKER_CONCURRENCY:-2}"
 pool webhooks webhooks "${NEXUM_WEBHOOK_WORKER_CONCURRENCY:-4}"
 start dispatcher python manage.py nexum_dispatcher
-if python -c 'from nexum.celery import app; raise SystemExit(0 if app.conf.beat_schedule else 1)'; then
+if python -c 'from config.celery import app; raise SystemExit(0 if app.conf.beat_schedule else 1)'; then
     start beat python -m celery -A nexum beat --loglevel INFO --schedule "${NEXUM_DATA_DIR:-data}/celerybeat-schedule"
 fi
 start "web server" python -m gunicorn -c deploy/gunicorn.conf.py

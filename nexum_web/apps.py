@@ -8,9 +8,9 @@ class WebConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
 
-        from nexum import telemetry
+        from nexum.adapters import telemetry
         from nexum_web import handlers
 
         handlers.register_all()
-        # Before any request or connection is made: see nexum.telemetry.
+        # Before any request or connection is made: see nexum.adapters.telemetry.
         telemetry.tracing_from_environment(statements=settings.NEXUM_TRACE_SQL)

@@ -17,7 +17,7 @@ from django.utils.cache import add_never_cache_headers, patch_cache_control
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from nexum.core.projects import check_token_name
+from nexum.core.tasks.projects import check_token_name
 from nexum.eventstore.admin import ReadOnlyAdmin, ReadOnlyInline, admin_actor, checked_by
 from tasks_app import selectors, services
 from tasks_app.models import AgentToken, Goal, Task, TaskTransition

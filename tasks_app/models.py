@@ -92,10 +92,10 @@ class Task(models.Model):
     ``task.goal_id`` always names the plan a task belongs to. ``parent`` is the task a step refines (the goal
     for top-level steps, None for the goal). ``depends_on`` holds keys of tasks in the same goal.
 
-    A task's ``state`` follows its lifecycle (``nexum/core/tasks.py``); a goal's ``state`` is derived from
-    its tasks' states (``progress`` counts them by state) and no command changes it directly. ``version`` is
-    the version of the row's own stream (``task-<id>``, or ``goal-<id>`` for a goal) after the last event
-    applied: pass it back as ``expected_version``.
+    A task's ``state`` follows its lifecycle (``nexum/core/tasks/lifecycle.py``); a goal's ``state`` is
+    derived from its tasks' states (``progress`` counts them by state) and no command changes it directly.
+    ``version`` is the version of the row's own stream (``task-<id>``, or ``goal-<id>`` for a goal) after the
+    last event applied: pass it back as ``expected_version``.
     """
 
     id = models.UUIDField(primary_key=True)

@@ -2,15 +2,9 @@ from __future__ import annotations
 
 import uuid
 
-from nexum.core.projects import (
-    AgentTokenIssued,
-    AgentTokenRevoked,
-    ProjectCreated,
-    ProjectHighRiskApprovalSet,
-    ProjectRelevanceFloorSet,
-)
-from nexum.core.retention import ProjectRetentionSet
-from nexum.core.tasks import (
+from nexum.core.compilation.retention import ProjectRetentionSet
+from nexum.core.ids import as_uuid
+from nexum.core.tasks.lifecycle import (
     PENDING,
     GoalCreated,
     GoalForked,
@@ -20,9 +14,15 @@ from nexum.core.tasks import (
     evolve,
     task_state_from_row,
 )
+from nexum.core.tasks.projects import (
+    AgentTokenIssued,
+    AgentTokenRevoked,
+    ProjectCreated,
+    ProjectHighRiskApprovalSet,
+    ProjectRelevanceFloorSet,
+)
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
 from nexum.eventstore.store import StoredEvent
-from nexum.ids import as_uuid
 from tasks_app.models import AgentToken, Project, Task, TaskTransition
 
 
@@ -208,7 +208,9 @@ class TaskProjection(Projection):
         task = rows.get(Task, task_id)
         if task is None:
             return
-        after = evolve(task_state_from_row(task), event)  # the lifecycle's own fold (nexum.core.tasks)
+        after = evolve(
+            task_state_from_row(task), event
+        )  # the lifecycle's own fold (nexum.core.tasks.lifecycle)
         rows.update(
             Task,
             task_id,

@@ -8,7 +8,7 @@ from typing import Any
 from django.db.models import Count, Q, QuerySet
 
 from nexum.core.errors import NotFound
-from nexum.ids import uuid_or_none
+from nexum.core.ids import uuid_or_none
 from tasks_app.models import AgentToken, Project, Task, TaskTransition
 
 

@@ -1,10 +1,10 @@
 """Writes to projects, agent tokens and the task graph. Every change is an event; read models follow by
 projection.
 
-The task graph's writes decide with the pure rules of ``nexum/core/tasks.py`` and append to the task's own
-stream (``task-<id>``) at the version they decided on. No function here sets a task ``completed`` except
-``task_record_gate_decision``, which is reserved for the verification gate (SPEC V): it is called by the
-verification app after its deterministic checks, never by an endpoint or the admin.
+The task graph's writes decide with the pure rules of ``nexum/core/tasks/lifecycle.py`` and append to the
+task's own stream (``task-<id>``) at the version they decided on. No function here sets a task ``completed``
+except ``task_record_gate_decision``, which is reserved for the verification gate (SPEC V): it is called by
+the verification app after its deterministic checks, never by an endpoint or the admin.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db import transaction
 
-from nexum.core.approvals import check_stage_setting
+from nexum.core.compilation.retention import ProjectRetentionSet, check_retention_policy
 from nexum.core.errors import (
     Conflict,
     IllegalTransition,
@@ -27,21 +27,8 @@ from nexum.core.errors import (
     check_expected,
 )
 from nexum.core.events import Event
-from nexum.core.projects import (
-    AgentTokenIssued,
-    AgentTokenRevoked,
-    ProjectCreated,
-    ProjectHighRiskApprovalSet,
-    ProjectRelevanceFloorSet,
-    check_project_name,
-    check_relevance_floor,
-    check_slug,
-    check_token_name,
-    project_stream,
-)
-from nexum.core.retention import ProjectRetentionSet, check_retention_policy
 from nexum.core.roles import AGENT, check_role
-from nexum.core.tasks import (
+from nexum.core.tasks.lifecycle import (
     GoalCreated,
     GoalForked,
     GoalPlan,
@@ -60,6 +47,19 @@ from nexum.core.tasks import (
     task_state_from_row,
     task_stream,
 )
+from nexum.core.tasks.projects import (
+    AgentTokenIssued,
+    AgentTokenRevoked,
+    ProjectCreated,
+    ProjectHighRiskApprovalSet,
+    ProjectRelevanceFloorSet,
+    check_project_name,
+    check_relevance_floor,
+    check_slug,
+    check_token_name,
+    project_stream,
+)
+from nexum.core.verification.approvals import check_stage_setting
 from nexum.eventstore import store
 from tasks_app import hooks, selectors
 from tasks_app.models import AgentToken, Project, Task

@@ -37,7 +37,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 @pytest.fixture(autouse=True)
 def celery_eager_unless_worker_test(request: pytest.FixtureRequest):
     """Tasks run in process by default; tests marked ``worker`` talk to a real worker on the broker."""
-    from nexum.celery import app
+    from config.celery import app
 
     eager = request.node.get_closest_marker("worker") is None
     previous = app.conf.task_always_eager

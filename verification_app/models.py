@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from django.db import models
 
-import nexum.core.verification  # noqa: F401  (registers the event types)
-from nexum.core.approvals import APPROVAL_STATES  # (and registers the approval event types)
+import nexum.core.verification.contracts  # noqa: F401  (registers the event types)
+from nexum.core.verification.approvals import APPROVAL_STATES  # (and registers the approval event types)
 from tasks_app.models import Project, Task
 
 OUTCOME_CHOICES = [(o, o) for o in ("completed", "failed", "blocked", "skipped")]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import uuid
 
-from nexum.core.approvals import (
+from nexum.core.verification.approvals import (
     DENIED,
     GRANTED,
     PENDING,
@@ -10,7 +10,12 @@ from nexum.core.approvals import (
     ApprovalGranted,
     ApprovalRequested,
 )
-from nexum.core.verification import CheckRunRecorded, CompletionRequested, ContractRegistered, GateDecided
+from nexum.core.verification.contracts import (
+    CheckRunRecorded,
+    CompletionRequested,
+    ContractRegistered,
+    GateDecided,
+)
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
 from nexum.eventstore.store import StoredEvent
 from verification_app.models import Approval, CheckRun, CompletionRequest, Contract

@@ -23,8 +23,10 @@ from django.utils.module_loading import import_string
 
 from context_app.world.artifacts import default_store
 from context_app.world.models import WorldItem
+from nexum.adapters.sandbox import CheckRunner, SandboxPolicy, resolve_executable, resolve_in_workspace
+from nexum.adapters.workspaces import project_workspace
 from nexum.core.errors import NotFound, PolicyRefused, ValidationFailed
-from nexum.core.gate import (
+from nexum.core.verification.gate import (
     DENIED_EXECUTABLE,
     WORKSPACE_VIOLATION,
     CheckSpec,
@@ -32,8 +34,6 @@ from nexum.core.gate import (
     FileExistsCheck,
     FileMatchesCheck,
 )
-from nexum.sandbox import CheckRunner, SandboxPolicy, resolve_executable, resolve_in_workspace
-from nexum.workspaces import project_workspace
 from tasks_app import selectors as task_selectors
 
 _callables: dict[str, Callable[[], bool]] = {}
@@ -75,9 +75,10 @@ def _lazy_import(path: str) -> Callable[[], bool]:
 
 
 def workspace_folder(project_id: str) -> Path:
-    """The project's own workspace folder (``nexum.workspaces.project_workspace``), created when missing: its
-    checks run there and see no other project's folder. A root worker's sandboxes run as the unprivileged
-    ``NEXUM_SANDBOX_HOST_UID``, which must be able to write it: the folder is given to that user."""
+    """The project's own workspace folder (``nexum.adapters.workspaces.project_workspace``), created when
+    missing: its checks run there and see no other project's folder. A root worker's sandboxes run as the
+    unprivileged ``NEXUM_SANDBOX_HOST_UID``, which must be able to write it: the folder is given to that
+    user."""
     project = task_selectors.project_get(project_id=project_id)
     folder = project_workspace(project.slug).resolve()
     folder.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 
 from context_app.world.artifacts import stored_text
 from nexum.core.errors import NotFound
-from nexum.ids import uuid_or_none
+from nexum.core.ids import uuid_or_none
 from tasks_app import selectors as task_selectors
 from verification_app.models import Approval, CheckRun, CompletionRequest, Contract
 

@@ -31,8 +31,18 @@ from django.db import transaction
 
 from context_app.world.artifacts import default_store, stored_text
 from context_app.world.models import WorldItem
-from nexum import metrics, telemetry
-from nexum.core.approvals import (
+from nexum.adapters import metrics, telemetry
+from nexum.core.errors import (
+    ConcurrencyError,
+    IllegalTransition,
+    NotFound,
+    ValidationFailed,
+    check_expected,
+)
+from nexum.core.ids import uuid_or_none
+from nexum.core.tasks.lifecycle import ALLOWED_FROM, MAX_REASON_CHARS
+from nexum.core.trust import TrustClass
+from nexum.core.verification.approvals import (
     BEFORE_COMPLETE,
     BEFORE_START,
     DENY,
@@ -54,26 +64,7 @@ from nexum.core.approvals import (
     gate_approval_id,
     required_stages,
 )
-from nexum.core.errors import (
-    ConcurrencyError,
-    IllegalTransition,
-    NotFound,
-    ValidationFailed,
-    check_expected,
-)
-from nexum.core.gate import (
-    RAISED,
-    CheckResult,
-    CheckSpec,
-    CommandCheck,
-    Contract,
-    GateDecision,
-    contract_from_dict,
-    gate_task_completion,
-)
-from nexum.core.tasks import ALLOWED_FROM, MAX_REASON_CHARS
-from nexum.core.trust import TrustClass
-from nexum.core.verification import (
+from nexum.core.verification.contracts import (
     DECISION_KEY,
     MAX_DERIVED_FROM,
     CheckRunRecorded,
@@ -88,9 +79,18 @@ from nexum.core.verification import (
     contract_stream,
     decide_register_contract,
 )
+from nexum.core.verification.gate import (
+    RAISED,
+    CheckResult,
+    CheckSpec,
+    CommandCheck,
+    Contract,
+    GateDecision,
+    contract_from_dict,
+    gate_task_completion,
+)
 from nexum.eventstore import store
 from nexum.eventstore.models import Event as EventRow
-from nexum.ids import uuid_or_none
 from nexum.work.dispatch import send_on_commit
 from tasks_app import selectors as task_selectors
 from tasks_app import services as task_services
@@ -233,7 +233,7 @@ def _origin_trust(project_id: str, trust_class: object, derived_from: object) ->
 
 
 def _replayed(stream_id: str, idempotency_key: str, contract: Contract) -> bool:
-    from nexum.core.gate import contract_to_dict
+    from nexum.core.verification.gate import contract_to_dict
 
     recorded = store.appended_with_key(stream_id, idempotency_key)
     if not recorded:

@@ -18,9 +18,9 @@ from django.utils.html import format_html, format_html_join
 from context_app.catalog import selectors, services
 from context_app.catalog.models import CatalogAlias, CatalogCard, ModelOverlay, ModelOverlayChange
 from context_app.catalog.projections import word_row_id
-from nexum.core.catalog import decide_overlay_set
+from nexum.core.catalog.changes import decide_overlay_set
 from nexum.core.errors import DomainError
-from nexum.core.projects import check_project_name, check_relevance_floor, check_slug
+from nexum.core.tasks.projects import check_project_name, check_relevance_floor, check_slug
 from nexum.eventstore.admin import ReadOnlyAdmin, admin_actor, checked_by
 from tasks_app import services as task_services
 from tasks_app.models import Project

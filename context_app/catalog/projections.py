@@ -14,10 +14,10 @@ from context_app.catalog.models import (
     ModelOverlay,
     ModelOverlayChange,
 )
-from nexum.core.catalog import ModelCatalogReplaced, ModelOverlayCleared, ModelOverlaySet
+from nexum.core.catalog.changes import ModelCatalogReplaced, ModelOverlayCleared, ModelOverlaySet
+from nexum.core.ids import as_uuid
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
 from nexum.eventstore.store import StoredEvent
-from nexum.ids import as_uuid
 
 _WORD_ROWS = uuid.UUID("6f1d3c2a-8e57-4a51-9a3e-0c7d4b1f2e90")
 

@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from context_app.catalog.models import CatalogAlias, CatalogCard, ModelCatalogHead, ModelOverlay
-from nexum.core.budgets import BudgetOverrides, ModelBudget, ModelCard, budget_for_profile
-from nexum.core.catalog import CatalogDocument, CatalogState
-from nexum.core.errors import DomainError, NotFound, ValidationFailed
-from nexum.core.overlays import (
+from nexum.core.catalog.budgets import BudgetOverrides, ModelBudget, ModelCard, budget_for_profile
+from nexum.core.catalog.changes import CatalogDocument, CatalogState
+from nexum.core.catalog.overlays import (
     UNKNOWN_MODEL_WORD,
     ContextWindowOverlay,
     ModelCatalog,
@@ -24,6 +23,7 @@ from nexum.core.overlays import (
     overlay_for,
     physical_window_of,
 )
+from nexum.core.errors import DomainError, NotFound, ValidationFailed
 
 OVERRIDE_MEMBERS = ("context_tokens", "tool_count")
 

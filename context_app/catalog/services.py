@@ -16,7 +16,8 @@ from pathlib import Path
 from django.db import transaction
 
 from context_app.catalog import selectors
-from nexum.core.catalog import (
+from nexum.adapters.tokenization import UnknownEncoding, default_registry
+from nexum.core.catalog.changes import (
     CatalogDocument,
     catalog_document_from_data,
     decide_catalog_replace,
@@ -24,11 +25,10 @@ from nexum.core.catalog import (
     decide_overlay_set,
     models_stream,
 )
+from nexum.core.catalog.overlays import ContextWindowOverlay
 from nexum.core.errors import ConcurrencyError, NotFound
 from nexum.core.events import Event
-from nexum.core.overlays import ContextWindowOverlay
 from nexum.eventstore import store
-from nexum.tokenization import UnknownEncoding, default_registry
 from tasks_app.models import Project
 from tasks_app.services import project_create
 

@@ -58,15 +58,15 @@ from django.db.models.expressions import RawSQL
 from context_app.compilation.models import CompactionFold, FoldedItem
 from context_app.world.models import ItemVector, WorldItem
 from context_app.world.vectors import NewVector, embed_items
-from nexum.core import world
+from nexum.adapters.embedding import Embedder, embedder_id
+from nexum.adapters.gc_pause import collection_paused
 from nexum.core.compilation.compiler import ContextItem, RankedSection
 from nexum.core.compilation.rules import COMPACTED_KINDS
-from nexum.core.relevance import stems_of
 from nexum.core.tokens import TokenCounter
-from nexum.embedding import Embedder, embedder_id
+from nexum.core.world.items import FACT_CURRENT
+from nexum.core.world.relevance import stems_of
 from nexum.eventstore.models import Event
 from nexum.eventstore.replica import read_connection
-from nexum.gc_pause import collection_paused
 from tasks_app.models import Task
 
 RANKED_KINDS = ("fact", "tool_call")  # ranked by relevance: their terms are needed
@@ -341,7 +341,7 @@ class CandidateCache:
             live = []
             for row in rows:
                 kind = "diagnostic" if row.kind == "tool_call" else row.kind
-                if row.status == world.FACT_CURRENT and row.id not in folded:
+                if row.status == FACT_CURRENT and row.id not in folded:
                     live.append(row)
                 else:
                     changes[kind][row.id] = None
@@ -489,7 +489,7 @@ def task_items(task: Task) -> QuerySet[WorldItem]:
         seen_by(task),
         project_id=task.project_id,
         goal_id=task.goal_id,
-        status=world.FACT_CURRENT,
+        status=FACT_CURRENT,
     )
     folded = FoldedItem.objects.filter(task_id=task.id).values("item_id")
     return items.exclude(id__in=folded)

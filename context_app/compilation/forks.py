@@ -31,10 +31,10 @@ from context_app.resolution.models import Grant, Source
 from context_app.resolution.services import grant_issue
 from context_app.world import services as world_services
 from context_app.world.models import Tool, ToolScope, WorldItem
-from nexum.core import world
+from nexum.adapters.gc_pause import collection_paused
 from nexum.core.errors import PolicyRefused, ValidationFailed
 from nexum.core.resolution.events import grant_stream
-from nexum.core.tasks import (
+from nexum.core.tasks.lifecycle import (
     GoalForked,
     check_fork_position,
     check_reason,
@@ -42,11 +42,19 @@ from nexum.core.tasks import (
     plan_goal,
     task_stream,
 )
-from nexum.core.verification import contract_stream
+from nexum.core.verification.contracts import contract_stream
+from nexum.core.world.items import (
+    CARRIED_FIELDS,
+    CARRY_BATCH,
+    ItemsCarried,
+    carried_item_id,
+    fork_stream,
+    item_stream,
+    tool_scope_stream,
+)
 from nexum.eventstore import projections, store
 from nexum.eventstore.models import Event as EventRow
 from nexum.eventstore.projections import Row
-from nexum.gc_pause import collection_paused
 from tasks_app import selectors as task_selectors
 from tasks_app.models import Task
 from tasks_app.services import goal_fork_create
@@ -55,7 +63,7 @@ from verification_app.services import contract_register
 
 _FORK_ID_NAMESPACE = uuid.UUID("6c0b9d3e-27a1-4f8e-b5d2-9e4f1a7c3b27")
 _ITEM_COLUMNS = (
-    *(name for name in world.CARRIED_FIELDS if name not in {"item_id", "forked_from", "position"}),
+    *(name for name in CARRIED_FIELDS if name not in {"item_id", "forked_from", "position"}),
     "id",
     "position",
 )
@@ -228,9 +236,9 @@ def _read_source(goal: Task, task: Task | None, position: int) -> _SourceState:
     )
     changed = {row["id"]: row for row in items if row["changed_position"] > position}
     if changed:
-        streams = [world.item_stream(row["kind"], str(row["id"])) for row in changed.values()]
+        streams = [item_stream(row["kind"], str(row["id"])) for row in changed.values()]
         if any(row["forked_from"] for row in changed.values()):
-            streams.append(world.fork_stream(str(goal.id)))
+            streams.append(fork_stream(str(goal.id)))
         then = _as_of(WorldItem, streams, list(changed), position)
         items = [
             then[row["id"]] if row["id"] in changed else row
@@ -251,7 +259,7 @@ def _read_source(goal: Task, task: Task | None, position: int) -> _SourceState:
         goal=Task.objects.filter(id=goal.id).values().get(),
         tasks=tasks,
         items=items,
-        tool_scopes=_rows_then(ToolScope, world.tool_scope_stream, scopes, position),
+        tool_scopes=_rows_then(ToolScope, tool_scope_stream, scopes, position),
         contracts=_rows_then(Contract, contract_stream, contracts, position),
         grants=[
             row
@@ -316,7 +324,7 @@ def _write_fork(
     )
     new_task_ids = {str(source): str(uuid.uuid5(uuid.UUID(fork_id), key)) for source, key in keys.items()}
     new_scope = {str(goal.id): None, **new_task_ids}
-    item_ids = {str(row["id"]): world.carried_item_id(fork_id, str(row["id"])) for row in state.items}
+    item_ids = {str(row["id"]): carried_item_id(fork_id, str(row["id"])) for row in state.items}
     carried = [_carried(row, item_ids, new_scope) for row in state.items]
     with transaction.atomic():
         forked = goal_fork_create(
@@ -333,14 +341,14 @@ def _write_fork(
         )
         if carried:
             store.append(
-                stream_id=world.fork_stream(fork_id),
+                stream_id=fork_stream(fork_id),
                 events=[
-                    world.ItemsCarried(
+                    ItemsCarried(
                         goal_id=fork_id,
                         source_goal_id=str(goal.id),
-                        items=tuple(carried[start : start + world.CARRY_BATCH]),
+                        items=tuple(carried[start : start + CARRY_BATCH]),
                     )
-                    for start in range(0, len(carried), world.CARRY_BATCH)
+                    for start in range(0, len(carried), CARRY_BATCH)
                 ],
                 expected_version=0,
                 idempotency_key=idempotency_key,

@@ -16,12 +16,12 @@ from context_app.compilation.models import (
     FoldedItem,
     PrunedContent,
 )
-from nexum.core import retention
+from nexum.core.catalog.usage import ContextUsageReported, drift
 from nexum.core.compilation import events as compilation_events
-from nexum.core.usage import ContextUsageReported, drift
+from nexum.core.compilation import retention
+from nexum.core.ids import as_uuid
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
 from nexum.eventstore.store import StoredEvent
-from nexum.ids import as_uuid
 
 
 class CompilationProjection(Projection):

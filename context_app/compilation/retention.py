@@ -44,7 +44,7 @@ from context_app.compilation.models import (
 from context_app.resolution.models import BundleContent, Escalation, Resolve, TaskContext
 from context_app.world.artifacts import default_store
 from context_app.world.models import WorldItem
-from nexum.core import retention as rules
+from nexum.core.compilation import retention as rules
 from nexum.core.events import Event
 from nexum.eventstore import store
 from tasks_app.models import Project

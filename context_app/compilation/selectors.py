@@ -46,9 +46,10 @@ from context_app.resolution import selectors as resolution_selectors
 from context_app.world.models import WorldItem
 from context_app.world.selectors import tool_specs, tools_for_scope
 from context_app.world.vectors import NewVector
-from nexum import telemetry
-from nexum.core import world
-from nexum.core.budgets import ModelBudget
+from nexum.adapters import telemetry
+from nexum.adapters.embedding import Embedder, embedder_id
+from nexum.core.catalog.budgets import ModelBudget
+from nexum.core.catalog.usage import DriftSummary, summarize_drift
 from nexum.core.compilation.compiler import (
     COMPILER_VERSION,
     DEFAULT_RELEVANCE_FLOOR,
@@ -70,13 +71,12 @@ from nexum.core.compilation.compiler import (
 )
 from nexum.core.compilation.rules import ContextDiff, diff_contexts, folds_required
 from nexum.core.durations import human_age
-from nexum.core.entities import entities_of
 from nexum.core.errors import NotFound
+from nexum.core.ids import uuid_or_none
 from nexum.core.tokens import TokenCounter
-from nexum.core.usage import DriftSummary, summarize_drift
-from nexum.embedding import Embedder, embedder_id
+from nexum.core.world.entities import entities_of
+from nexum.core.world.items import DEFAULT_TRUST_CLASS
 from nexum.eventstore.replica import read_connection
-from nexum.ids import uuid_or_none
 from tasks_app.models import Task
 from verification_app import selectors as verification_selectors
 
@@ -391,7 +391,7 @@ def request_evidence_items(evidence: Sequence[Mapping[str, Any]], counter: Token
             f"request:{entry['id']}",
             entry["text"],
             counter=counter,
-            trust_class=entry.get("trust_class") or world.DEFAULT_TRUST_CLASS,
+            trust_class=entry.get("trust_class") or DEFAULT_TRUST_CLASS,
             origin=entry.get("origin") or REQUEST_EVIDENCE_ORIGIN,
             given=True,
         )

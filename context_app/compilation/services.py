@@ -54,9 +54,11 @@ from context_app.world.embedder import configured_embedder, embedder_setting
 from context_app.world.models import WorldItem
 from context_app.world.services import Scope, progress_record
 from context_app.world.vectors import NewVector, store_vectors
-from nexum import metrics, telemetry
-from nexum.core import usage, world
-from nexum.core.budgets import ModelBudget
+from nexum.adapters import metrics, telemetry
+from nexum.adapters.embedding import DEFAULT_EMBEDDER, Embedder, embedder_id, embedder_named
+from nexum.adapters.tokenization import counter_for
+from nexum.core.catalog import usage
+from nexum.core.catalog.budgets import ModelBudget
 from nexum.core.compilation import events as compilation_events
 from nexum.core.compilation import rules as compilation_rules
 from nexum.core.compilation.compiler import (
@@ -77,9 +79,8 @@ from nexum.core.errors import (
 )
 from nexum.core.text import require_storable
 from nexum.core.trust import TrustClass
-from nexum.embedding import DEFAULT_EMBEDDER, Embedder, embedder_id, embedder_named
+from nexum.core.world.items import DEFAULT_TRUST_CLASS, RECORDABLE_TRUST_CLASSES, SHORT_MAX, TEXT_MAX
 from nexum.eventstore import projections, replica, store
-from nexum.tokenization import counter_for
 from tasks_app import selectors as task_selectors
 from tasks_app.models import Project, Task
 
@@ -280,7 +281,7 @@ def context_compile_run(*, request_id: str, actor: str = "worker") -> ContextCom
 def _compile_and_record(*, task: Task, word: str, request_id: str, **options: Any) -> CompileOutcome:
     """``_compile_and_record_unmeasured`` in a ``nexum.compile`` span that says what was compiled, for whom,
     and what came of it; a compile this request made, not an earlier answer returned again, counts its
-    latency and tokens by model word (``nexum.metrics``)."""
+    latency and tokens by model word (``nexum.adapters.metrics``)."""
     started = time.perf_counter()
     with telemetry.span(
         "nexum.compile",
@@ -873,7 +874,7 @@ def _summarized(
         )
         budget = min(budget, SUMMARY_MAX_TOKENS)
         entries = _FoldEntries(folded, texts)
-        summary = str(summarize(entries, max_tokens=budget, counter=counter))[: world.TEXT_MAX].strip()
+        summary = str(summarize(entries, max_tokens=budget, counter=counter))[:TEXT_MAX].strip()
         if summary and counter.count(summary) <= budget:
             return folded, summary
         kept += sum(c.tokens for c in folded[len(folded) // 2 :])
@@ -917,17 +918,17 @@ def check_evidence(evidence: Any) -> list[dict[str, Any]]:
             raise ValidationFailed(
                 f"kind must be one of {', '.join(compilation_rules.EVIDENCE_KINDS)}", field=f"{where}.kind"
             )
-        text = _clean_text(entry.get("text"), f"{where}.text", world.TEXT_MAX, required=True)
+        text = _clean_text(entry.get("text"), f"{where}.text", TEXT_MAX, required=True)
         item_id = entry.get("id", str(index + 1))
         item_id = _clean_text(item_id, f"{where}.id", EVIDENCE_ID_MAX, required=True)
         if item_id in seen:
             raise ValidationFailed(f"evidence id {item_id!r} is given twice", field=f"{where}.id")
         seen.add(item_id)
-        origin = _clean_text(entry.get("origin", ""), f"{where}.origin", world.SHORT_MAX, required=False)
-        trust_class = entry.get("trust_class", world.DEFAULT_TRUST_CLASS)
-        if trust_class not in world.RECORDABLE_TRUST_CLASSES:
+        origin = _clean_text(entry.get("origin", ""), f"{where}.origin", SHORT_MAX, required=False)
+        trust_class = entry.get("trust_class", DEFAULT_TRUST_CLASS)
+        if trust_class not in RECORDABLE_TRUST_CLASSES:
             raise ValidationFailed(
-                f"trust_class must be one of {', '.join(world.RECORDABLE_TRUST_CLASSES)}",
+                f"trust_class must be one of {', '.join(RECORDABLE_TRUST_CLASSES)}",
                 field=f"{where}.trust_class",
             )
         checked.append(

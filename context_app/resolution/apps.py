@@ -8,5 +8,4 @@ class ResolutionConfig(AppConfig):
 
     def ready(self) -> None:
         # Register the event types and the built-in source kinds.
-        import nexum.core.resolution.events
-        import nexum.sources  # noqa: F401
+        pass

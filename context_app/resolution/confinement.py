@@ -1,5 +1,5 @@
 """The operator's confinement of a project's context sources, built from settings (see
-``nexum.source_policy`` for the rules)."""
+``nexum.adapters.source_policy`` for the rules)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
-from nexum.source_policy import HTTP_ALLOW_SETTING, SourcePolicy
-from nexum.workspaces import project_published, project_workspace
+from nexum.adapters.source_policy import HTTP_ALLOW_SETTING, SourcePolicy
+from nexum.adapters.workspaces import project_published, project_workspace
 
 SQLITE_COMPANIONS = ("", "-wal", "-shm", "-journal")
 

@@ -18,10 +18,10 @@ from context_app.resolution.models import (
     TaskContext,
     TaskQuestions,
 )
+from nexum.core.ids import as_uuid
 from nexum.core.resolution import events as resolution_events
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
 from nexum.eventstore.store import StoredEvent
-from nexum.ids import as_uuid
 
 _ITEM_ROWS = uuid.UUID("0b7e9c55-3f3a-4f7e-8a61-2d5c1e9b7a40")
 

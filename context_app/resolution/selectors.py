@@ -25,10 +25,10 @@ from context_app.resolution.models import (
     TaskQuestions,
 )
 from nexum.core.errors import NotFound
+from nexum.core.ids import uuid_or_none
 from nexum.core.resolution import events as resolution_events
 from nexum.core.resolution import rules as resolution_rules
 from nexum.core.resolution.resolver import RequiredQuestion, normalize_subject
-from nexum.ids import uuid_or_none
 from tasks_app.models import Task
 
 # The compiler kind each source kind's items become: code is evidence, the rest are facts.

@@ -39,7 +39,10 @@ from context_app.resolution.models import (
     TaskQuestions,
 )
 from context_app.world import services as world_services
-from nexum import telemetry
+from nexum.adapters import telemetry
+from nexum.adapters.source_policy import SourceNotAllowed
+from nexum.adapters.sources import SourceRefused, build_source, fetch
+from nexum.adapters.tokenization import DEFAULT_ENCODING, counter_for
 from nexum.core.digests import canonical_json
 from nexum.core.errors import ConcurrencyError, Conflict, DomainError, NotFound, ValidationFailed
 from nexum.core.events import Event
@@ -55,9 +58,6 @@ from nexum.core.resolution.resolver import (
 )
 from nexum.core.trust import TrustClass, require_authority
 from nexum.eventstore import store
-from nexum.source_policy import SourceNotAllowed
-from nexum.sources import SourceRefused, build_source, fetch
-from nexum.tokenization import DEFAULT_ENCODING, counter_for
 from nexum.work.dispatch import BrokerUnavailable, publish
 from tasks_app import selectors as task_selectors
 from tasks_app import services as task_services

@@ -29,7 +29,7 @@ from pathlib import Path
 from django.conf import settings
 
 from nexum.core.errors import Conflict, DomainError, NotFound, TooLarge, ValidationFailed
-from nexum.core.world import SHA256_HEX
+from nexum.core.world.items import SHA256_HEX
 
 integrity_log = logging.getLogger("nexum.integrity")
 

@@ -18,8 +18,8 @@ from django.conf import settings
 from django.core.checks import Error, register
 
 from context_app.world.embedder import configured_embedder
-from nexum.embedding import UnknownEmbedder
-from nexum.source_policy import HTTP_ALLOW_SETTING, HostEntry
+from nexum.adapters.embedding import UnknownEmbedder
+from nexum.adapters.source_policy import HTTP_ALLOW_SETTING, HostEntry
 
 
 def _real(path: Any) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from nexum.embedding import DEFAULT_EMBEDDER, Embedder, embedder_id, embedder_named
+from nexum.adapters.embedding import DEFAULT_EMBEDDER, Embedder, embedder_id, embedder_named
 
 
 def embedder_setting() -> str:

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import models
 
-from nexum.core.world import FACT_STATUSES, ITEM_KINDS
+from nexum.core.world.items import FACT_STATUSES, ITEM_KINDS
 
 KIND_CHOICES = [(kind, kind.replace("_", " ")) for kind in ITEM_KINDS]
 STATUS_CHOICES = [(status, status) for status in FACT_STATUSES]
@@ -22,9 +22,9 @@ class WorldItem(models.Model):
     """A fact, decision, failure, artifact, progress note or tool call.
 
     ``text`` is the item's main text (an artifact's summary, a tool call's result summary); ``rendered`` is
-    the exact text the compiler shows (``nexum.core.world.render_item``) and ``token_counts`` its tokens per
-    encoding. ``version`` is the item's stream version (facts change; other kinds stay at 1). ``position`` is
-    the log position of the event that recorded the item: higher is newer. ``changed_position`` is the log
+    the exact text the compiler shows (``nexum.core.world.items.render_item``) and ``token_counts`` its tokens
+    per encoding. ``version`` is the item's stream version (facts change; other kinds stay at 1). ``position``
+    is the log position of the event that recorded the item: higher is newer. ``changed_position`` is the log
     position of the last event that changed the row: the compiler reads only the rows of a goal that changed
     since its last compile, from an index that covers what it reads.
     """
@@ -44,7 +44,7 @@ class WorldItem(models.Model):
     terms_text = models.TextField(default="", help_text="the terms joined by spaces: what the compiler reads")
     entities_text = models.TextField(
         default="",
-        help_text="the named entities of a fact or tool call (nexum.core.entities), joined by spaces",
+        help_text="the named entities of a fact or tool call (nexum.core.world.entities), joined by spaces",
     )
     trust_class = models.CharField(max_length=32)
     source = models.CharField(max_length=500, blank=True)

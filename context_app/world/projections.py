@@ -16,23 +16,42 @@ from django.utils.dateparse import parse_datetime
 
 from context_app.world.embedder import configured_embedder
 from context_app.world.models import ItemVector, Tool, ToolScope, WorldItem, item_vector_id
-from nexum.core import world
-from nexum.core.entities import entities_of
+from nexum.adapters.embedding import embedder_id
 from nexum.core.events import event_to_data
-from nexum.embedding import embedder_id
+from nexum.core.ids import as_uuid
+from nexum.core.world.entities import entities_of
+from nexum.core.world.items import (
+    FACT_CURRENT,
+    FACT_RETRACTED,
+    FACT_SUPERSEDED,
+    ArtifactRecorded,
+    FactRecorded,
+    FactRetracted,
+    FactSuperseded,
+    FactVerified,
+    ItemsCarried,
+    ItemTokensCounted,
+    ToolCallRecorded,
+    ToolDefined,
+    ToolRemoved,
+    ToolScopeSet,
+    _ItemRecorded,
+    line_count,
+    meaning_text,
+    render_item,
+)
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
 from nexum.eventstore.store import StoredEvent
-from nexum.ids import as_uuid
 
 
 class WorldProjection(Projection):
     models = (WorldItem, ItemVector, Tool, ToolScope)
 
     def _recorded(self, stored: StoredEvent, rows: ReadModelRows, kind: str, **extra: Any) -> None:
-        event: world._ItemRecorded = stored.event  # type: ignore[assignment]
+        event: _ItemRecorded = stored.event  # type: ignore[assignment]
         fields = {**event_to_data(event), **extra}
-        rendered = world.render_item(kind, fields)
-        meaning = world.meaning_text(kind, fields)
+        rendered = render_item(kind, fields)
+        meaning = meaning_text(kind, fields)
         item_id = as_uuid(event.item_id)
         project_id = as_uuid(stored.project_id)
         if meaning is not None:
@@ -47,7 +66,7 @@ class WorldProjection(Projection):
             text=event.text,
             rendered=rendered,
             token_counts=dict(event.token_counts),
-            line_count=world.line_count(rendered),
+            line_count=line_count(rendered),
             terms=list(event.terms),
             terms_text=" ".join(event.terms),
             entities_text=" ".join(entities_of(meaning)) if meaning is not None else "",
@@ -62,7 +81,7 @@ class WorldProjection(Projection):
             subject=fields.get("subject") or "",
             observed_at=fields.get("observed_at") or None,
             verified=bool(fields.get("verified")),
-            status=world.FACT_CURRENT,
+            status=FACT_CURRENT,
             supersedes=as_uuid(fields["supersedes"]) if fields.get("supersedes") else None,
             superseded_by=None,
             rationale=fields.get("rationale") or "",
@@ -112,7 +131,7 @@ class WorldProjection(Projection):
 
     @handles("FactRecorded")
     def fact_recorded(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: world.FactRecorded = stored.event  # type: ignore[assignment]
+        event: FactRecorded = stored.event  # type: ignore[assignment]
         observed = _datetime(event.observed_at) or stored.recorded_at
         self._recorded(stored, rows, "fact", observed_at=observed)
 
@@ -126,7 +145,7 @@ class WorldProjection(Projection):
 
     @handles("ArtifactRecorded")
     def artifact_recorded(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: world.ArtifactRecorded = stored.event  # type: ignore[assignment]
+        event: ArtifactRecorded = stored.event  # type: ignore[assignment]
         self._recorded(stored, rows, "artifact", source=event.uri)
 
     @handles("ProgressRecorded")
@@ -135,15 +154,15 @@ class WorldProjection(Projection):
 
     @handles("ToolCallRecorded")
     def tool_call_recorded(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: world.ToolCallRecorded = stored.event  # type: ignore[assignment]
+        event: ToolCallRecorded = stored.event  # type: ignore[assignment]
         self._recorded(stored, rows, "tool_call", source=event.tool)
 
     @handles("ItemsCarried")
     def items_carried(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        """A fork's items, each as its origin stood (``world.ItemsCarried``), written at once: the origin's
+        """A fork's items, each as its origin stood (``ItemsCarried``), written at once: the origin's
         place in the recorded order (``position``), this event's as the last change; version 0, since the
         item's own stream holds no event yet. Their vectors are the origins' (``settle``)."""
-        event: world.ItemsCarried = stored.event  # type: ignore[assignment]
+        event: ItemsCarried = stored.event  # type: ignore[assignment]
         project_id = as_uuid(stored.project_id)
         goal_id = as_uuid(event.goal_id)
         scopes = {fields["task_id"] for fields in event.items}
@@ -151,8 +170,8 @@ class WorldProjection(Projection):
         carried = []
         for fields in event.items:
             kind = fields["kind"]
-            rendered = world.render_item(kind, fields)
-            meaning = world.meaning_text(kind, fields)
+            rendered = render_item(kind, fields)
+            meaning = meaning_text(kind, fields)
             item_id, origin = uuid.UUID(fields["item_id"]), uuid.UUID(fields["forked_from"])
             if meaning is not None:
                 self.defer((item_id, project_id, meaning, origin))
@@ -166,7 +185,7 @@ class WorldProjection(Projection):
                     "text": fields["text"],
                     "rendered": rendered,
                     "token_counts": dict(fields["token_counts"]),
-                    "line_count": world.line_count(rendered),
+                    "line_count": line_count(rendered),
                     "terms": list(fields["terms"]),
                     "terms_text": " ".join(fields["terms"]),
                     "entities_text": fields["entities_text"],
@@ -200,7 +219,7 @@ class WorldProjection(Projection):
 
     @handles("FactVerified")
     def fact_verified(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: world.FactVerified = stored.event  # type: ignore[assignment]
+        event: FactVerified = stored.event  # type: ignore[assignment]
         rows.update(
             WorldItem,
             as_uuid(event.fact_id),
@@ -212,11 +231,11 @@ class WorldProjection(Projection):
 
     @handles("FactSuperseded")
     def fact_superseded(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: world.FactSuperseded = stored.event  # type: ignore[assignment]
+        event: FactSuperseded = stored.event  # type: ignore[assignment]
         rows.update(
             WorldItem,
             as_uuid(event.fact_id),
-            status=world.FACT_SUPERSEDED,
+            status=FACT_SUPERSEDED,
             superseded_by=as_uuid(event.superseded_by),
             updated_at=stored.recorded_at,
             version=stored.version,
@@ -225,11 +244,11 @@ class WorldProjection(Projection):
 
     @handles("FactRetracted")
     def fact_retracted(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: world.FactRetracted = stored.event  # type: ignore[assignment]
+        event: FactRetracted = stored.event  # type: ignore[assignment]
         rows.update(
             WorldItem,
             as_uuid(event.fact_id),
-            status=world.FACT_RETRACTED,
+            status=FACT_RETRACTED,
             updated_at=stored.recorded_at,
             version=stored.version,
             changed_position=stored.position,
@@ -237,7 +256,7 @@ class WorldProjection(Projection):
 
     @handles("ItemTokensCounted")
     def tokens_counted(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: world.ItemTokensCounted = stored.event  # type: ignore[assignment]
+        event: ItemTokensCounted = stored.event  # type: ignore[assignment]
         for item_id, tokens in sorted(event.counts.items()):
             row = rows.get(WorldItem, as_uuid(item_id))
             if row is not None:
@@ -251,7 +270,7 @@ class WorldProjection(Projection):
 
     @handles("ToolDefined")
     def tool_defined(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: world.ToolDefined = stored.event  # type: ignore[assignment]
+        event: ToolDefined = stored.event  # type: ignore[assignment]
         fields = {
             "name": event.name,
             "description": event.description,
@@ -277,12 +296,12 @@ class WorldProjection(Projection):
 
     @handles("ToolRemoved")
     def tool_removed(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: world.ToolRemoved = stored.event  # type: ignore[assignment]
+        event: ToolRemoved = stored.event  # type: ignore[assignment]
         rows.delete(Tool, as_uuid(event.tool_id))
 
     @handles("ToolScopeSet")
     def tool_scope_set(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: world.ToolScopeSet = stored.event  # type: ignore[assignment]
+        event: ToolScopeSet = stored.event  # type: ignore[assignment]
         scope_id = as_uuid(event.scope_id)
         fields = {
             "allowed": list(event.allowed) if event.allowed is not None else None,

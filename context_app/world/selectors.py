@@ -12,13 +12,13 @@ from typing import Any
 from django.db.models import Q, QuerySet
 
 from context_app.world.models import Tool, ToolScope, WorldItem
-from nexum.core import world
+from nexum.adapters.tokenization import counter_for
 from nexum.core.compilation.compiler import ContextItem, ToolSpec
 from nexum.core.errors import NotFound
+from nexum.core.ids import uuid_or_none
+from nexum.core.world.items import FACT_CURRENT, effective_tools, item_stream
 from nexum.eventstore import store
 from nexum.eventstore.store import StoredEvent
-from nexum.ids import uuid_or_none
-from nexum.tokenization import counter_for
 
 
 def item_get(*, project_id: str, item_id: Any, kind: str | None = None) -> WorldItem:
@@ -41,7 +41,7 @@ def fact_get(*, project_id: str, fact_id: Any) -> WorldItem:
 
 def fact_history(*, fact: WorldItem) -> list[StoredEvent]:
     """Every event of the fact's stream, oldest first (recorded, verified, superseded, retracted)."""
-    return store.read_stream(world.item_stream("fact", str(fact.id)))
+    return store.read_stream(item_stream("fact", str(fact.id)))
 
 
 def item_list(
@@ -72,7 +72,7 @@ def item_list(
     if kinds:
         items = items.filter(kind__in=list(kinds))
     if current_only:
-        items = items.filter(status=world.FACT_CURRENT)
+        items = items.filter(status=FACT_CURRENT)
     return items.order_by("position")
 
 
@@ -88,7 +88,7 @@ def items_for_task(
         shared | Q(task_id=task_id) if task_id else shared,
         project_id=project_id,
         goal_id=goal_id,
-        status=world.FACT_CURRENT,
+        status=FACT_CURRENT,
     )
     if kinds:
         items = items.filter(kind__in=list(kinds))
@@ -153,7 +153,7 @@ def tools_for_scope(*, project_id: str, goal_id: str, task_id: str | None) -> li
         for scope_id in scope_ids
         if scope_id in scopes
     ]
-    visible = world.effective_tools(((name, tool.pinned) for name, tool in registry.items()), narrowing)
+    visible = effective_tools(((name, tool.pinned) for name, tool in registry.items()), narrowing)
     tools = []
     for name, pinned in visible:
         tool = registry[name]

@@ -24,15 +24,49 @@ from django.db import transaction
 from context_app.world import selectors
 from context_app.world.artifacts import default_store
 from context_app.world.models import Tool, ToolScope, WorldItem
-from nexum.core import world
+from nexum.adapters.tokenization import CachedCounter, counter_for
 from nexum.core.digests import canonical_json, digest_of
 from nexum.core.errors import ConcurrencyError, Conflict, NotFound, ValidationFailed
 from nexum.core.events import Event
 from nexum.core.roles import caller_trust, trust_ceiling
 from nexum.core.text import require_storable
 from nexum.core.trust import TrustClass
+from nexum.core.world.items import (
+    DEFAULT_TRUST_CLASS,
+    RECORDABLE_TRUST_CLASSES,
+    SHA256_HEX,
+    SHORT_MAX,
+    TEXT_MAX,
+    ArtifactRecorded,
+    DecisionRecorded,
+    FactRecorded,
+    FactState,
+    FailureRecorded,
+    ItemTokensCounted,
+    ProgressRecorded,
+    ToolCallRecorded,
+    ToolDefined,
+    ToolRemoved,
+    ToolScopeSet,
+    check_tool_name,
+    decide_retract,
+    decide_supersede,
+    decide_verify,
+    item_stream,
+    item_terms,
+    render_artifact,
+    render_decision,
+    render_fact,
+    render_failure,
+    render_progress,
+    render_tool,
+    render_tool_call,
+    token_counts,
+    token_counts_stream,
+    tool_scope_stream,
+    tool_stream,
+)
 from nexum.eventstore import store
-from nexum.tokenization import CachedCounter, counter_for
 from tasks_app import selectors as task_selectors
 
 _ID_NAMESPACE = uuid.UUID("6b3c1f0e-5d2a-4c8e-9a71-0f4e2b8d9c13")
@@ -91,7 +125,7 @@ def fact_record(
     source: str = "",
     subject: str = "",
     observed_at: datetime | None = None,
-    trust_class: str = world.DEFAULT_TRUST_CLASS,
+    trust_class: str = DEFAULT_TRUST_CLASS,
     verified: bool = False,
     actor: str,
     idempotency_key: str | None = None,
@@ -116,14 +150,14 @@ def decision_record(
     scope: Scope,
     text: str,
     rationale: str = "",
-    trust_class: str = world.DEFAULT_TRUST_CLASS,
+    trust_class: str = DEFAULT_TRUST_CLASS,
     actor: str,
     idempotency_key: str | None = None,
 ) -> WorldItem:
     text = _text(text, "text")
     rationale = _text(rationale, "rationale", required=False)
-    rendered = world.render_decision(text, rationale=rationale)
-    event = world.DecisionRecorded(
+    rendered = render_decision(text, rationale=rationale)
+    event = DecisionRecorded(
         **_common(scope, _new_item_id(scope, "decision", idempotency_key), text, trust_class, rendered, text),
         rationale=rationale,
     )
@@ -135,7 +169,7 @@ def failure_record(
     scope: Scope,
     text: str,
     attempt: int | None = None,
-    trust_class: str = world.DEFAULT_TRUST_CLASS,
+    trust_class: str = DEFAULT_TRUST_CLASS,
     actor: str,
     idempotency_key: str | None = None,
 ) -> WorldItem:
@@ -145,8 +179,8 @@ def failure_record(
         attempt = scope.attempt
     if attempt is not None and (not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1):
         raise ValidationFailed("attempt must be a positive integer", field="attempt")
-    rendered = world.render_failure(text, attempt=attempt)
-    event = world.FailureRecorded(
+    rendered = render_failure(text, attempt=attempt)
+    event = FailureRecorded(
         **_common(scope, _new_item_id(scope, "failure", idempotency_key), text, trust_class, rendered, text),
         attempt=attempt,
     )
@@ -157,13 +191,13 @@ def progress_record(
     *,
     scope: Scope,
     text: str,
-    trust_class: str = world.DEFAULT_TRUST_CLASS,
+    trust_class: str = DEFAULT_TRUST_CLASS,
     actor: str,
     idempotency_key: str | None = None,
 ) -> WorldItem:
     text = _text(text, "text")
-    rendered = world.render_progress(text)
-    event = world.ProgressRecorded(
+    rendered = render_progress(text)
+    event = ProgressRecorded(
         **_common(scope, _new_item_id(scope, "progress", idempotency_key), text, trust_class, rendered, text)
     )
     return _append_item(scope, "progress", event, actor=actor, idempotency_key=idempotency_key)
@@ -176,23 +210,23 @@ def tool_call_record(
     result_summary: str,
     arguments: Any = None,
     arguments_digest: str | None = None,
-    trust_class: str = world.DEFAULT_TRUST_CLASS,
+    trust_class: str = DEFAULT_TRUST_CLASS,
     actor: str,
     idempotency_key: str | None = None,
 ) -> WorldItem:
     """A call of ``tool``; its arguments are kept only as a digest (given, or that of ``arguments``)."""
-    world.check_tool_name(tool, field_name="tool")
+    check_tool_name(tool, field_name="tool")
     summary = _text(result_summary, "result_summary")
     if arguments_digest is None:
         try:
             arguments_digest = digest_of(arguments)
         except (TypeError, ValueError) as error:
             raise ValidationFailed(f"arguments must be JSON: {error}", field="arguments") from None
-    elif not isinstance(arguments_digest, str) or not world.SHA256_HEX.match(arguments_digest):
+    elif not isinstance(arguments_digest, str) or not SHA256_HEX.match(arguments_digest):
         raise ValidationFailed("arguments_digest is 64 lowercase hex digits", field="arguments_digest")
-    rendered = world.render_tool_call(tool=tool, arguments_digest=arguments_digest, result_summary=summary)
+    rendered = render_tool_call(tool=tool, arguments_digest=arguments_digest, result_summary=summary)
     item_id = _new_item_id(scope, "tool_call", idempotency_key)
-    event = world.ToolCallRecorded(
+    event = ToolCallRecorded(
         **_common(scope, item_id, summary, trust_class, rendered, f"{tool} {summary}"),
         tool=tool,
         arguments_digest=arguments_digest,
@@ -208,7 +242,7 @@ def artifact_record(
     excerpt: str | None = None,
     media_type: str = "",
     content: bytes | None = None,
-    trust_class: str = world.DEFAULT_TRUST_CLASS,
+    trust_class: str = DEFAULT_TRUST_CLASS,
     actor: str,
     idempotency_key: str | None = None,
 ) -> WorldItem:
@@ -232,13 +266,13 @@ def artifact_record(
         media_type = "text/plain" if _decodes(content) else "application/octet-stream"
     item_id = _new_item_id(scope, "artifact", idempotency_key)
     # Check the whole event before the content is written: a refused request stores nothing.
-    rendered = world.render_artifact(uri=uri, summary=summary, excerpt=excerpt, media_type=media_type)
+    rendered = render_artifact(uri=uri, summary=summary, excerpt=excerpt, media_type=media_type)
     common = _common(scope, item_id, summary, trust_class, rendered, summary)
     digest, size = None, None
     if content is not None:
         stored = artifact_store.put(content)
         digest, size = stored.sha256, stored.size
-    event = world.ArtifactRecorded(
+    event = ArtifactRecorded(
         **common,
         uri=uri,
         excerpt=excerpt,
@@ -279,11 +313,11 @@ def fact_verify(
     idempotency_key: str | None = None,
 ) -> WorldItem:
     fact = selectors.fact_get(project_id=project_id, fact_id=fact_id)
-    stream = world.item_stream("fact", str(fact.id))
+    stream = item_stream("fact", str(fact.id))
     if _already_appended(stream, idempotency_key):
         return selectors.fact_get(project_id=project_id, fact_id=fact_id)
     version = _expected(fact, expected_version)
-    events = world.decide_verify(_fact_state(fact), note=_text(note, "note", required=False))
+    events = decide_verify(_fact_state(fact), note=_text(note, "note", required=False))
     _append(stream, events, version, project_id, actor, idempotency_key)
     return selectors.fact_get(project_id=project_id, fact_id=fact_id)
 
@@ -301,13 +335,11 @@ def fact_retract(
     """Retract a current fact (it stays in the history). ``role`` is the caller's: a fact above its trust
     ceiling is 403 (an agent never retracts what an operator recorded)."""
     fact = selectors.fact_get(project_id=project_id, fact_id=fact_id)
-    stream = world.item_stream("fact", str(fact.id))
+    stream = item_stream("fact", str(fact.id))
     if _already_appended(stream, idempotency_key):
         return selectors.fact_get(project_id=project_id, fact_id=fact_id)
     version = _expected(fact, expected_version)
-    events = world.decide_retract(
-        _fact_state(fact), reason=_text(reason, "reason"), ceiling=trust_ceiling(role)
-    )
+    events = decide_retract(_fact_state(fact), reason=_text(reason, "reason"), ceiling=trust_ceiling(role))
     _append(stream, events, version, project_id, actor, idempotency_key)
     return selectors.fact_get(project_id=project_id, fact_id=fact_id)
 
@@ -340,11 +372,11 @@ def fact_supersede(
         if idempotency_key is not None
         else str(uuid.uuid4())
     )
-    new_stream = world.item_stream("fact", new_id)
+    new_stream = item_stream("fact", new_id)
     if _already_appended(new_stream, idempotency_key):
         return selectors.fact_get(project_id=project_id, fact_id=new_id)
     version = _expected(old, expected_version)
-    superseded = world.decide_supersede(
+    superseded = decide_supersede(
         _fact_state(old),
         new_fact_id=new_id,
         reason=_text(reason, "reason", required=False),
@@ -362,9 +394,7 @@ def fact_supersede(
         supersedes=str(old.id),
     )
     with transaction.atomic():
-        _append(
-            world.item_stream("fact", str(old.id)), superseded, version, project_id, actor, idempotency_key
-        )
+        _append(item_stream("fact", str(old.id)), superseded, version, project_id, actor, idempotency_key)
         _append(new_stream, [recorded], 0, project_id, actor, idempotency_key)
     return selectors.fact_get(project_id=project_id, fact_id=new_id)
 
@@ -380,14 +410,14 @@ def _fact_event(
     trust_class: str,
     verified: bool,
     supersedes: str | None,
-) -> world.FactRecorded:
+) -> FactRecorded:
     text = _text(text, "text")
     source = _short(source, "source")
     subject = _short(subject, "subject")
     if not isinstance(verified, bool):
         raise ValidationFailed("verified must be true or false", field="verified")
-    rendered = world.render_fact(text, subject=subject, source=source)
-    return world.FactRecorded(
+    rendered = render_fact(text, subject=subject, source=source)
+    return FactRecorded(
         **_common(scope, item_id, text, trust_class, rendered, subject, text),
         source=source,
         subject=subject,
@@ -397,8 +427,8 @@ def _fact_event(
     )
 
 
-def _fact_state(fact: WorldItem) -> world.FactState:
-    return world.FactState(
+def _fact_state(fact: WorldItem) -> FactState:
+    return FactState(
         fact_id=str(fact.id),
         status=fact.status,
         verified=fact.verified,
@@ -434,7 +464,7 @@ def tool_define(
     idempotency_key: str | None = None,
 ) -> Tool:
     """Register a tool or replace its definition. ``create_only`` refuses a name already registered (409)."""
-    world.check_tool_name(name)
+    check_tool_name(name)
     description = _text(description, "description", required=False)
     schema = dict(schema or {})
     try:
@@ -450,7 +480,7 @@ def tool_define(
         if isinstance(score, bool) or not isinstance(score, int | float) or not math.isfinite(score):
             raise ValidationFailed("score must be a finite number", field="score")
         score = float(score)
-    stream = world.tool_stream(project_id, name)
+    stream = tool_stream(project_id, name)
     if _already_appended(stream, idempotency_key):
         return selectors.tool_get(project_id=project_id, name=name)
     existing = Tool.objects.filter(project_id=project_id, name=name).first()
@@ -459,16 +489,16 @@ def tool_define(
     version = _expected(existing, expected_version)
     if version == 0:
         version = store.stream_version(stream)  # a removed tool's stream continues
-    rendered = world.render_tool(name=name, description=description, schema=schema)
-    event = world.ToolDefined(
+    rendered = render_tool(name=name, description=description, schema=schema)
+    event = ToolDefined(
         tool_id=_tool_id(project_id, name),
         name=name,
         description=description,
         schema=schema,
         pinned=pinned,
         score=score,
-        token_counts=world.token_counts(rendered, _counters()),
-        terms=list(world.item_terms(name.replace("_", " "), description)),
+        token_counts=token_counts(rendered, _counters()),
+        terms=list(item_terms(name.replace("_", " "), description)),
     )
     _append(stream, [event], version, project_id, actor, idempotency_key)
     return selectors.tool_get(project_id=project_id, name=name)
@@ -478,8 +508,8 @@ def tool_remove(*, project_id: str, name: str, expected_version: int | None = No
     tool = selectors.tool_get(project_id=project_id, name=name)
     version = _expected(tool, expected_version)
     _append(
-        world.tool_stream(project_id, name),
-        [world.ToolRemoved(tool_id=str(tool.id), name=name)],
+        tool_stream(project_id, name),
+        [ToolRemoved(tool_id=str(tool.id), name=name)],
         version,
         project_id,
         actor,
@@ -500,18 +530,18 @@ def tool_scope_set(
     registered = set(Tool.objects.filter(project_id=scope.project_id).values_list("name", flat=True))
     for field_name, names in (("allowed", allowed or []), ("pinned", pinned)):
         for index, name in enumerate(names):
-            world.check_tool_name(name, field_name=f"{field_name}.{index}")
+            check_tool_name(name, field_name=f"{field_name}.{index}")
             if name not in registered:
                 raise NotFound(f"no tool named {name!r} is registered", field=f"{field_name}.{index}")
     if allowed is not None:
         outside = [name for name in pinned if name not in set(allowed)]
         if outside:
             raise ValidationFailed(f"pinned tool {outside[0]!r} is not in allowed", field="pinned")
-    stream = world.tool_scope_stream(scope.scope_id)
+    stream = tool_scope_stream(scope.scope_id)
     existing = ToolScope.objects.filter(id=scope.scope_id).first()
     if not _already_appended(stream, idempotency_key):
         version = _expected(existing, expected_version)
-        event = world.ToolScopeSet(
+        event = ToolScopeSet(
             scope_id=scope.scope_id,
             goal_id=scope.goal_id,
             task_id=scope.task_id,
@@ -541,11 +571,11 @@ def item_token_counts_ensure(*, project_id: str, encoding: str, actor: str = "sy
     ]
     for start in range(0, len(missing), TOKEN_COUNT_BATCH):
         batch = missing[start : start + TOKEN_COUNT_BATCH]
-        event = world.ItemTokensCounted(
+        event = ItemTokensCounted(
             encoding=encoding, counts={item_id: counter.count(rendered) for item_id, rendered in batch}
         )
         # No version guard: a count is a pure function of the item's text; two writers record the same.
-        _append(world.token_counts_stream(project_id), [event], None, project_id, actor, None)
+        _append(token_counts_stream(project_id), [event], None, project_id, actor, None)
     return len(missing)
 
 
@@ -555,9 +585,9 @@ def item_token_counts_ensure(*, project_id: str, encoding: str, actor: str = "sy
 def _common(
     scope: Scope, item_id: str, text: str, trust_class: str, rendered: str, *term_parts: str
 ) -> dict[str, Any]:
-    if trust_class not in world.RECORDABLE_TRUST_CLASSES:
+    if trust_class not in RECORDABLE_TRUST_CLASSES:
         raise ValidationFailed(
-            f"trust_class must be one of {', '.join(world.RECORDABLE_TRUST_CLASSES)}; signed classes need a"
+            f"trust_class must be one of {', '.join(RECORDABLE_TRUST_CLASSES)}; signed classes need a"
             " signature and are not recorded through this interface",
             field="trust_class",
         )
@@ -567,8 +597,8 @@ def _common(
         "task_id": scope.task_id,
         "text": text,
         "trust_class": trust_class,
-        "token_counts": world.token_counts(rendered, _counters()),
-        "terms": list(world.item_terms(*term_parts)),
+        "token_counts": token_counts(rendered, _counters()),
+        "terms": list(item_terms(*term_parts)),
     }
 
 
@@ -576,7 +606,7 @@ def _append_item(
     scope: Scope, kind: str, event: Event, *, actor: str, idempotency_key: str | None
 ) -> WorldItem:
     item_id = event.item_id  # type: ignore[attr-defined]
-    _append(world.item_stream(kind, item_id), [event], 0, scope.project_id, actor, idempotency_key)
+    _append(item_stream(kind, item_id), [event], 0, scope.project_id, actor, idempotency_key)
     return WorldItem.objects.get(id=item_id)
 
 
@@ -609,7 +639,7 @@ def _new_item_id(scope: Scope, kind: str, idempotency_key: str | None) -> str:
     return str(uuid.uuid5(_ID_NAMESPACE, f"{scope.project_id}/{kind}/{scope.scope_id}/{idempotency_key}"))
 
 
-def _text(value: Any, field: str, *, required: bool = True, limit: int = world.TEXT_MAX) -> str:
+def _text(value: Any, field: str, *, required: bool = True, limit: int = TEXT_MAX) -> str:
     if not isinstance(value, str):
         raise ValidationFailed(f"{field} must be a string", field=field)
     _storable(value, field)
@@ -629,7 +659,7 @@ def _storable(text: str, field: str) -> None:
 
 
 def _short(value: Any, field: str) -> str:
-    return _text(value, field, required=False, limit=world.SHORT_MAX)
+    return _text(value, field, required=False, limit=SHORT_MAX)
 
 
 def _iso(value: datetime | None) -> str | None:

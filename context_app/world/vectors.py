@@ -1,7 +1,7 @@
 """Stored item vectors: read them for the items a compile reads, store the ones a compile had to make, and
 fill in the items stored before vectors existed (``manage.py nexum_embed``).
 
-A vector is a pure function of the item's text (``world.meaning_text``) and the embedder, so making one
+A vector is a pure function of the item's text (``meaning_text``) and the embedder, so making one
 twice gives the same bytes; storing is idempotent (one row per item and embedder).
 """
 
@@ -12,9 +12,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from context_app.world.models import ItemVector, WorldItem, item_vector_id
-from nexum.core import world
-from nexum.core.entities import entities_of
-from nexum.embedding import Embedder, embedder_id
+from nexum.adapters.embedding import Embedder, embedder_id
+from nexum.core.world.entities import entities_of
+from nexum.core.world.items import MEANING_KINDS, meaning_text
 from nexum.eventstore.replica import read_connection
 
 READ_CHUNK = 900  # ids per query on SQLite (its bound-parameter limit); PostgreSQL takes one array
@@ -59,12 +59,12 @@ def meaning_texts(item_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
     texts: dict[str, tuple[str, str]] = {}
     for start in range(0, len(item_ids), READ_CHUNK):
         chunk = [uuid.UUID(item_id) for item_id in item_ids[start : start + READ_CHUNK]]
-        rows = WorldItem.objects.filter(id__in=chunk, kind__in=world.MEANING_KINDS).values_list(
+        rows = WorldItem.objects.filter(id__in=chunk, kind__in=MEANING_KINDS).values_list(
             "id", "project_id", "kind", "text", "subject", "tool", "arguments_digest"
         )
         for item_id, project_id, kind, text, subject, tool, arguments_digest in rows:
             fields = {"text": text, "subject": subject, "tool": tool, "arguments_digest": arguments_digest}
-            texts[str(item_id)] = (str(project_id), world.meaning_text(kind, fields) or "")
+            texts[str(item_id)] = (str(project_id), meaning_text(kind, fields) or "")
     return texts
 
 
@@ -104,7 +104,7 @@ def fill_vectors(
     its entities, ``batch`` items per ``embed`` call and per transaction's worth of rows. Returns (vectors
     stored, entity rows updated)."""
     name = embedder_id(embedder)
-    items = WorldItem.objects.filter(kind__in=world.MEANING_KINDS)
+    items = WorldItem.objects.filter(kind__in=MEANING_KINDS)
     if project_id is not None:
         items = items.filter(project_id=project_id)
     with_vector = ItemVector.objects.filter(embedder=name).values("item_id")
@@ -118,7 +118,7 @@ def fill_vectors(
 def fill_entities(*, project_id: str | None = None, batch: int = FILL_BATCH) -> int:
     """Compute the entities of facts and tool calls that have none recorded (rows stored before entities
     existed; a text with no entity is computed again, to the same empty answer). Returns rows updated."""
-    items = WorldItem.objects.filter(kind__in=world.MEANING_KINDS, entities_text="")
+    items = WorldItem.objects.filter(kind__in=MEANING_KINDS, entities_text="")
     if project_id is not None:
         items = items.filter(project_id=project_id)
     changed: list[WorldItem] = []
@@ -126,7 +126,7 @@ def fill_entities(*, project_id: str | None = None, batch: int = FILL_BATCH) -> 
     rows = items.values_list("id", "kind", "text", "subject", "tool", "arguments_digest")
     for item_id, kind, text, subject, tool, arguments_digest in rows.iterator(chunk_size=batch):
         fields = {"text": text, "subject": subject, "tool": tool, "arguments_digest": arguments_digest}
-        found = " ".join(entities_of(world.meaning_text(kind, fields) or ""))
+        found = " ".join(entities_of(meaning_text(kind, fields) or ""))
         if found:
             changed.append(WorldItem(id=item_id, entities_text=found))
     for start in range(0, len(changed), batch):

@@ -8,4 +8,4 @@ class EventStoreConfig(AppConfig):
 
     def ready(self) -> None:
         # Bind shared tasks to Nexum's Celery app before any task is sent.
-        from nexum import celery  # noqa: F401
+        from config import celery  # noqa: F401

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from nexum.core.projects import HealthPinged
+from nexum.core.tasks.projects import HealthPinged
 from nexum.eventstore import store
 
 HEALTH_STREAM = "system-health"

@@ -5,7 +5,7 @@ Without a broker a completion or a queued compile runs in the process that recor
 recording it. If that process dies meanwhile (stopped, killed, restarted by the autoreloader), the request
 is committed as pending and nothing would ever run it: there is no broker to redeliver it and no dispatcher
 (``nexum_dispatcher`` needs a broker). So the server's process runs this one, in a daemon thread started
-with its WSGI application (``nexum/wsgi.py``, which ``runserver`` and gunicorn load): at start and then every
+with its WSGI application (``config/wsgi.py``, which ``runserver`` and gunicorn load): at start and then every
 ``NEXUM_DISPATCH_INTERVAL_S`` it runs here every request left pending, one after another.
 
 Left pending means: pending in its read model (a kind whose requests come from an API call; webhook
@@ -46,7 +46,7 @@ def embedded_dispatcher_active() -> bool:
 def start_embedded_dispatcher() -> bool:
     """Start the embedded dispatcher's thread in this process, once, under the embedded default only (no
     broker) and unless ``NEXUM_EMBEDDED_DISPATCHER`` is off; True when it was started now."""
-    from nexum.celery import app
+    from config.celery import app
 
     if not settings.NEXUM_EMBEDDED_DISPATCHER or not app.conf.task_always_eager:
         return False

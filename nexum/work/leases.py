@@ -44,8 +44,8 @@ from django.db import IntegrityError, InterfaceError, OperationalError, connecti
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from nexum import metrics
-from nexum.sandbox import kill_leftover_group, process_start_ticks
+from nexum.adapters import metrics
+from nexum.adapters.sandbox import kill_leftover_group, process_start_ticks
 from nexum.work.kinds import WorkKind
 from nexum.work.models import Work
 

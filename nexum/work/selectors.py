@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db.models import Count, Min, Q, QuerySet
 from django.utils import timezone
 
-from nexum.ids import uuid_or_none
+from nexum.core.ids import uuid_or_none
 from nexum.work.kinds import WorkKind, work_kinds
 from nexum.work.leases import lease_live
 from nexum.work.models import Work

@@ -22,8 +22,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from nexum.core.approvals import APPROVAL_STATES, DECISIONS, STAGES
-from nexum.core.tasks import MAX_REASON_CHARS
+from nexum.core.tasks.lifecycle import MAX_REASON_CHARS
+from nexum.core.verification.approvals import APPROVAL_STATES, DECISIONS, STAGES
 from nexum_web.api.auth import OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.pagination import ListQuery, keyset_page, page_schema

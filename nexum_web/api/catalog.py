@@ -14,8 +14,8 @@ from rest_framework.views import APIView
 
 from context_app.catalog import selectors, services
 from context_app.compilation import selectors as compilation_selectors
-from nexum.core.catalog import MAX_TOKEN_COUNT
-from nexum.core.overlays import ContextWindowOverlay
+from nexum.core.catalog.changes import MAX_TOKEN_COUNT
+from nexum.core.catalog.overlays import ContextWindowOverlay
 from nexum_web.api.auth import OperatorOnly
 from nexum_web.api.strict import StrictInput
 
@@ -28,7 +28,8 @@ def _token_count(help_text: str) -> serializers.IntegerField:
 
 class OverlaySerializer(StrictInput):
     """An overlay's members; each is optional, null is "whatever the model card says", and an overlay
-    declares at least one (the core's value gate checks them: ``nexum.core.catalog.decide_overlay_set``)."""
+    declares at least one (the core's value gate checks them:
+    ``nexum.core.catalog.changes.decide_overlay_set``)."""
 
     context_tokens = _token_count("lowers the window")
     auto_compact_tokens = _token_count("compaction trigger window, clamped to the window")

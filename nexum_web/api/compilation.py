@@ -21,12 +21,12 @@ from rest_framework.views import APIView
 
 from context_app.compilation import retention, selectors, services
 from context_app.compilation.models import ContextCompilation, StoredContext
-from nexum.core import world
 from nexum.core.compilation import events as compilation_events
 from nexum.core.compilation import rules as compilation_rules
 from nexum.core.compilation.compiler import REASON_CODES, CompiledContext, Truncation
+from nexum.core.compilation.retention import POLICY_FIELDS, RETENTION_DAYS_MAX
 from nexum.core.errors import NotFound
-from nexum.core.retention import POLICY_FIELDS, RETENTION_DAYS_MAX
+from nexum.core.world.items import SHORT_MAX, TEXT_MAX
 from nexum_web.api.auth import CallerTrustField, OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.pagination import LogListQuery, log_page, page_schema
@@ -46,8 +46,8 @@ class OverridesInput(StrictInput):
 class EvidenceInput(StrictInput):
     kind = serializers.ChoiceField(choices=compilation_rules.EVIDENCE_KINDS, default="code")
     id = serializers.CharField(required=False, max_length=services.EVIDENCE_ID_MAX)
-    text = serializers.CharField(max_length=world.TEXT_MAX, trim_whitespace=False)
-    origin = serializers.CharField(required=False, allow_blank=True, max_length=world.SHORT_MAX)
+    text = serializers.CharField(max_length=TEXT_MAX, trim_whitespace=False)
+    origin = serializers.CharField(required=False, allow_blank=True, max_length=SHORT_MAX)
     trust_class = CallerTrustField()
 
 

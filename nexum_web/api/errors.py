@@ -7,7 +7,7 @@ cannot be reached is 503 ``database_unavailable`` (``database_outage`` says whic
 every 503 and 429 carries ``Retry-After`` (the error's ``details.retry_after_s``, else ``RETRY_AFTER_S``):
 nothing was written, the same request may be sent again then. Any other exception is a 500 in the same
 shape, logged as Django logs it, never Django's debug page. ``request_id`` is the id of the request
-(``nexum.logs``), the one the logs carry.
+(``nexum.adapters.logs``), the one the logs carry.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from django.utils.log import log_response
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
+from nexum.adapters.logs import current_request_id
 from nexum.core.errors import DomainError, TooLarge, Unavailable
 from nexum.eventstore.models import AppendOnlyError
-from nexum.logs import current_request_id
 from nexum_web.api.strict import UNKNOWN_FIELD, UNKNOWN_PARAMETER
 
 STATUS_BY_KIND = {
@@ -243,5 +243,5 @@ def answered_as(response: HttpResponse, answered: HttpResponse) -> HttpResponse:
 
 def json_server_error(request: HttpRequest) -> JsonResponse:
     """Django's 500 (debug off): the error shape without the traceback, which Django logged under the same
-    request id (``django.request``, see ``nexum.logs``)."""
+    request id (``django.request``, see ``nexum.adapters.logs``)."""
     return JsonResponse(error_body("server_error", SERVER_ERROR_MESSAGE), status=500)

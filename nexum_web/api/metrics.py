@@ -1,10 +1,11 @@
 """``GET /metrics``: Prometheus' scrape of a Nexum deployment, and the request latency it reports.
 
-What it answers: the processes' counters and histograms (``nexum.metrics``: request latency by route, compile
-latency and tokens by model word, completions by outcome, lease takeovers, failed checks by reason), summed
-across processes under gunicorn and Celery, and the gauges of the current state computed from the database
-now, by the functions of ``STATE_GAUGES`` (requests pending and stuck by work kind, the webhook backlog and
-the log's head per project). A new gauge of state (the usage ledger's drift) is one more function there.
+What it answers: the processes' counters and histograms (``nexum.adapters.metrics``: request latency by route,
+compile latency and tokens by model word, completions by outcome, lease takeovers, failed checks by reason),
+summed across processes under gunicorn and Celery, and the gauges of the current state computed from the
+database now, by the functions of ``STATE_GAUGES`` (requests pending and stuck by work kind, the webhook
+backlog and the log's head per project). A new gauge of state (the usage ledger's drift) is one more function
+there.
 
 Who may scrape: an operator token, or the scrape token ``NEXUM_METRICS_TOKEN`` sent as ``Bearer`` (what a
 Prometheus server is given). No token is 401, an unknown one 401, an agent token 403, all in the API's error
@@ -34,7 +35,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from context_app.compilation.selectors import drift_per_card
-from nexum import metrics
+from nexum.adapters import metrics
 from nexum.core.errors import Forbidden
 from nexum.core.roles import OPERATOR
 from nexum.eventstore.models import Event as EventRow

@@ -14,7 +14,7 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from nexum.core.tasks import MAX_REASON_CHARS, MAX_TEXT_CHARS, RISKS, TASK_FIELDS, TASK_STATES
+from nexum.core.tasks.lifecycle import MAX_REASON_CHARS, MAX_TEXT_CHARS, RISKS, TASK_FIELDS, TASK_STATES
 from nexum_web.api.auth import OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.pagination import ListQuery, keyset_page, page_schema
@@ -51,7 +51,8 @@ assert set(TaskSpecSerializer._declared_fields) == TASK_FIELDS  # the documentat
 
 @extend_schema_field(TaskSpecSerializer(many=True))
 class TaskSpecListField(serializers.ListField):
-    """The plan's steps as JSON objects; their members are checked by ``nexum.core.tasks.plan_goal``."""
+    """The plan's steps as JSON objects; their members are checked by
+    ``nexum.core.tasks.lifecycle.plan_goal``."""
 
     child = serializers.DictField()
 

@@ -14,8 +14,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from context_app.compilation import selectors, services
-from nexum.core.catalog import MAX_TOKEN_COUNT
-from nexum.core.usage import COST_MAX, NAME_MAX
+from nexum.core.catalog.changes import MAX_TOKEN_COUNT
+from nexum.core.catalog.usage import COST_MAX, NAME_MAX
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.strict import StrictInput, StrictQuery
 

@@ -25,8 +25,10 @@ from rest_framework.response import Response
 
 from context_app.compilation import retention
 from context_app.world.artifacts import stored_text
-from nexum.core.approvals import CONTRACT_APPROVALS
-from nexum.core.gate import (
+from nexum.core.compilation.retention import CHECK_OUTPUT
+from nexum.core.verification.approvals import CONTRACT_APPROVALS
+from nexum.core.verification.contracts import MAX_ANSWER_CHARS, MAX_DERIVED_FROM
+from nexum.core.verification.gate import (
     CHECK_FIELDS,
     CHECK_TYPES,
     DOTTED_PATH,
@@ -42,8 +44,6 @@ from nexum.core.gate import (
     MIN_TIMEOUT_S,
     ON_FAILURE_CHOICES,
 )
-from nexum.core.retention import CHECK_OUTPUT
-from nexum.core.verification import MAX_ANSWER_CHARS, MAX_DERIVED_FROM
 from nexum_web.api.auth import TRUST_CLASS_CHOICES, OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.pagination import ListQuery, keyset_page, page_schema
@@ -51,7 +51,7 @@ from nexum_web.api.strict import NOT_BLANK, StrictInput
 from verification_app import selectors, services
 from verification_app.models import CheckRun, CompletionRequest, Contract
 
-# --- the schema of a contract (validated by nexum.core.gate.contract_from_dict) ---
+# --- the schema of a contract (validated by nexum.core.verification.gate.contract_from_dict) ---
 
 _TEXT = {"type": "string", "pattern": NOT_BLANK}
 CHECK_MEMBERS: dict[str, dict[str, Any]] = {

@@ -58,7 +58,7 @@ def _database_health() -> dict[str, object]:
 def _broker_health() -> dict[str, object]:
     if not settings.CELERY_BROKER_URL:
         return {"ok": True, "mode": "eager"}
-    from nexum.celery import app
+    from config.celery import app
 
     try:
         with app.connection_for_write() as conn:

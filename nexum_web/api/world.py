@@ -25,8 +25,8 @@ from rest_framework.views import APIView
 from context_app.world import selectors, services
 from context_app.world.artifacts import default_store
 from context_app.world.models import Tool, WorldItem
-from nexum.core import world
 from nexum.core.errors import ValidationFailed
+from nexum.core.world.items import ITEM_KINDS, SHORT_MAX, TEXT_MAX, TOOL_NAME
 from nexum_web.api.auth import CallerTrustField, OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.pagination import ListQuery, LogListQuery, keyset_page, log_page, page_schema
@@ -35,7 +35,7 @@ from nexum_web.api.strict import StrictInput, StrictQuery
 # --- input ------------------------------------------------------------------------------------------------
 
 
-def _text(required: bool = True, max_length: int = world.TEXT_MAX, **kwargs: Any) -> serializers.CharField:
+def _text(required: bool = True, max_length: int = TEXT_MAX, **kwargs: Any) -> serializers.CharField:
     """A text member: required ones may not be empty, optional ones default to "" and may be."""
     if not required:
         kwargs.setdefault("default", "")
@@ -43,20 +43,20 @@ def _text(required: bool = True, max_length: int = world.TEXT_MAX, **kwargs: Any
     return serializers.CharField(required=required, max_length=max_length, **kwargs)
 
 
-TOOL_NAME = world.TOOL_NAME.pattern
-TOOL_NAME_IN_PATH = OpenApiParameter("name", str, OpenApiParameter.PATH, pattern=TOOL_NAME)
+TOOL_NAME_PATTERN = TOOL_NAME.pattern
+TOOL_NAME_IN_PATH = OpenApiParameter("name", str, OpenApiParameter.PATH, pattern=TOOL_NAME_PATTERN)
 
 
 def _tool_name(**kwargs: Any) -> serializers.RegexField:
     """A tool's name as the registry writes it: the pattern, whole (never trimmed into it)."""
     kwargs.setdefault("help_text", "1–64 letters, digits, '_', '-' or '.'")
-    return serializers.RegexField(TOOL_NAME, trim_whitespace=False, **kwargs)
+    return serializers.RegexField(TOOL_NAME_PATTERN, trim_whitespace=False, **kwargs)
 
 
 class FactInput(StrictInput):
     text = _text()
-    source = _text(required=False, max_length=world.SHORT_MAX)
-    subject = _text(required=False, max_length=world.SHORT_MAX)
+    source = _text(required=False, max_length=SHORT_MAX)
+    subject = _text(required=False, max_length=SHORT_MAX)
     observed_at = serializers.DateTimeField(required=False, default=None, allow_null=True)
     trust_class = CallerTrustField()
     verified = serializers.BooleanField(required=False, default=False)
@@ -104,8 +104,8 @@ BASE64 = f"^{BASE64_WHITESPACE}*(?:(?:(?:{_BASE64_CHAR}){{4}})+(?:{_BASE64_LAST}
 
 class ArtifactInput(StrictInput):
     summary = _text()
-    uri = serializers.CharField(required=False, max_length=world.SHORT_MAX, help_text="not blank if given")
-    excerpt = serializers.CharField(required=False, allow_blank=True, max_length=world.TEXT_MAX)
+    uri = serializers.CharField(required=False, max_length=SHORT_MAX, help_text="not blank if given")
+    excerpt = serializers.CharField(required=False, allow_blank=True, max_length=TEXT_MAX)
     media_type = _text(required=False, max_length=200)
     content_base64 = serializers.RegexField(
         BASE64,
@@ -133,8 +133,8 @@ class FactRetractInput(StrictInput):
 
 class FactSupersedeInput(StrictInput):
     text = _text()
-    source = serializers.CharField(required=False, allow_blank=True, max_length=world.SHORT_MAX)
-    subject = serializers.CharField(required=False, allow_blank=True, max_length=world.SHORT_MAX)
+    source = serializers.CharField(required=False, allow_blank=True, max_length=SHORT_MAX)
+    subject = serializers.CharField(required=False, allow_blank=True, max_length=SHORT_MAX)
     observed_at = serializers.DateTimeField(required=False, default=None, allow_null=True)
     trust_class = CallerTrustField()
     verified = serializers.BooleanField(required=False, default=False)
@@ -171,7 +171,7 @@ class ToolScopeInput(StrictInput):
 class ItemQuery(LogListQuery):
     goal = serializers.UUIDField(required=False)
     task = serializers.UUIDField(required=False)
-    kind = serializers.ChoiceField(choices=world.ITEM_KINDS, required=False)
+    kind = serializers.ChoiceField(choices=ITEM_KINDS, required=False)
     own = serializers.BooleanField(
         required=False, default=False, help_text="with task: only the task's own items, not its goal's"
     )

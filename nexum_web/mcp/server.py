@@ -40,7 +40,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
-from nexum.logs import request_id_kept_or_new
+from nexum.adapters.logs import request_id_kept_or_new
 from nexum_web.mcp.calls import ApiAnswer, Caller
 from nexum_web.mcp.prompts import TASK_CONTEXT, PromptRefused, task_context, task_resources
 from nexum_web.mcp.tools import RESOURCES, TOOLS, answer_text, input_schema, output_schema

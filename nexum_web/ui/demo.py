@@ -30,10 +30,10 @@ from context_app.resolution import services as resolution
 from context_app.resolution.models import Grant, Source, TaskContext, TaskQuestions
 from context_app.world import services as world
 from context_app.world.models import Tool, ToolScope, WorldItem
+from nexum.adapters.workspaces import project_published, project_workspace
 from nexum.core import roles
 from nexum.core.roles import actor_of, caller_trust
 from nexum.eventstore.verification import verify_log
-from nexum.workspaces import project_published, project_workspace
 from tasks_app.models import Project, Task
 from tasks_app.services import goal_create, project_create, task_start
 from verification_app.models import CompletionRequest

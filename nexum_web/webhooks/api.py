@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from nexum.source_policy import HTTP_URL, HTTP_URL_RULE
+from nexum.adapters.source_policy import HTTP_URL, HTTP_URL_RULE
 from nexum_web.api.auth import OperatorOnly
 from nexum_web.api.pagination import ListQuery, LogListQuery, keyset_page, log_page, page_schema
 from nexum_web.api.strict import StrictInput

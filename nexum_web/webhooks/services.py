@@ -41,12 +41,12 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 from django.utils import timezone
 
-from nexum import telemetry
+from nexum.adapters import telemetry
+from nexum.adapters.source_policy import DEFAULT_PORTS, HTTP_ALLOW_SETTING, ConfinementRefused, SourcePolicy
+from nexum.adapters.sources import PinnedHTTPConnection, PinnedHTTPSConnection
 from nexum.core.errors import NotFound
+from nexum.core.ids import uuid_or_none
 from nexum.eventstore import store
-from nexum.ids import uuid_or_none
-from nexum.source_policy import DEFAULT_PORTS, HTTP_ALLOW_SETTING, ConfinementRefused, SourcePolicy
-from nexum.sources import PinnedHTTPConnection, PinnedHTTPSConnection
 from nexum.work.leases import Lease
 from nexum_web.api.views import StoredEventSerializer
 from nexum_web.webhooks import signing

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from nexum.adapters.source_policy import HTTP_URL
 from nexum.eventstore.models import Event as EventRow
-from nexum.source_policy import HTTP_URL
 from nexum_web.api.strict import NOT_BLANK
 from tests.api.test_foundation_api import assert_error
 from tests.api.test_task_api import create_goal, task_id

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from nexum.core.projects import HealthPinged
+from nexum.core.tasks.projects import HealthPinged
 from nexum.eventstore import store
 from tasks_app.services import agent_token_revoke
 

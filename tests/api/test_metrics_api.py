@@ -221,7 +221,7 @@ def test_a_bad_metrics_setting_stops_the_start_naming_it(variable, given, messag
     result = subprocess.run(
         [sys.executable, "-c", "import django; django.setup()"],
         cwd=ROOT,
-        env={**env, "DJANGO_SETTINGS_MODULE": "nexum.settings"},
+        env={**env, "DJANGO_SETTINGS_MODULE": "config.settings"},
         capture_output=True,
         text=True,
         timeout=120,

@@ -11,7 +11,7 @@ import re
 import pytest
 from rest_framework.test import APIClient
 
-from nexum.logs import JsonFormatter
+from nexum.adapters.logs import JsonFormatter
 from nexum_web.api.views import HealthView
 from tests.api.test_foundation_api import assert_error
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from context_app.catalog.services import DEFAULT_CATALOG, model_catalog_replace
-from nexum.workspaces import project_published, project_workspace
+from nexum.adapters.workspaces import project_published, project_workspace
 
 pytestmark = pytest.mark.django_db
 

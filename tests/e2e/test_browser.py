@@ -11,8 +11,8 @@ import pytest
 from context_app.compilation.models import StoredContext
 from context_app.resolution import services as resolution
 from context_app.resolution.models import Escalation
-from nexum.core.approvals import ApprovalRequired
 from nexum.core.resolution.rules import PlanGateClosed
+from nexum.core.verification.approvals import ApprovalRequired
 from nexum.eventstore.models import Event
 from tasks_app.models import Task
 from tasks_app.services import agent_token_issue, goal_create, task_start

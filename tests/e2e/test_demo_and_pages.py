@@ -235,7 +235,7 @@ def test_the_fix_story_passes_the_gate_and_shows_the_fix_once_published_and_a_re
     --reset`` (``make demo-reset``) then gives the demo from its start: s3 failed, both copies restored."""
     from django.core.management import call_command
 
-    from nexum.workspaces import project_published, project_workspace
+    from nexum.adapters.workspaces import project_published, project_workspace
     from nexum_web.ui.demo import EXAMPLES_DIR
 
     settings.DEBUG = True

@@ -13,7 +13,7 @@ from context_app.compilation import services as compilation
 from context_app.compilation.models import CompactionFold, StoredContext
 from context_app.resolution import selectors as resolution_selectors
 from context_app.world.models import WorldItem
-from nexum.tokenization import counter_for
+from nexum.adapters.tokenization import counter_for
 
 pytestmark = [pytest.mark.django_db]
 

@@ -33,9 +33,9 @@ from django.conf import settings as django_settings
 
 from context_app.compilation.models import ContextCompilation
 from context_app.compilation.tasks import COMPILE
+from nexum.adapters.workspaces import project_workspace
 from nexum.eventstore.models import Event as EventRow
 from nexum.work.dispatch import send
-from nexum.workspaces import project_workspace
 from tasks_app import services as task_services
 from tasks_app.models import Task
 from tests.integration.compile_world import load_catalog
@@ -293,7 +293,7 @@ def test_requests_through_both_nodes_at_once_are_each_decided_once(nodes, projec
 
 def broker_drained() -> bool:
     """No message waiting in any queue and none delivered and not yet acknowledged."""
-    from nexum.celery import app
+    from config.celery import app
 
     with app.connection_for_write() as connection:
         client = connection.default_channel.client

@@ -20,14 +20,14 @@ from context_app.compilation.models import (
 from context_app.compilation.tasks import compile_requested
 from context_app.world import services as world
 from context_app.world.models import WorldItem
-from nexum.core.budgets import ModelBudget
+from nexum.adapters.tokenization import counter_for
+from nexum.core.catalog.budgets import ModelBudget
 from nexum.core.compilation.compiler import BudgetTooSmall, ContextItem, Query, rank_section
 from nexum.core.compilation.events import compile_stream
 from nexum.core.errors import NotFound, ValidationFailed
-from nexum.core.projects import HealthPinged
+from nexum.core.tasks.projects import HealthPinged
 from nexum.eventstore import projections, store
 from nexum.eventstore.models import Event as EventRow
-from nexum.tokenization import counter_for
 from tasks_app.models import Task
 from tasks_app.services import goal_create
 from tests.integration.compile_world import build_auth_world

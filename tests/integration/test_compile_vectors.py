@@ -17,11 +17,11 @@ from context_app.compilation.models import ContextCompilation, StoredContext
 from context_app.world import services as world
 from context_app.world.embedder import configured_embedder, configured_embedder_id
 from context_app.world.models import ItemVector, WorldItem
+from nexum.adapters.embedding import embedder_named
+from nexum.adapters.tokenization import counter_for
 from nexum.core.compilation.compiler import COMPILER_VERSION, query_text
 from nexum.core.errors import PolicyRefused
-from nexum.embedding import embedder_named
 from nexum.eventstore import store
-from nexum.tokenization import counter_for
 from tests.integration.compile_world import build_auth_world
 
 pytestmark = pytest.mark.django_db

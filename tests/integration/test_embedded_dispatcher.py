@@ -23,7 +23,7 @@ from unittest import mock
 import pytest
 from django.utils import timezone
 
-from nexum.celery import app
+from config.celery import app
 from nexum.work import embedded
 from nexum.work.models import Work
 from tasks_app.services import agent_token_issue

@@ -11,7 +11,7 @@ from django.db import DatabaseError, connection, connections, transaction
 
 from nexum.core.errors import ConcurrencyError, ValidationFailed
 from nexum.core.events import InvalidEvent
-from nexum.core.projects import HealthPinged
+from nexum.core.tasks.projects import HealthPinged
 from nexum.eventstore import store
 from nexum.eventstore.models import AppendOnlyError
 from nexum.eventstore.models import Event as EventRow

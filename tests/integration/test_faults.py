@@ -170,7 +170,7 @@ def folders(workspace, settings) -> dict[str, str]:
 @pytest.fixture
 def sends_to(monkeypatch) -> Callable[[str], None]:
     """Route this process's completion messages to a private broker (``apply_async(connection=…)``)."""
-    from nexum.celery import app
+    from config.celery import app
 
     def route(broker_url: str) -> None:
         send = run_completion.apply_async

@@ -12,8 +12,8 @@ from django.core.management.base import CommandError
 from context_app.world import services as world
 from context_app.world.embedder import configured_embedder, configured_embedder_id
 from context_app.world.models import ItemVector, WorldItem
-from nexum.core.entities import entities_of
-from nexum.embedding import UnknownEmbedder, embedder_named
+from nexum.adapters.embedding import UnknownEmbedder, embedder_named
+from nexum.core.world.entities import entities_of
 from nexum.eventstore import projections
 from tasks_app.services import goal_create
 

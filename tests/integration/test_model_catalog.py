@@ -19,12 +19,12 @@ from context_app.catalog.services import (
     model_overlay_clear,
     model_overlay_set,
 )
-from nexum.core.budgets import ModelCard
-from nexum.core.catalog import models_stream
+from nexum.adapters.tokenization import UnknownEncoding, counter_for, default_registry
+from nexum.core.catalog.budgets import ModelCard
+from nexum.core.catalog.changes import models_stream
 from nexum.core.errors import ConcurrencyError, Conflict, DomainError, ValidationFailed
 from nexum.eventstore import projections, store
 from nexum.eventstore.models import Event as EventRow
-from nexum.tokenization import UnknownEncoding, counter_for, default_registry
 from tests.tokenizer_files import write_tiktoken
 
 pytestmark = pytest.mark.django_db

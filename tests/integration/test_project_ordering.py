@@ -13,7 +13,7 @@ from django.db import DatabaseError, connection, connections, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
-from nexum.core.projects import HealthPinged
+from nexum.core.tasks.projects import HealthPinged
 from nexum.eventstore import store
 from nexum.eventstore.models import Event as EventRow
 from nexum.eventstore.verification import verify_log

@@ -19,7 +19,8 @@ from django.db import transaction
 from context_app.compilation import services as compilation
 from context_app.resolution import selectors, services
 from context_app.resolution.models import BundleItem, Escalation, Retrieval
-from nexum.core.budgets import ModelBudget
+from nexum.adapters.tokenization import counter_for
+from nexum.core.catalog.budgets import ModelBudget
 from nexum.core.compilation.compiler import CompileInput, ContextItem, Step, compile_context
 from nexum.core.errors import NotFound, PolicyRefused
 from nexum.core.resolution.resolver import ResolveBudget
@@ -27,7 +28,6 @@ from nexum.core.resolution.rules import PlanGateClosed
 from nexum.core.trust import TrustClass, sign_item
 from nexum.eventstore import projections
 from nexum.eventstore.models import Event as EventRow
-from nexum.tokenization import counter_for
 from tasks_app import services as task_services
 from tests.integration.compile_world import load_catalog
 from tests.unit.test_trust import INJECTIONS

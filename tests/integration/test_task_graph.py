@@ -16,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from nexum.core.errors import ConcurrencyError, DomainError, NotFound
 from nexum.core.events import Event, event_from_data, upcast
-from nexum.core.tasks import (
+from nexum.core.tasks.lifecycle import (
     ALLOWED_FROM,
     COMPLETED,
     TASK_STATES,

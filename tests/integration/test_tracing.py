@@ -15,8 +15,8 @@ from django.db import connection
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from nexum import telemetry
-from nexum.celery import app as celery_app
+from config.celery import app as celery_app
+from nexum.adapters import telemetry
 from tests.api.test_verification_api import echo_check, started_task
 from tests.integration.compile_world import build_auth_world, load_catalog
 from tests.integration.test_worker import ROOT, database_url_for_worker
@@ -94,13 +94,13 @@ def test_off_no_sdk_is_loaded_and_a_span_is_one_shared_no_op():
         off.set(outcome="compiled")
     environment = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
     probe = (
-        "import django, sys; django.setup(); from nexum import telemetry;"
+        "import django, sys; django.setup(); from nexum.adapters import telemetry;"
         " print(telemetry.tracing_on(), sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk')))"
     )
     shown = subprocess.run(
         [sys.executable, "-c", probe],
         cwd=ROOT,
-        env={**environment, "DJANGO_SETTINGS_MODULE": "nexum.settings"},
+        env={**environment, "DJANGO_SETTINGS_MODULE": "config.settings"},
         capture_output=True,
         text=True,
         timeout=120,

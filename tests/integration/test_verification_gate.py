@@ -346,7 +346,7 @@ def test_project_a_cannot_see_or_write_project_b_workspace(project, other_projec
 def test_without_a_sandbox_a_command_check_fails_with_sandbox_unavailable(
     project, workspace, monkeypatch, settings
 ):
-    from nexum import bubblewrap
+    from nexum.adapters import bubblewrap
 
     settings.NEXUM_SANDBOX = "bwrap"  # the default, whatever this machine's test run uses
     monkeypatch.setattr(bubblewrap, "find_bwrap", lambda: None)
@@ -364,7 +364,7 @@ def test_manage_py_check_says_when_checks_cannot_be_sandboxed(settings, monkeypa
 
     from django.core.management import call_command
 
-    from nexum import bubblewrap
+    from nexum.adapters import bubblewrap
     from verification_app.checks import sandbox_ready
 
     settings.NEXUM_SANDBOX = "bwrap"
@@ -382,7 +382,7 @@ def test_manage_py_check_says_when_checks_cannot_be_sandboxed(settings, monkeypa
 def test_a_root_worker_without_a_host_user_says_so_at_start_and_runs_no_command_check(
     project, workspace, monkeypatch, settings
 ):
-    from nexum import sandbox
+    from nexum.adapters import sandbox
     from verification_app.checks import sandbox_ready
 
     settings.NEXUM_SANDBOX = "bwrap"
@@ -453,7 +453,7 @@ def test_a_stored_contract_that_todays_rules_refuse_fails_the_task_with_the_reas
 ):
     """A contract registered under older rules (a lookaround pattern, before checks moved to RE2) ends its
     completion request with a failed decision that says why, rather than leaving it pending."""
-    from nexum.core import gate
+    from nexum.core.verification import gate
 
     (workspace / "report.txt").write_text("coverage: 93%\n")
     with monkeypatch.context() as older_rules:
@@ -560,7 +560,7 @@ def test_artifact_matches_reads_the_projects_artifact_by_digest(project, other_p
 def queued():
     """Celery not eager: requests are recorded and left pending (the on-commit enqueue never fires inside
     the test's transaction), so a test can play the worker by hand."""
-    from nexum.celery import app
+    from config.celery import app
 
     app.conf.task_always_eager = False
     yield

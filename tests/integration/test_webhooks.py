@@ -247,7 +247,7 @@ def test_the_server_and_the_client_name_the_headers_alike():
 
 def pings(project_id: str, count: int) -> None:
     """``count`` events in the project's log, appended in bulk (the cheapest events there are)."""
-    from nexum.core.projects import HealthPinged
+    from nexum.core.tasks.projects import HealthPinged
 
     for start in range(0, count, 1000):
         store.append(
@@ -261,7 +261,7 @@ def pings(project_id: str, count: int) -> None:
 @pytest.fixture
 def sent_deliveries(monkeypatch) -> list[str]:
     """Celery not eager, the delivery task's messages kept here (in order) instead of published."""
-    from nexum.celery import app
+    from config.celery import app
     from nexum_web.webhooks.tasks import webhook_deliver
 
     sent: list[str] = []
@@ -464,7 +464,7 @@ def receivers() -> Iterator[Callable[[Callable[[int], int]], ScriptedReceiver]]:
 @pytest.fixture
 def empty_queues() -> Iterator[None]:
     """The broker's queues emptied before and after (this test's database is the only one they name)."""
-    from nexum.celery import app
+    from config.celery import app
 
     app.control.purge()
     yield
@@ -481,7 +481,7 @@ def started(processes, name: str, argv: list[str], env: dict[str, str]) -> None:
 
 
 def queued(queue: str) -> int:
-    from nexum.celery import app
+    from config.celery import app
 
     with app.connection_for_write() as connection:
         return int(connection.default_channel.client.llen(queue))

@@ -22,11 +22,11 @@ from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerOperationalError
 
+from config.celery import app
 from context_app.compilation.tasks import COMPILE, compile_requested
 from context_app.resolution.tasks import resolve_context
-from nexum.celery import app
+from nexum.adapters.sandbox import process_start_ticks
 from nexum.eventstore.models import Event as EventRow
-from nexum.sandbox import process_start_ticks
 from nexum.work import leases
 from nexum.work.dispatch import dispatch_due
 from nexum.work.models import Work

@@ -10,8 +10,15 @@ from hypothesis import strategies as st
 
 from context_app.world import selectors, services
 from context_app.world.models import Tool, ToolScope, WorldItem
-from nexum.core import world
 from nexum.core.errors import ConcurrencyError, IllegalTransition, NotFound, TooLarge, ValidationFailed
+from nexum.core.world.items import (
+    FACT_CURRENT,
+    FACT_RETRACTED,
+    FACT_SUPERSEDED,
+    item_stream,
+    render_item,
+    render_tool,
+)
 from nexum.eventstore import projections, store
 from nexum.eventstore.models import Event as EventRow
 from tasks_app import selectors as task_selectors
@@ -68,11 +75,11 @@ def record_one_of_each(project, goal, task):
 def test_token_counts_equal_tiktoken_counts_of_the_rendered_text(project):
     goal, (build, _) = make_goal(project)
     for item in record_one_of_each(project, goal, build):
-        assert item.rendered == world.render_item(item.kind, item.__dict__)
+        assert item.rendered == render_item(item.kind, item.__dict__)
         assert item.token_counts == {"cl100k_base": len(CL100K.encode(item.rendered))}, item.kind
         assert item.line_count == max(1, len(item.rendered.splitlines()))
         # the count travels in the event, so a rebuild never re-tokenizes
-        (stored,) = store.read_stream(world.item_stream(item.kind, str(item.id)))
+        (stored,) = store.read_stream(item_stream(item.kind, str(item.id)))
         assert stored.data["token_counts"] == item.token_counts
 
 
@@ -117,7 +124,7 @@ def test_fact_verify_supersede_retract_keep_history_and_show_the_current_view(pr
     )
     assert newer.subject == "python" and newer.supersedes == fact.id and newer.goal_id == goal.id
     old = selectors.fact_get(project_id=pid, fact_id=str(fact.id))
-    assert old.status == world.FACT_SUPERSEDED and old.superseded_by == newer.id
+    assert old.status == FACT_SUPERSEDED and old.superseded_by == newer.id
     with pytest.raises(IllegalTransition):
         services.fact_retract(
             project_id=pid, fact_id=str(fact.id), reason="again", role="operator", actor="c"
@@ -125,7 +132,7 @@ def test_fact_verify_supersede_retract_keep_history_and_show_the_current_view(pr
     retracted = services.fact_retract(
         project_id=pid, fact_id=str(newer.id), reason="wrong box", role="operator", actor="d"
     )
-    assert retracted.status == world.FACT_RETRACTED
+    assert retracted.status == FACT_RETRACTED
     history = [stored.event_type for stored in selectors.fact_history(fact=old)]
     assert history == ["FactRecorded", "FactVerified", "FactSuperseded"]
     visible = selectors.items_for_task(project_id=pid, goal_id=str(goal.id), task_id=None, kinds=["fact"])
@@ -164,7 +171,7 @@ def test_the_same_content_is_stored_once(project, artifact_root):
     assert files[0] == artifact_root / first.content_sha256[:2] / first.content_sha256
     assert files[0].read_bytes() == b"same bytes"
     assert first.excerpt == "same bytes" and first.media_type == "text/plain"
-    (stored,) = store.read_stream(world.item_stream("artifact", str(first.id)))
+    (stored,) = store.read_stream(item_stream("artifact", str(first.id)))
     assert "same bytes" not in str({k: v for k, v in stored.data.items() if k != "excerpt"})
 
 
@@ -223,7 +230,7 @@ def test_tools_registry_and_narrowing(project):
             actor="a",
         )
     shell = Tool.objects.get(name="shell")
-    rendered = world.render_tool(name="shell", description="shell tool", schema={"type": "object"})
+    rendered = render_tool(name="shell", description="shell tool", schema={"type": "object"})
     assert shell.token_counts == {"cl100k_base": len(CL100K.encode(rendered))}
     services.tool_scope_set(
         scope=goal_scope(project, goal), allowed=["shell", "search"], pinned=[], actor="a"
@@ -354,7 +361,7 @@ def test_state_as_of_a_position_shows_the_fact_before_its_retraction(project):
     )
     live = projections.snapshot()
     with projections.state_as_of(position):
-        assert WorldItem.objects.get(id=fact.id).status == world.FACT_CURRENT
+        assert WorldItem.objects.get(id=fact.id).status == FACT_CURRENT
     assert projections.snapshot() == live
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from nexum.core.approvals import (
+from nexum.core.errors import ValidationFailed
+from nexum.core.verification.approvals import (
     ApprovalDenied,
     ApprovalRequired,
     ApprovalView,
@@ -13,8 +14,7 @@ from nexum.core.approvals import (
     gate_approval_id,
     required_stages,
 )
-from nexum.core.errors import ValidationFailed
-from nexum.core.gate import contract_from_dict, contract_to_dict
+from nexum.core.verification.gate import contract_from_dict, contract_to_dict
 
 
 @pytest.mark.parametrize(

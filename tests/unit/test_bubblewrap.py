@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from nexum import bubblewrap, sandbox
-from nexum.bubblewrap import SandboxUnavailable, install_prefixes, plan_mounts
+from nexum.adapters import bubblewrap, sandbox
+from nexum.adapters.bubblewrap import SandboxUnavailable, install_prefixes, plan_mounts
+from nexum.adapters.pids_cgroup import CgroupUnavailable, PidsCgroup, find_parent
+from nexum.adapters.sandbox import SandboxPolicy, run_command
 from nexum.core.errors import ValidationFailed
-from nexum.core.gate import CommandCheck
-from nexum.pids_cgroup import CgroupUnavailable, PidsCgroup, find_parent
-from nexum.sandbox import SandboxPolicy, run_command
+from nexum.core.verification.gate import CommandCheck
 from tests.conftest import NEEDS_BWRAP
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox is Linux-specific")

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nexum.core.budgets import (
+from nexum.core.catalog.budgets import (
     CONTEXT_TOKENS_FLOOR,
     BudgetOverrides,
     ModelBudget,
@@ -19,8 +19,8 @@ from nexum.core.budgets import (
     budget_for_ref,
     size_class_of,
 )
+from nexum.core.catalog.overlays import ContextWindowOverlay, ModelCatalog
 from nexum.core.errors import ValidationFailed
-from nexum.core.overlays import ContextWindowOverlay, ModelCatalog
 
 
 def card(**fields: Any) -> ModelCard:
@@ -431,7 +431,7 @@ def test_an_overlay_never_widens_the_budget(model: ModelCard, overlay: ContextWi
 
 def test_core_budget_modules_import_no_framework() -> None:
     code = (
-        "import sys, nexum.core.budgets, nexum.core.overlays\n"
+        "import sys, nexum.core.catalog.budgets, nexum.core.catalog.overlays\n"
         "bad = [m for m in ('django', 'rest_framework', 'celery', 'tiktoken') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from nexum.core.catalog import (
+from nexum.core.catalog.changes import (
     MAX_TOKEN_COUNT,
     CatalogState,
     ModelCatalogReplaced,
@@ -21,9 +21,9 @@ from nexum.core.catalog import (
     decide_overlay_set,
     document_from_event,
 )
+from nexum.core.catalog.overlays import ContextWindowOverlay
 from nexum.core.errors import Conflict, ValidationFailed
 from nexum.core.events import event_from_data, event_to_data
-from nexum.core.overlays import ContextWindowOverlay
 
 DOCUMENT: dict[str, Any] = {
     "cards": [

@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from nexum.core.budgets import ModelBudget
+from nexum.adapters.tokenization import counter_for
+from nexum.core.catalog.budgets import ModelBudget
 from nexum.core.compilation.compiler import (
     COMPILER_VERSION,
     REASON_CODES,
@@ -25,7 +26,6 @@ from nexum.core.compilation.compiler import (
 )
 from nexum.core.digests import canonical_json, digest_of
 from nexum.core.errors import ValidationFailed
-from nexum.tokenization import counter_for
 
 COUNTER = counter_for("cl100k_base")
 BUDGET_REASON = re.compile(r"^needed (\d+) tokens, (\d+) left$")

@@ -8,7 +8,8 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nexum.core.budgets import ModelBudget
+from nexum.adapters.tokenization import counter_for
+from nexum.core.catalog.budgets import ModelBudget
 from nexum.core.compilation.compiler import (
     COMPILER_VERSION,
     CompiledContext,
@@ -20,7 +21,6 @@ from nexum.core.compilation.compiler import (
     compile_context,
 )
 from nexum.core.digests import canonical_json, digest_of
-from nexum.tokenization import counter_for
 
 COUNTER = counter_for("cl100k_base")
 PROPERTY_SETTINGS = settings(

@@ -1,5 +1,5 @@
 """The core stays framework-free: no module under nexum/core imports Django, DRF, Celery, a tokenizer or a
-tracer (the compiler takes a phase timer, ``nexum.telemetry.phase_span``, from its caller)."""
+tracer (the compiler takes a phase timer, ``nexum.adapters.telemetry.phase_span``, from its caller)."""
 
 import ast
 from pathlib import Path

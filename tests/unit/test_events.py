@@ -12,8 +12,8 @@ from nexum.core.events import (
     upcast,
     validate_event,
 )
-from nexum.core.projects import AgentTokenIssued, ProjectCreated
 from nexum.core.resolution.events import SourceRegistered
+from nexum.core.tasks.projects import AgentTokenIssued, ProjectCreated
 
 
 @event_type("TestShaped")

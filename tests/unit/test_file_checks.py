@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from nexum import sandbox
-from nexum.core.gate import FileExistsCheck, FileMatchesCheck
-from nexum.sandbox import CheckRunner, SandboxPolicy
+from nexum.adapters import sandbox
+from nexum.adapters.sandbox import CheckRunner, SandboxPolicy
+from nexum.core.verification.gate import FileExistsCheck, FileMatchesCheck
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="openat2 and O_PATH are Linux's")
 

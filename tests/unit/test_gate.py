@@ -7,7 +7,7 @@ import time
 import pytest
 
 from nexum.core.errors import ValidationFailed
-from nexum.core.gate import (
+from nexum.core.verification.gate import (
     ArtifactMatchesCheck,
     CallableCheck,
     CheckResult,

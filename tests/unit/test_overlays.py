@@ -8,9 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nexum.core.budgets import ModelCard
-from nexum.core.errors import ValidationFailed
-from nexum.core.overlays import (
+from nexum.core.catalog.budgets import ModelCard
+from nexum.core.catalog.overlays import (
     ContextWindowOverlay,
     ModelCatalog,
     assert_overlay_words,
@@ -21,6 +20,7 @@ from nexum.core.overlays import (
     overlay_value_gate,
     physical_window_of,
 )
+from nexum.core.errors import ValidationFailed
 
 
 def card(word: str, *, window: int | None = 100_000, model_id: str | None = None, **fields: Any) -> ModelCard:

@@ -7,7 +7,14 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nexum.core.relevance import Document, bm25_scores, query_stems, rank_by_relevance, stems_of, terms_of
+from nexum.core.world.relevance import (
+    Document,
+    bm25_scores,
+    query_stems,
+    rank_by_relevance,
+    stems_of,
+    terms_of,
+)
 
 
 def docs(**texts: str) -> list[Document]:

@@ -8,7 +8,9 @@ import json
 import subprocess
 import sys
 
-from nexum.core.budgets import ModelBudget
+from nexum.adapters.embedding import embedder_id, embedder_named
+from nexum.adapters.tokenization import counter_for
+from nexum.core.catalog.budgets import ModelBudget
 from nexum.core.compilation.compiler import (
     FEEDBACK_DEPTH,
     CompileInput,
@@ -21,10 +23,8 @@ from nexum.core.compilation.compiler import (
     rank_sections,
     relevance_scores,
 )
-from nexum.core.entities import entities_of
-from nexum.core.vectors import quantize
-from nexum.embedding import embedder_id, embedder_named
-from nexum.tokenization import counter_for
+from nexum.core.world.entities import entities_of
+from nexum.core.world.vectors import quantize
 
 COUNTER = counter_for("cl100k_base")
 EMBEDDER = embedder_named("wordllama")

@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from nexum import sandbox
-from nexum.core.gate import (
+from nexum.adapters import sandbox
+from nexum.adapters.sandbox import CheckRunner, SandboxPolicy, run_command
+from nexum.core.verification.gate import (
     ArtifactMatchesCheck,
     CallableCheck,
     CommandCheck,
@@ -34,7 +35,6 @@ from nexum.core.gate import (
     FileMatchesCheck,
     gate_task_completion,
 )
-from nexum.sandbox import CheckRunner, SandboxPolicy, run_command
 from tests.conftest import NEEDS_BWRAP
 
 pytestmark = [

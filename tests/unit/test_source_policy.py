@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from nexum.core.errors import ValidationFailed
-from nexum.source_policy import HostEntry, SourceNotAllowed, SourcePolicy, canonical_host
-from nexum.sources import (
+from nexum.adapters.source_policy import HostEntry, SourceNotAllowed, SourcePolicy, canonical_host
+from nexum.adapters.sources import (
     FolderSource,
     HttpJsonSource,
     SourceRefused,
@@ -23,6 +22,7 @@ from nexum.sources import (
     build_source,
     fetch,
 )
+from nexum.core.errors import ValidationFailed
 from tests.source_fixtures import SERVED_TEXT, json_server, server_folders
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)

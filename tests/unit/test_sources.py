@@ -14,19 +14,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from nexum.core.errors import ValidationFailed
-from nexum.core.resolution.resolver import (
-    Freshness,
-    Grant,
-    RequiredQuestion,
-    ResolveBudget,
-    RetrievedItem,
-    plan_retrievals,
-    resolve_bundle,
-)
-from nexum.core.trust import TrustClass
-from nexum.source_policy import SourcePolicy
-from nexum.sources import (
+from nexum.adapters.source_policy import SourcePolicy
+from nexum.adapters.sources import (
     DocsSource,
     FolderSource,
     HttpJsonSource,
@@ -40,6 +29,17 @@ from nexum.sources import (
     source_kinds,
     split_markdown,
 )
+from nexum.core.errors import ValidationFailed
+from nexum.core.resolution.resolver import (
+    Freshness,
+    Grant,
+    RequiredQuestion,
+    ResolveBudget,
+    RetrievedItem,
+    plan_retrievals,
+    resolve_bundle,
+)
+from nexum.core.trust import TrustClass
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -58,9 +58,9 @@ def test_the_sources_module_imports_no_framework():
     import ast
     from pathlib import Path
 
-    import nexum.sources
+    import nexum.adapters.sources
 
-    tree = ast.parse(Path(nexum.sources.__file__).read_text())
+    tree = ast.parse(Path(nexum.adapters.sources.__file__).read_text())
     roots = {
         alias.name.split(".")[0]
         for node in ast.walk(tree)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from nexum.core.errors import IllegalTransition, ValidationFailed
 from nexum.core.events import event_from_data, event_to_data
-from nexum.core.tasks import (
+from nexum.core.tasks.lifecycle import (
     ALLOWED_FROM,
     BLOCKED,
     CANCELLED,

@@ -1,5 +1,5 @@
-"""The span helper (nexum.telemetry): attributes under ``nexum.``, ``None`` left out, errors recorded, nested
-spans parented, and back to the shared no-op once tracing stops."""
+"""The span helper (nexum.adapters.telemetry): attributes under ``nexum.``, ``None`` left out, errors
+recorded, nested spans parented, and back to the shared no-op once tracing stops."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from nexum import telemetry
+from nexum.adapters import telemetry
 
 
 @pytest.fixture

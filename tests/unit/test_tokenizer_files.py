@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nexum.tokenization import DEFAULT_ENCODING, EncodingRegistry, UnknownEncoding
+from nexum.adapters.tokenization import DEFAULT_ENCODING, EncodingRegistry, UnknownEncoding
 from tests.tokenizer_files import (
     SENTENCES,
     library_count,

@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from nexum.core.budgets import ModelCard, budget_for_profile
+from nexum.core.catalog.budgets import ModelCard, budget_for_profile
+from nexum.core.catalog.usage import (
+    check_cost,
+    check_name,
+    check_token_count,
+    drift,
+    percentile,
+    summarize_drift,
+)
 from nexum.core.errors import ValidationFailed
-from nexum.core.usage import check_cost, check_name, check_token_count, drift, percentile, summarize_drift
 
 
 def test_drift_is_the_providers_excess_over_nexums_count():

@@ -6,9 +6,9 @@ import sys
 import numpy as np
 import pytest
 
-from nexum.core.entities import entities_of, with_heads
-from nexum.core.vectors import cosines, quantize
-from nexum.embedding import UnknownEmbedder, embedder_id, embedder_named
+from nexum.adapters.embedding import UnknownEmbedder, embedder_id, embedder_named
+from nexum.core.world.entities import entities_of, with_heads
+from nexum.core.world.vectors import cosines, quantize
 
 
 def test_quantize_maps_the_largest_component_to_127_and_rounds_half_away_from_zero():
@@ -90,7 +90,8 @@ def test_a_text_has_the_same_vector_in_another_process():
     text = "Columns of otp_secrets are encrypted with app.crypto.fernet_field"
     here = embedder_named("wordllama").embed([text])[0].hex()
     program = (
-        f"from nexum.embedding import embedder_named as e; print(e('wordllama').embed([{text!r}])[0].hex())"
+        "from nexum.adapters.embedding import embedder_named as e; "
+        f"print(e('wordllama').embed([{text!r}])[0].hex())"
     )
     there = subprocess.run(
         [sys.executable, "-c", program],
@@ -106,7 +107,7 @@ def test_a_text_has_the_same_vector_in_another_process():
     [
         ("word-llama", "is not 'wordllama', 'none' or 'package.module:factory'"),
         ("nexum.nothing_here:make", "cannot be loaded"),
-        ("nexum.core.vectors:quantize_missing", "cannot be loaded"),
+        ("nexum.core.world.vectors:quantize_missing", "cannot be loaded"),
     ],
 )
 def test_an_unknown_embedder_is_refused_with_a_clear_message(spec, message):

@@ -6,8 +6,8 @@ entities too."""
 import django.db.models.deletion
 from django.db import migrations, models
 
-from nexum.core import world
-from nexum.core.entities import entities_of
+from nexum.core.world.entities import entities_of
+from nexum.core.world.items import MEANING_KINDS, meaning_text
 
 BATCH = 2000
 
@@ -15,12 +15,12 @@ BATCH = 2000
 def entities_of_stored_rows(apps, schema_editor):
     items = apps.get_model("context_app", "WorldItem")
     changed = []
-    rows = items.objects.filter(kind__in=world.MEANING_KINDS).values_list(
+    rows = items.objects.filter(kind__in=MEANING_KINDS).values_list(
         "id", "kind", "text", "subject", "tool", "arguments_digest"
     )
     for item_id, kind, text, subject, tool, arguments_digest in rows.iterator(chunk_size=BATCH):
         fields = {"text": text, "subject": subject, "tool": tool, "arguments_digest": arguments_digest}
-        found = " ".join(entities_of(world.meaning_text(kind, fields) or ""))
+        found = " ".join(entities_of(meaning_text(kind, fields) or ""))
         if found:
             changed.append(items(id=item_id, entities_text=found))
         if len(changed) >= BATCH:
@@ -58,7 +58,7 @@ class Migration(migrations.Migration):
             name="entities_text",
             field=models.TextField(
                 default="",
-                help_text="the named entities of a fact or tool call (nexum.core.entities), joined by spaces",
+                help_text="the named entities of a fact or tool call (nexum.core.world.entities), joined by spaces",
             ),
         ),
         migrations.RunPython(entities_of_stored_rows, migrations.RunPython.noop),

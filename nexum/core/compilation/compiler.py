@@ -24,11 +24,11 @@ more relevant one. The pinned sections, failures, decisions, artifacts and progr
 
 From version 5 relevance is by meaning as well as words (``relevance_scores``): BM25 over the normalized
 words of the step's own text (``query_text``) fused with the cosine of the item's int8 vector and the
-query's, both made when written or asked by the embedder the compile records (``nexum.core.vectors``: exact
-integer arithmetic, so the same on every machine and in replay). Evidence has the floor too. A fact below
-the floor that shares a named entity (a path, an identifier, a table, a flag: ``nexum.core.entities``) with
-a relevant fact or with the step's inputs and focus is relevant through that link (one hop, ``_linked``);
-left out for room, its record says what linked it.
+query's, both made when written or asked by the embedder the compile records (``nexum.core.world.vectors``:
+exact integer arithmetic, so the same on every machine and in replay). Evidence has the floor too. A fact
+below the floor that shares a named entity (a path, an identifier, a table, a flag:
+``nexum.core.world.entities``) with a relevant fact or with the step's inputs and focus is relevant through
+that link (one hop, ``_linked``); left out for room, its record says what linked it.
 
 Selection works on item metadata only (stored token count, line count, sort keys, terms). Item text is
 fetched once, for the included items only, and the only texts tokenized at compile time are the pinned
@@ -62,19 +62,19 @@ from json.encoder import encode_basestring as _json_string  # what json.dumps wr
 from operator import attrgetter, ge
 from typing import Any, NamedTuple
 
-from nexum.core.budgets import ModelBudget
+from nexum.core.catalog.budgets import ModelBudget
 from nexum.core.digests import (
     canonical_json,
     canonical_json_of_members,
     canonical_json_of_strings,
     sha256_hex,
 )
-from nexum.core.entities import entities_of, with_heads
 from nexum.core.errors import ValidationFailed
-from nexum.core.relevance import Document, bm25_scores, query_stems, stems_of, terms_of
 from nexum.core.tokens import TokenCounter
 from nexum.core.trust import TrustClass
-from nexum.core.vectors import cosines, quantize
+from nexum.core.world.entities import entities_of, with_heads
+from nexum.core.world.relevance import Document, bm25_scores, query_stems, stems_of, terms_of
+from nexum.core.world.vectors import cosines, quantize
 
 COMPILER_VERSION = 6
 """The renderer's version, part of every digest. Version 2 gives every retrieved and evidence item its origin
@@ -203,10 +203,10 @@ class ContextItem:
     """``relevance.stems_of(terms)`` when the store computed it once (the candidate cache does); else computed
     when ranked."""
     vector: bytes | None = field(default=None, repr=False, compare=False)
-    """The item's int8 vector by the compile's embedder (``nexum.core.vectors``), computed when it was stored;
-    ``None``: none by that embedder (it then ranks by its words alone)."""
+    """The item's int8 vector by the compile's embedder (``nexum.core.world.vectors``), computed when it was
+    stored; ``None``: none by that embedder (it then ranks by its words alone)."""
     entities: tuple[str, ...] = field(default=(), repr=False, compare=False)
-    """The named entities of the item's text (``nexum.core.entities.entities_of``), for second hops."""
+    """The named entities of the item's text (``nexum.core.world.entities.entities_of``), for second hops."""
     given: bool = False
     """Chosen for this compile by whoever supplied it — the request's own evidence, the latest check runs, the
     resolver's answers to the step's questions — so relevant by construction: never below the floor."""
@@ -520,7 +520,7 @@ TextLoader = Callable[[Sequence[ContextItem]], Mapping[tuple[str, str], str]]
 
 PhaseTimer = Callable[[str], AbstractContextManager[object]]
 """Wraps each named phase of a compile (``rank``, ``pack``, ``render``): a caller's timing or tracing
-(``nexum.telemetry.phase_span``), so the core names its phases and imports no tracer."""
+(``nexum.adapters.telemetry.phase_span``), so the core names its phases and imports no tracer."""
 
 _UNTIMED = contextlib.nullcontext()
 

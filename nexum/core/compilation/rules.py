@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from nexum.core.relevance import terms_of
 from nexum.core.tokens import TokenCounter
+from nexum.core.world.relevance import terms_of
 
 EVIDENCE_KINDS = ("diagnostic", "code")
 COMPACTED_KINDS = ("progress", "tool_call")

@@ -2,7 +2,7 @@
 
 PostgreSQL: row triggers refuse UPDATE and DELETE, always; a statement trigger refuses TRUNCATE unless the
 session set ``nexum.event_maintenance = 'on'`` (only the ``flush`` command does). SQLite: UPDATE is always
-refused; DELETE unless the connection's ``nexum_event_maintenance()`` returns 1 (see nexum/dbbackends).
+refused; DELETE unless the connection's ``nexum_event_maintenance()`` returns 1 (see config/dbbackends).
 """
 
 from django.db import migrations

@@ -8,8 +8,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from context_app.world.embedder import configured_embedder, embedder_setting
 from context_app.world.vectors import FILL_BATCH, fill_entities, fill_vectors
+from nexum.adapters.embedding import embedder_id
 from nexum.core.errors import DomainError
-from nexum.embedding import embedder_id
 from tasks_app.models import Project
 
 

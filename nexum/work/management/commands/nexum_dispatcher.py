@@ -19,7 +19,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from nexum.celery import app
+from config.celery import app
 from nexum.work.dispatch import dispatch_due
 from nexum.work.leases import DATABASE_ERRORS
 

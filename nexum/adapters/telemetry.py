@@ -170,8 +170,8 @@ def stop_tracing() -> None:
 
 
 def _request_id_on_span(span: Any, request: Any, response: Any) -> None:
-    """The Django request span carries the id ``nexum.logs.RequestIdMiddleware`` gave the request (in the
-    response by then), so a trace is found from an error body's ``request_id`` or a log line."""
+    """The Django request span carries the id ``nexum.adapters.logs.RequestIdMiddleware`` gave the request (in
+    the response by then), so a trace is found from an error body's ``request_id`` or a log line."""
     request_id = response.get(REQUEST_ID_HEADER) if hasattr(response, "get") else None
     if request_id and span.is_recording():
         span.set_attribute("nexum.request_id", request_id)

@@ -2,8 +2,8 @@
 
 A deterministic check, never the model's claim, is the only way a task moves from ``running`` to
 ``completed``. This module decides; it runs nothing itself. The caller hands ``gate_task_completion`` a
-``run_check`` callable (the sandbox in ``nexum/sandbox.py`` in production, a fake in tests) and the gate
-calls it once per registered check.
+``run_check`` callable (the sandbox in ``nexum/adapters/sandbox.py`` in production, a fake in tests) and the
+gate calls it once per registered check.
 
 Check specs are frozen dataclasses validated on construction; every problem raises ``ValidationFailed`` with
 the field at fault. ``check_to_dict``/``check_from_dict`` and ``contract_to_dict``/``contract_from_dict``
@@ -20,8 +20,8 @@ from typing import Any, ClassVar, Final, Literal, TypeAlias
 
 import re2
 
-from nexum.core.approvals import check_contract_approval
 from nexum.core.errors import ValidationFailed
+from nexum.core.verification.approvals import check_contract_approval
 
 # --- limits ---
 
@@ -305,9 +305,9 @@ class Contract:
 
     ``require_checks`` False lets a contract without checks complete; ``on_failure`` is the outcome when a
     check fails: ``failed`` (retryable) or ``blocked``. Check names are unique within a contract.
-    ``approval`` (``nexum.core.approvals``): ``before_start`` or ``before_complete`` holds that command until
-    an operator approves it, ``none`` opts out of the project's default for high-risk tasks, absent follows
-    that default.
+    ``approval`` (``nexum.core.verification.approvals``): ``before_start`` or ``before_complete`` holds that
+    command until an operator approves it, ``none`` opts out of the project's default for high-risk tasks,
+    absent follows that default.
     """
 
     checks: tuple[CheckSpec, ...] = ()

@@ -1,11 +1,11 @@
 """The bubblewrap (``bwrap``) sandbox a command check runs in: what it mounts and its command line.
 
-Framework-free: no Django, no Celery. ``nexum/sandbox.py`` decides what runs; this module builds the world it
-runs in:
+Framework-free: no Django, no Celery. ``nexum/adapters/sandbox.py`` decides what runs; this module builds the
+world it runs in:
 
 - namespaces: user, PID, network (loopback only, nothing listening), IPC, UTS and cgroup; no capabilities;
   no further user namespaces (``--disable-userns``); uid and gid ``SANDBOX_UID`` inside, mapped to the user
-  that runs bwrap (an unprivileged one: ``nexum.sandbox`` never runs it as root); ``--new-session``
+  that runs bwrap (an unprivileged one: ``nexum.adapters.sandbox`` never runs it as root); ``--new-session``
   (no terminal to inject keystrokes into); ``--die-with-parent``.
 - filesystem: an empty root with only what a check needs, each read-only: ``/usr`` and the ``/bin``,
   ``/sbin``, ``/lib*`` links or folders, a few files of ``/etc`` (``ETC_ENTRIES``; ``/etc/passwd`` and
@@ -64,8 +64,8 @@ GROUP: Final = f"root:x:0:\ncheck:x:{SANDBOX_GID}:\nnogroup:x:65534:\n"
 HOST_HIDDEN: Final = ("/run", "/var/run")
 HOST_PRIVATE: Final = ("/root", "/home", "/etc", "/proc", "/sys", "/dev", "/boot", "/var", "/tmp")
 # Kernel internals that uid 0 may read even without capabilities (a sandbox bwrap runs as root is uid 0
-# outside its user namespace; nexum.sandbox runs it as an unprivileged user, this holds whoever calls):
-# covered by an unopenable device node, as container runtimes mask them.
+# outside its user namespace; nexum.adapters.sandbox runs it as an unprivileged user, this holds whoever
+# calls): covered by an unopenable device node, as container runtimes mask them.
 MASKED_PROC_FILES: Final = (
     "/proc/kpageflags",
     "/proc/kpagecount",

@@ -11,8 +11,8 @@ Built in:
 - ``tickets_json``: a JSON file of tickets.
 - ``http_json``: a JSON endpoint (untrusted_retrieved), size-capped and time-limited.
 
-Every built-in source reads only where the operator's ``SourcePolicy`` allows (``nexum.source_policy``):
-checked when it is configured and again at every read.
+Every built-in source reads only where the operator's ``SourcePolicy`` allows
+(``nexum.adapters.source_policy``): checked when it is configured and again at every read.
 
 Trust follows who can write (SPEC R4a): every source has ``writable_by`` (``agent`` or ``operator``,
 ``config.writable_by``); a path source over a folder the agent can write (inside the workspace root) is the
@@ -39,6 +39,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
+from nexum.adapters.source_policy import DEFAULT_PORTS, ConfinementRefused, SourcePolicy
 from nexum.core.digests import sha256_hex
 from nexum.core.errors import ValidationFailed
 from nexum.core.resolution.resolver import (
@@ -51,7 +52,6 @@ from nexum.core.resolution.resolver import (
 )
 from nexum.core.roles import AGENT, OPERATOR, check_role, content_ceiling
 from nexum.core.trust import TrustClass, looks_like_instruction
-from nexum.source_policy import DEFAULT_PORTS, ConfinementRefused, SourcePolicy
 
 Clock = Callable[[], datetime]
 

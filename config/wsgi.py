@@ -5,7 +5,7 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nexum.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 application = get_wsgi_application()
 
 from nexum.work.embedded import start_embedded_dispatcher  # noqa: E402 (needs the settings loaded above)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from nexum.core.projects import check_slug
+from nexum.core.tasks.projects import check_slug
 
 
 def project_workspace(project_slug: str) -> Path:

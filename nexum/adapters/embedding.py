@@ -7,9 +7,9 @@ pools token vectors, so it can be made exact: the float16 table is quantized onc
 whole table, elementwise rounding) and centered on its integer mean row, a text's vector is the integer sum
 of its tokens' rows (WordLlama's
 average pooling up to a scale, which a cosine ignores), quantized again to int8
-(``nexum.core.vectors.quantize``). Every step is integer arithmetic after the elementwise table rounding,
-so a text has the same vector on every machine and in every process. A transformer embedder's floats are
-not reproducible across machines, which is why it is not the default; any embedder is recorded by name and
+(``nexum.core.world.vectors.quantize``). Every step is integer arithmetic after the elementwise table
+rounding, so a text has the same vector on every machine and in every process. A transformer embedder's floats
+are not reproducible across machines, which is why it is not the default; any embedder is recorded by name and
 version with each compile, and its vectors are stored when items are written, so replay never re-embeds an
 item.
 
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from nexum.core.errors import ValidationFailed
-from nexum.core.vectors import INT8_MAX, quantize
+from nexum.core.world.vectors import INT8_MAX, quantize
 
 DEFAULT_EMBEDDER = "wordllama"
 NO_EMBEDDER = "none"

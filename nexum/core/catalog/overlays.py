@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, TypeGuard
 from nexum.core.errors import ValidationFailed
 
 if TYPE_CHECKING:
-    from nexum.core.budgets import ModelCard
+    from nexum.core.catalog.budgets import ModelCard
 
 OVERLAY_MEMBERS: tuple[str, ...] = ("context_tokens", "auto_compact_tokens", "enabled")
 UNKNOWN_MODEL_WORD = "unknown_model_word"

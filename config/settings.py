@@ -74,7 +74,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "nexum.logs.RequestIdMiddleware",
+    "nexum.adapters.logs.RequestIdMiddleware",
     "nexum_web.api.metrics.RequestMetricsMiddleware",
     "nexum_web.api.middleware.ApiCorsMiddleware",
     "nexum_web.api.middleware.ApiGZipMiddleware",
@@ -91,7 +91,7 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "nexum_web.urls"
-WSGI_APPLICATION = "nexum.wsgi.application"
+WSGI_APPLICATION = "config.wsgi.application"
 
 TEMPLATES = [
     {
@@ -118,8 +118,8 @@ _database = dj_database_url.parse(
     conn_health_checks=True,
 )
 if _database["ENGINE"] == "django.db.backends.sqlite3":
-    # Our backend adds the SQL function the append-only triggers consult (see nexum/dbbackends).
-    _database["ENGINE"] = "nexum.dbbackends.sqlite3"
+    # Our backend adds the SQL function the append-only triggers consult (see config/dbbackends).
+    _database["ENGINE"] = "config.dbbackends.sqlite3"
     _database["OPTIONS"] = {
         # BEGIN IMMEDIATE: a writer takes the database lock when its transaction starts, so appends are
         # serialized and global positions are assigned in commit order.
@@ -199,12 +199,13 @@ SPECTACULAR_SETTINGS = {
     # One name per choice set used by several serializers.
     "ENUM_NAME_OVERRIDES": {
         "CompileRequestStatusEnum": "nexum.core.compilation.events.REQUEST_STATUSES",
-        "TaskStateEnum": "nexum.core.tasks.TASK_STATES",
+        "TaskStateEnum": "nexum.core.tasks.lifecycle.TASK_STATES",
         "TrustClassEnum": "nexum_web.api.auth.TRUST_CLASS_CHOICES",
     },
 }
 
-# Traces (nexum.telemetry): on when OTEL_EXPORTER_OTLP_ENDPOINT is set; with this, a span per SQL statement.
+# Traces (nexum.adapters.telemetry): on when OTEL_EXPORTER_OTLP_ENDPOINT is set; with this, a span per SQL
+# statement.
 NEXUM_TRACE_SQL = _env_bool("NEXUM_TRACE_SQL", False)
 
 # --- Celery: eager in process when no broker is configured, real workers otherwise ------------------------
@@ -337,8 +338,9 @@ CELERY_IMPORTS = ["context_app.resolution.tasks"]
 # Executables must be on the operator's allowlist (bare names found on the scrubbed PATH, or absolute paths),
 # comma-separated. Empty allowlist: no command check runs.
 NEXUM_WORKSPACE_ROOT = Path(os.environ.get("NEXUM_WORKSPACE_ROOT", DATA_DIR / "workspace"))
-# "bwrap": every command check runs inside bubblewrap (nexum/bubblewrap.py); where bwrap is missing, checks
-# fail with sandbox_unavailable. "none" runs them unsandboxed: for a development machine only, never implied.
+# "bwrap": every command check runs inside bubblewrap (nexum/adapters/bubblewrap.py); where bwrap is missing,
+# checks fail with sandbox_unavailable. "none" runs them unsandboxed: for a development machine only, never
+# implied.
 NEXUM_SANDBOX = os.environ.get("NEXUM_SANDBOX", "bwrap").strip().lower()
 # Extra host paths every check sees read-only (a toolchain outside /usr), comma-separated.
 NEXUM_SANDBOX_RO_PATHS = [
@@ -477,7 +479,7 @@ CELERY_TASK_PUBLISH_RETRY_POLICY = {
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 
-# --- Metrics: Prometheus' scrape at /metrics (see nexum/metrics.py, nexum_web/api/metrics.py) -------------
+# --- Metrics: Prometheus' scrape at /metrics (see nexum/adapters/metrics.py, nexum_web/api/metrics.py) ------
 # NEXUM_METRICS_TOKEN: the bearer token a Prometheus server scrapes with (an operator token works too).
 # PROMETHEUS_MULTIPROC_DIR (prometheus_client's own, set by deploy/serve.sh): the folder where every process
 # keeps its counts, so that a scrape sums them; an existing folder, or unset for one process's counts.
@@ -500,13 +502,13 @@ if _metrics_dir and not os.path.isdir(_metrics_dir):
         " (deploy/serve.sh does) or unset it"
     )
 
-# --- Logs: JSON lines on stderr with the request id, debug on or off (see nexum/logs.py) --------------------
+# --- Logs: JSON lines on stderr with the request id, debug on or off (see nexum/adapters/logs.py) -----------
 NEXUM_LOG_LEVEL = os.environ.get("NEXUM_LOG_LEVEL", "INFO").upper()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "nexum.logs.RequestIdFilter"}},
-    "formatters": {"json": {"()": "nexum.logs.JsonFormatter"}},
+    "filters": {"request_id": {"()": "nexum.adapters.logs.RequestIdFilter"}},
+    "formatters": {"json": {"()": "nexum.adapters.logs.JsonFormatter"}},
     "handlers": {
         "stderr": {"class": "logging.StreamHandler", "filters": ["request_id"], "formatter": "json"},
     },

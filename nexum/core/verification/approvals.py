@@ -24,7 +24,7 @@ from typing import Final
 
 from nexum.core.errors import Conflict, ValidationFailed
 from nexum.core.events import Event, event_type
-from nexum.core.tasks import check_reason
+from nexum.core.tasks.lifecycle import check_reason
 
 BEFORE_START: Final = "before_start"
 BEFORE_COMPLETE: Final = "before_complete"

@@ -94,7 +94,8 @@ class ProjectRelevanceFloorSet(Event):
 @dataclass(frozen=True)
 class ProjectHighRiskApprovalSet(Event):
     """The stage at which the project's high-risk tasks wait for an operator's approval when their contract
-    says nothing (``nexum.core.approvals``): ``before_start``, ``before_complete``, or ``None`` for none."""
+    says nothing (``nexum.core.verification.approvals``): ``before_start``, ``before_complete``, or ``None``
+    for none."""
 
     high_risk_approval: str | None
     previous: str | None = None

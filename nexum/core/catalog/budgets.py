@@ -27,8 +27,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from nexum.core.catalog.overlays import (
+    ContextWindowOverlay,
+    ModelCatalog,
+    is_int,
+    overlay_for,
+    physical_window_of,
+)
 from nexum.core.errors import ValidationFailed
-from nexum.core.overlays import ContextWindowOverlay, ModelCatalog, is_int, overlay_for, physical_window_of
 
 Tier = Literal["local", "cloud"]
 TIERS: tuple[str, ...] = ("local", "cloud")

@@ -1,7 +1,7 @@
 """Dense relevance vectors as exact integers (issue 24, SPEC C5): int8 components, integer dot products.
 
-An embedder (``nexum.embedding``) turns a text into a vector once, when the item is stored, and keeps it
-quantized to signed bytes (``quantize``: the largest component maps to ±127, every other one is rounded
+An embedder (``nexum.adapters.embedding``) turns a text into a vector once, when the item is stored, and keeps
+it quantized to signed bytes (``quantize``: the largest component maps to ±127, every other one is rounded
 half away from zero with integer arithmetic). Scoring is then integer arithmetic only: the dot product of
 two int8 vectors is an exact integer whatever the order of the sum, so the cosine computed from it and the
 two exact squared norms (one correctly rounded square root and one correctly rounded division) is the same
@@ -9,8 +9,9 @@ float on every machine, in every process and in replay.
 
 Cosines are not centered on the candidates: subtracting their mean sharpens a world of many topics, but in a
 world of one topic (a project's) it makes every off-topic text look like the step, since both then differ
-from the mean in the same direction. The embedder centers its own token table instead (``nexum.embedding``),
-and the compiler judges a score against the typical candidate's (``compiler._relevant_first``).
+from the mean in the same direction. The embedder centers its own token table instead
+(``nexum.adapters.embedding``), and the compiler judges a score against the typical candidate's
+(``compiler._relevant_first``).
 """
 
 from __future__ import annotations

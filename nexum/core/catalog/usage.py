@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 
-from nexum.core.catalog import MAX_TOKEN_COUNT
+from nexum.core.catalog.changes import MAX_TOKEN_COUNT
 from nexum.core.errors import ValidationFailed
 from nexum.core.events import Event, event_type
 from nexum.core.text import require_storable

@@ -29,9 +29,9 @@ from typing import Any
 from nexum.core.digests import canonical_json
 from nexum.core.errors import Forbidden, IllegalTransition, ValidationFailed
 from nexum.core.events import Event, event_type
-from nexum.core.relevance import terms_of
 from nexum.core.tokens import TokenCounter
 from nexum.core.trust import TrustClass
+from nexum.core.world.relevance import terms_of
 
 ITEM_KINDS = ("fact", "decision", "failure", "artifact", "progress", "tool_call")
 STREAM_PREFIX = {

@@ -1,7 +1,8 @@
 """The verification gate's events and the pure rules around them (SPEC V1–V8).
 
-``nexum/core/gate.py`` holds the gate itself (check specs, contracts, ``gate_task_completion``); this module
-holds what the verification app records and the decisions it makes before and after running checks.
+``nexum/core/verification/gate.py`` holds the gate itself (check specs, contracts, ``gate_task_completion``);
+this module holds what the verification app records and the decisions it makes before and after running
+checks.
 
 Streams:
 - ``contract-<task_id>``: ``ContractRegistered`` events; the stream version is the contract's revision.
@@ -27,9 +28,9 @@ from typing import Any, Final
 
 from nexum.core.errors import Conflict, IllegalTransition, ValidationFailed
 from nexum.core.events import Event, event_type
-from nexum.core.gate import Contract, contract_from_dict, contract_to_dict
 from nexum.core.roles import OPERATOR, caller_trust
 from nexum.core.trust import TrustClass, require_authority
+from nexum.core.verification.gate import Contract, contract_from_dict, contract_to_dict
 
 MAX_ANSWER_CHARS: Final = 64 * 1024
 MAX_DERIVED_FROM: Final = 100
@@ -79,8 +80,8 @@ class CompletionPending(Conflict):
 class ContractRegistered(Event):
     """A task's verification contract (a first registration or a replacement, ``revision`` 1, 2, …).
 
-    ``contract`` is ``nexum.core.gate.contract_to_dict`` of a validated contract. ``trust_class`` is the
-    lowest trust of what the contract derives from (never below ``repository_authored``: V8);
+    ``contract`` is ``nexum.core.verification.gate.contract_to_dict`` of a validated contract. ``trust_class``
+    is the lowest trust of what the contract derives from (never below ``repository_authored``: V8);
     ``derived_from`` names those world items.
     """
 

@@ -24,22 +24,22 @@ in the order it checks:
 3. Environment: only the variables named in ``env_allowlist`` are copied from the worker, then ``env_set``
    is applied; inside bubblewrap HOME and TMPDIR are the private /tmp. PYTHONPATH is not in the default
    allowlist: a parent's import path must not leak in.
-4. Isolation (``isolation="bwrap"``, the default; see ``nexum/bubblewrap.py`` for every namespace and mount):
-   the check runs in its own user, PID, network (loopback only), IPC, UTS and cgroup namespaces without
-   capabilities, as uid 1000 inside, and sees only the system folders, the allowlisted executables' install
-   prefixes, the operator's ``read_only_paths`` and its project's folder (read-write, at /workspace). The
-   ``hidden_paths`` (data directory, artifact store, database file, workspace root, /run) do not exist inside.
-   When bubblewrap is missing or cannot work here, or a mount would show a hidden path, the check is refused
-   with ``sandbox_unavailable`` and a message saying how to fix it; nothing runs. ``isolation="none"``
+4. Isolation (``isolation="bwrap"``, the default; see ``nexum/adapters/bubblewrap.py`` for every namespace
+   and mount): the check runs in its own user, PID, network (loopback only), IPC, UTS and cgroup namespaces
+   without capabilities, as uid 1000 inside, and sees only the system folders, the allowlisted executables'
+   install prefixes, the operator's ``read_only_paths`` and its project's folder (read-write, at /workspace).
+   The ``hidden_paths`` (data directory, artifact store, database file, workspace root, /run) do not exist
+   inside. When bubblewrap is missing or cannot work here, or a mount would show a hidden path, the check is
+   refused with ``sandbox_unavailable`` and a message saying how to fix it; nothing runs. ``isolation="none"``
    (development only, chosen explicitly) runs the program directly in a new session.
 5. Limits, set before bubblewrap executes (so on it and everything inside): RLIMIT_CPU (soft, hard one
    second later), RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_CORE 0 (no core file in the workspace) and, for a worker
    that is not root, RLIMIT_NPROC, never above the worker's hard limits; RLIMIT_NPROC then counts the check's
    processes together with the worker user's other processes. A root worker's checks all run as one host
    user (item 6), for whom RLIMIT_NPROC would count every check at once: each check gets its own pids cgroup
-   (``nexum/pids_cgroup.py``) holding ``max_processes``, joined before the user is dropped; a root worker
-   without a writable pids cgroup refuses checks (``sandbox_unavailable``) unless ``max_processes`` is None.
-   The private /tmp holds at most ``tmp_bytes``.
+   (``nexum/adapters/pids_cgroup.py``) holding ``max_processes``, joined before the user is dropped; a root
+   worker without a writable pids cgroup refuses checks (``sandbox_unavailable``) unless ``max_processes`` is
+   None. The private /tmp holds at most ``tmp_bytes``.
 6. No host privilege: bubblewrap maps the check's uid 1000 to the user that runs it, so a root worker's
    sandbox process drops to ``host_uid``/``host_gid`` (no supplementary groups) after joining the cgroup and
    setting the limits, and executes bubblewrap as that user: whatever a check makes belongs to it, never to
@@ -88,9 +88,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from nexum import bubblewrap, telemetry
+from nexum.adapters import bubblewrap, telemetry
+from nexum.adapters.pids_cgroup import CgroupUnavailable, PidsCgroup, find_parent
 from nexum.core.errors import ValidationFailed
-from nexum.core.gate import (
+from nexum.core.verification.gate import (
     CRASHED,
     DENIED_EXECUTABLE,
     EXIT_NONZERO,
@@ -112,7 +113,6 @@ from nexum.core.gate import (
     FileMatchesCheck,
     compile_pattern,
 )
-from nexum.pids_cgroup import CgroupUnavailable, PidsCgroup, find_parent
 
 DEFAULT_ENV_ALLOWLIST: Final = frozenset({"PATH", "HOME", "LANG", "LC_ALL", "TZ"})
 FALLBACK_PATH: Final = "/usr/local/bin:/usr/bin:/bin"

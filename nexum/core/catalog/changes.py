@@ -32,10 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nexum.core.budgets import DEFAULT_ENCODING, BudgetOverrides, ModelCard
-from nexum.core.errors import Conflict, ValidationFailed
-from nexum.core.events import Event, event_type
-from nexum.core.overlays import (
+from nexum.core.catalog.budgets import DEFAULT_ENCODING, BudgetOverrides, ModelCard
+from nexum.core.catalog.overlays import (
     OVERLAY_MEMBERS,
     UNKNOWN_MODEL_WORD,
     ContextWindowOverlay,
@@ -43,6 +41,8 @@ from nexum.core.overlays import (
     assert_overlay_words,
     overlay_value_gate,
 )
+from nexum.core.errors import Conflict, ValidationFailed
+from nexum.core.events import Event, event_type
 from nexum.core.text import is_storable
 
 WORD_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@+\-]{0,99}$")
