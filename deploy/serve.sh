@@ -43,7 +43,7 @@ source deploy/supervise.bash
 # completions (and the default queue: async resolves, health pings), compiles, webhook deliveries.
 pool() {
     local name=$1 queues=$2 concurrency=$3
-    start "$name worker" python -m celery -A nexum worker --loglevel INFO -Q "$queues" -n "$name@%h" \
+    start "$name worker" python -m celery -A config worker --loglevel INFO -Q "$queues" -n "$name@%h" \
         --concurrency "$concurrency"
 }
 pool completions completions,celery "${NEXUM_WORKER_CONCURRENCY:-$(nproc)}"
@@ -51,7 +51,7 @@ pool compiles compiles "${NEXUM_COMPILE_WORKER_CONCURRENCY:-2}"
 pool webhooks webhooks "${NEXUM_WEBHOOK_WORKER_CONCURRENCY:-4}"
 start dispatcher python manage.py nexum_dispatcher
 if python -c 'from config.celery import app; raise SystemExit(0 if app.conf.beat_schedule else 1)'; then
-    start beat python -m celery -A nexum beat --loglevel INFO --schedule "${NEXUM_DATA_DIR:-data}/celerybeat-schedule"
+    start beat python -m celery -A config beat --loglevel INFO --schedule "${NEXUM_DATA_DIR:-data}/celerybeat-schedule"
 fi
 start "web server" python -m gunicorn -c deploy/gunicorn.conf.py
 supervise

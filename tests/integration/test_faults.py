@@ -201,7 +201,7 @@ EVERY_QUEUE = tuple(django_settings.CELERY_TASK_QUEUES)
 
 def worker_argv(pool: str = "solo", queues: tuple[str, ...] = EVERY_QUEUE) -> list[str]:
     """A worker consuming ``queues`` (every queue the tasks are routed to, unless told)."""
-    return [sys.executable, "-m", "celery", "-A", "nexum", "worker", f"--pool={pool}", "--concurrency=1",
+    return [sys.executable, "-m", "celery", "-A", "config", "worker", f"--pool={pool}", "--concurrency=1",
             "-Q", ",".join(queues), "--loglevel=INFO", "--without-gossip", "--without-mingle",
             "--without-heartbeat", "-n", f"fault-{uuid.uuid4().hex[:8]}@%h"]  # fmt: skip
 

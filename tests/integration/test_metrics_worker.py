@@ -47,7 +47,7 @@ def completions_worker(workspace, metrics_dir) -> Iterator[subprocess.Popen]:
         "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "nexum", "worker", "--pool=prefork", "--concurrency=1",
+        [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=prefork", "--concurrency=1",
          "-Q", "completions", "--loglevel=WARNING", "--without-gossip", "--without-mingle",
          "--without-heartbeat"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -136,7 +136,7 @@ def traced_worker(traced, workspace, tmp_path, monkeypatch):
         "NEXUM_ARTIFACT_ROOT": str(settings.NEXUM_ARTIFACT_ROOT),
         "NEXUM_CHECK_EXECUTABLES": ",".join(settings.NEXUM_CHECK_EXECUTABLES),
     }
-    command = [sys.executable, "-m", "celery", "-A", "nexum", "worker", "--pool=solo", "-Q", queue]
+    command = [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=solo", "-Q", queue]
     quiet = ["--loglevel=WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat"]
     process = subprocess.Popen(
         [*command, *quiet], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT

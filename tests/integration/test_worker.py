@@ -43,7 +43,7 @@ def worker():
             "-m",
             "celery",
             "-A",
-            "nexum",
+            "config",
             "worker",
             "--pool=solo",
             "-Q",
