@@ -358,7 +358,7 @@ def build_quality_world(
             events=events,
             expected_version=0,
             project_id=project_id,
-            metadata={"actor": "bench"},
+            actor="bench",
         )
     return QualityWorld(
         project_id, list(scenarios), tasks, {ids[fact.key]: fact for fact in facts}, verified, ids

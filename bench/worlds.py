@@ -203,7 +203,7 @@ def build_world(
                 events=events,
                 expected_version=0,
                 project_id=project_id,
-                metadata={"actor": "bench"},
+                actor="bench",
             )
         goal_rows.append(Task.objects.get(id=goal.id))
         task_rows.extend(Task.objects.get(id=task.id) for task in tasks)

@@ -88,7 +88,7 @@ def project_create(*, slug: str, name: str, description: str = "", actor: str) -
         stream_id=project_stream(project_id),
         events=[ProjectCreated(project_id=project_id, slug=slug, name=name, description=description)],
         expected_version=0,
-        metadata={"actor": actor},
+        actor=actor,
         project_id=project_id,
     )
     return Project.objects.get(id=project_id)
@@ -106,7 +106,7 @@ def project_relevance_floor_set(*, project_id: str, relevance_floor: Any, actor:
         stream_id=project_stream(str(project.id)),
         events=[ProjectRelevanceFloorSet(relevance_floor=floor, previous=project.relevance_floor)],
         expected_version=project.version,
-        metadata={"actor": actor},
+        actor=actor,
         project_id=str(project.id),
     )
     project.refresh_from_db()
@@ -125,7 +125,7 @@ def project_high_risk_approval_set(*, project_id: str, high_risk_approval: Any, 
         stream_id=project_stream(str(project.id)),
         events=[ProjectHighRiskApprovalSet(high_risk_approval=stage, previous=project.high_risk_approval)],
         expected_version=project.version,
-        metadata={"actor": actor},
+        actor=actor,
         project_id=str(project.id),
     )
     project.refresh_from_db()
@@ -153,7 +153,7 @@ def project_retention_set(*, project_id: str, policy: Mapping[str, Any], actor: 
         stream_id=project_stream(str(project.id)),
         events=[ProjectRetentionSet(**checked)],
         expected_version=project.version,
-        metadata={"actor": actor},
+        actor=actor,
         project_id=str(project.id),
     )
     project.refresh_from_db()
@@ -182,7 +182,7 @@ def agent_token_issue(
             )
         ],
         expected_version=project.version,
-        metadata={"actor": actor},
+        actor=actor,
         project_id=str(project.id),
     )
     return IssuedToken(AgentToken.objects.get(id=token_id), key)
@@ -197,7 +197,7 @@ def agent_token_revoke(*, token_id: str, reason: str, actor: str) -> AgentToken:
             stream_id=project_stream(str(token.project_id)),
             events=[AgentTokenRevoked(token_id=str(token.id), reason=reason)],
             expected_version=token.project.version,
-            metadata={"actor": actor},
+            actor=actor,
             project_id=str(token.project_id),
         )
         token.refresh_from_db()
@@ -252,7 +252,7 @@ def goal_create(
     else:
         goal_id = str(uuid.uuid4())
     task_ids = _task_ids(goal_id, plan)
-    common = {"metadata": {"actor": actor}, "project_id": str(project.id), "idempotency_key": idempotency_key}
+    common = {"actor": actor, "project_id": str(project.id), "idempotency_key": idempotency_key}
     with transaction.atomic():
         created = store.append(
             stream_id=goal_stream(goal_id),
@@ -306,7 +306,7 @@ def goal_fork_create(
     keys to the tasks they were forked from. The caller (the fork service, which carries the world) holds
     the transaction."""
     task_ids = _task_ids(goal_id, plan)
-    common = {"metadata": {"actor": actor}, "project_id": project_id, "idempotency_key": idempotency_key}
+    common = {"actor": actor, "project_id": project_id, "idempotency_key": idempotency_key}
     store.append(
         stream_id=goal_stream(goal_id),
         events=[_goal_created(goal_id, plan)],
@@ -336,7 +336,7 @@ def goal_fork_create(
             )
         ],
         expected_version=1,
-        metadata={"actor": actor},
+        actor=actor,
         project_id=project_id,
     )
     return Task.objects.get(id=goal_id)
@@ -559,7 +559,7 @@ def _transition(
         events=events,
         expected_version=task.version,
         idempotency_key=idempotency_key,
-        metadata={"actor": actor},
+        actor=actor,
         project_id=str(task.project_id),
     )
     task.refresh_from_db()

@@ -173,7 +173,7 @@ def contract_register(
         events=[event],
         expected_version=revision,
         idempotency_key=idempotency_key,
-        metadata={"actor": actor},
+        actor=actor,
         project_id=str(task.project_id),
     )
     return ContractRow.objects.get(task_id=task.id)
@@ -316,7 +316,7 @@ def completion_request(
             events=[event],
             expected_version=0,
             idempotency_key=idempotency_key,
-            metadata={"actor": actor},
+            actor=actor,
             project_id=str(task.project_id),
         )
     except ConcurrencyError:
@@ -492,7 +492,7 @@ def _run_or_reuse(
                 events=[event],
                 expected_version=None,
                 idempotency_key=check_run_key(check.name),
-                metadata={"actor": GATE_ACTOR},
+                actor=GATE_ACTOR,
                 project_id=str(request.project_id),
             )
     except store.IdempotencyKeyReused:
@@ -569,7 +569,7 @@ def _append_decision(request: CompletionRequest, outcome: str, reason: str, fail
         ],
         expected_version=None,
         idempotency_key=DECISION_KEY,
-        metadata={"actor": GATE_ACTOR},
+        actor=GATE_ACTOR,
         project_id=str(request.project_id),
     )
 
@@ -636,7 +636,7 @@ def _gate_approval_ask(*, task: Task, stage: str, attempt: int, actor: str) -> A
                 )
             ],
             expected_version=0,
-            metadata={"actor": actor},
+            actor=actor,
             project_id=str(task.project_id),
         )
     return Approval.objects.get(id=approval_id)
@@ -710,7 +710,7 @@ def approval_request(
         ],
         expected_version=0,
         idempotency_key=idempotency_key,
-        metadata={"actor": actor},
+        actor=actor,
         project_id=str(task.project_id),
     )
     return Approval.objects.get(id=approval_id)
@@ -738,7 +738,7 @@ def approval_decide(
             stream_id=approval_stream(str(approval.id)),
             events=[event_class(approval_id=str(approval.id), task_id=str(approval.task_id), reason=why)],
             expected_version=approval.version,
-            metadata={"actor": actor},
+            actor=actor,
             project_id=str(approval.project_id),
         )
     except ConcurrencyError:

@@ -182,7 +182,7 @@ def _append(
         events=events,
         expected_version=version,
         idempotency_key=idempotency_key,
-        metadata={"actor": actor},
+        actor=actor,
         project_id=str(project_id),
     )
     return result.stream_version

@@ -352,7 +352,7 @@ def _write_fork(
                 ],
                 expected_version=0,
                 idempotency_key=idempotency_key,
-                metadata={"actor": actor},
+                actor=actor,
                 project_id=project_id,
             )
         _carry_tool_scopes(project_id, fork_id, state.tool_scopes, new_scope, actor)

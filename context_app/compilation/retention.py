@@ -275,7 +275,7 @@ def _append(project: Project, events: list[Event], actor: str) -> None:
         stream_id=stream,
         events=events,
         expected_version=store.stream_version(stream),
-        metadata={"actor": actor},
+        actor=actor,
         project_id=str(project.id),
     )
 

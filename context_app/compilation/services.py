@@ -222,7 +222,7 @@ def context_compile_request(
             ],
             expected_version=0,
             idempotency_key=f"requested-{request_id}",
-            metadata={"actor": actor},
+            actor=actor,
             project_id=str(project_id),
         )
     send_on_commit(COMPILE, request_id)
@@ -272,7 +272,7 @@ def context_compile_run(*, request_id: str, actor: str = "worker") -> ContextCom
                     )
                 ],
                 expected_version=queued.version,
-                metadata={"actor": actor},
+                actor=actor,
                 project_id=project_id,
             )
     return ContextCompilation.objects.get(request_id=request_id)
@@ -475,7 +475,7 @@ def _record_in_transaction(
         ],
         expected_version=expected_version,
         idempotency_key=request_id,
-        metadata={"actor": actor},
+        actor=actor,
         project_id=project_id,
     )
     answer = ContextCompilation.objects.get(request_id=request_id)
@@ -748,7 +748,7 @@ def task_compact(
                 )
             ],
             expected_version=store.stream_version(stream),
-            metadata={"actor": actor},
+            actor=actor,
             project_id=str(task.project_id),
         )
     return item
@@ -1070,7 +1070,7 @@ def context_usage_report(
         events=[event],
         expected_version=0,
         idempotency_key=idempotency_key,
-        metadata={"actor": actor},
+        actor=actor,
         project_id=project_id,
     )
     return ContextUsage.objects.get(usage_id=usage_id)

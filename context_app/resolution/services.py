@@ -175,7 +175,7 @@ def source_register(
             )
         ],
         expected_version=0,
-        metadata={"actor": actor},
+        actor=actor,
         project_id=str(project.id),
     )
     return Source.objects.get(id=source_id)
@@ -259,7 +259,7 @@ def grant_issue(
         ],
         expected_version=0,
         idempotency_key=idempotency_key,
-        metadata={"actor": actor},
+        actor=actor,
         project_id=str(project.id),
     )
     return Grant.objects.get(id=grant_id)
@@ -287,7 +287,7 @@ def grant_revoke(
                 )
             ],
             expected_version=grant.version,
-            metadata={"actor": actor},
+            actor=actor,
             project_id=str(grant.project_id),
         )
         grant.refresh_from_db()
@@ -324,7 +324,7 @@ def questions_set(
             )
         ],
         expected_version=current,
-        metadata={"actor": actor},
+        actor=actor,
         project_id=str(task.project_id),
     )
     return TaskQuestions.objects.get(task_id=task.id)
@@ -491,7 +491,7 @@ def _bundle_resolve(
             events=events,
             expected_version=version,
             idempotency_key=idempotency_key,
-            metadata={"actor": actor},
+            actor=actor,
             project_id=str(project.id),
         )
     resolve = Resolve.objects.get(id=resolve_id)
@@ -795,7 +795,7 @@ def _record_resolution(
             stream_id=resolution_events.context_stream(task_id),
             events=events,
             expected_version=TaskContext.objects.get(task_id=task_id).version,
-            metadata={"actor": actor},
+            actor=actor,
             project_id=str(task.project_id),
         )
     escalation.refresh_from_db()
@@ -887,7 +887,7 @@ def plan_gate_override(
             )
         ],
         expected_version=head.version,
-        metadata={"actor": actor},
+        actor=actor,
         project_id=str(task.project_id),
     )
     head.refresh_from_db()

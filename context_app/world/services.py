@@ -623,7 +623,7 @@ def _append(
         events=events,
         expected_version=expected_version,
         idempotency_key=idempotency_key,
-        metadata={"actor": actor},
+        actor=actor,
         project_id=project_id,
     )
 

@@ -48,7 +48,6 @@ from nexum.core.events import Event, event_from_data, event_to_data, upcast, val
 from nexum.eventstore import projections, replica
 from nexum.eventstore.models import Event as EventRow
 
-METADATA_KEYS = ("actor", "causation_id", "correlation_id")
 STREAM_ID_MAX = 200
 IDEMPOTENCY_KEY_MAX = 200
 
@@ -96,19 +95,21 @@ def append(
     stream_id: str,
     events: Sequence[Event],
     expected_version: int | None,
+    actor: str = "system",
     idempotency_key: str | None = None,
-    metadata: Mapping[str, Any] | None = None,
     project_id: str | None = None,
 ) -> AppendResult:
     """Append ``events`` to ``stream_id`` atomically and apply the projections in the same transaction.
 
     ``expected_version`` is the stream's version the caller decided on (0 for a new stream); ``None``
     skips the check. On mismatch ``ConcurrencyError`` is raised and nothing is written. A repeated
-    ``idempotency_key`` in the same stream writes nothing and returns the original positions.
+    ``idempotency_key`` in the same stream writes nothing and returns the original positions. ``actor``
+    (who asked: ``agent:<name>``, ``operator:<name>``, ``gate``…) is recorded in every event's metadata, with
+    the idempotency key when there is one.
     """
     _check_arguments(stream_id, events, expected_version, idempotency_key)
     typed = [validate_event(event) for event in events]
-    stored_metadata = _metadata(metadata, idempotency_key)
+    stored_metadata = _metadata(actor, idempotency_key)
     with transaction.atomic():
         if idempotency_key is not None:
             # The lookup must happen under the lock; otherwise the insert takes the lock itself.
@@ -506,18 +507,13 @@ def _check_arguments(
         )
 
 
-def _metadata(metadata: Mapping[str, Any] | None, idempotency_key: str | None) -> dict[str, Any]:
-    supplied = dict(metadata or {})
-    if not all(isinstance(key, str) for key in supplied):
-        raise ValidationFailed("metadata keys must be strings", field="metadata")
-    try:
-        canonical_json(supplied)
-    except (TypeError, ValueError) as error:
-        raise ValidationFailed(f"metadata must be JSON: {error}", field="metadata") from error
-    supplied.setdefault("actor", "system")
+def _metadata(actor: str, idempotency_key: str | None) -> dict[str, Any]:
+    if not isinstance(actor, str) or not actor:
+        raise ValidationFailed("actor must be a non-empty string", field="actor")
+    recorded: dict[str, Any] = {"actor": actor}
     if idempotency_key is not None:
-        supplied["idempotency_key"] = idempotency_key
-    return supplied
+        recorded["idempotency_key"] = idempotency_key
+    return recorded
 
 
 @dataclass(frozen=True)

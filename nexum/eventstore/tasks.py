@@ -18,6 +18,6 @@ def record_health_ping(ping_id: str) -> int:
         events=[HealthPinged(ping_id=ping_id)],
         expected_version=None,
         idempotency_key=ping_id,
-        metadata={"actor": "worker"},
+        actor="worker",
     )
     return result.positions[0]

@@ -30,7 +30,7 @@ def new_stream() -> str:
 def test_append_assigns_versions_and_increasing_positions():
     stream = new_stream()
     first = store.append(stream_id=stream, events=[ping(1), ping(2)], expected_version=0)
-    second = store.append(stream_id=stream, events=[ping(3)], expected_version=2, metadata={"actor": "me"})
+    second = store.append(stream_id=stream, events=[ping(3)], expected_version=2, actor="me")
     assert first.stream_version == 2 and second.stream_version == 3
     assert first.positions[0] < first.positions[1] < second.positions[0]
     events = store.read_stream(stream)
@@ -102,7 +102,8 @@ def test_a_batch_failing_in_its_projection_stores_nothing(monkeypatch):
         ({"events": []}, "events"),
         ({"expected_version": -1}, "expected_version"),
         ({"idempotency_key": ""}, "idempotency_key"),
-        ({"metadata": {"actor": object()}}, "metadata"),
+        ({"actor": ""}, "actor"),
+        ({"actor": object()}, "actor"),
     ],
 )
 def test_bad_append_arguments_are_refused(kwargs, field):
