@@ -27,6 +27,7 @@ from nexum.core.errors import (
     check_expected,
 )
 from nexum.core.events import Event
+from nexum.core.ids import GOAL_IDS
 from nexum.core.roles import AGENT, check_role
 from nexum.core.tasks.lifecycle import (
     GoalCreated,
@@ -208,7 +209,6 @@ def agent_token_revoke(*, token_id: str, reason: str, actor: str) -> AgentToken:
 
 # Ids derived from an idempotency key: a retried goal creation names the same streams, so the event store
 # recognises the key and writes nothing again.
-_GOAL_ID_NAMESPACE = uuid.UUID("4f1c7f9e-2f53-4d0c-9a55-6c1f0f7f6a10")
 
 
 def goal_create(
@@ -248,7 +248,7 @@ def goal_create(
     if idempotency_key is not None:
         if not isinstance(idempotency_key, str) or not idempotency_key:
             raise ValidationFailed("an idempotency key is a non-empty string", field="idempotency_key")
-        goal_id = str(uuid.uuid5(_GOAL_ID_NAMESPACE, f"{project.id}:{idempotency_key}"))
+        goal_id = str(uuid.uuid5(GOAL_IDS, f"{project.id}:{idempotency_key}"))
     else:
         goal_id = str(uuid.uuid4())
     task_ids = _task_ids(goal_id, plan)

@@ -39,7 +39,7 @@ from nexum.core.errors import (
     ValidationFailed,
     check_expected,
 )
-from nexum.core.ids import uuid_or_none
+from nexum.core.ids import AGENT_APPROVAL_IDS, uuid_or_none
 from nexum.core.tasks.lifecycle import ALLOWED_FROM, MAX_REASON_CHARS
 from nexum.core.trust import TrustClass
 from nexum.core.verification.approvals import (
@@ -576,7 +576,6 @@ def _append_decision(request: CompletionRequest, outcome: str, reason: str, fail
 
 # --- approvals (issue 28 item 4) --------------------------------------------------------------------------
 
-_AGENT_APPROVAL_NAMESPACE = uuid.UUID("8d0b6c55-3f3a-4e0f-8a8e-0c9b1f6e7a22")
 _STAGE_OF_ACTION = {action: stage for stage, action in GATE_ACTIONS.items()}
 
 
@@ -680,7 +679,7 @@ def approval_request(
             )
     attempt = task.attempt + 1 if action == GATE_ACTIONS[BEFORE_START] else task.attempt
     if idempotency_key is not None:
-        approval_id = str(uuid.uuid5(_AGENT_APPROVAL_NAMESPACE, f"{task.id}:{idempotency_key}"))
+        approval_id = str(uuid.uuid5(AGENT_APPROVAL_IDS, f"{task.id}:{idempotency_key}"))
     else:
         approval_id = str(uuid.uuid4())
     replay = idempotency_key is not None and Approval.objects.filter(id=approval_id).exists()

@@ -15,16 +15,14 @@ from context_app.catalog.models import (
     ModelOverlayChange,
 )
 from nexum.core.catalog.changes import ModelCatalogReplaced, ModelOverlayCleared, ModelOverlaySet
-from nexum.core.ids import as_uuid
+from nexum.core.ids import CATALOG_WORD_ROW_IDS, as_uuid
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
 from nexum.eventstore.store import StoredEvent
-
-_WORD_ROWS = uuid.UUID("6f1d3c2a-8e57-4a51-9a3e-0c7d4b1f2e90")
 
 
 def word_row_id(project_id: str | uuid.UUID, word: str) -> uuid.UUID:
     """The primary key of a word's card, alias or overlay row in one project."""
-    return uuid.uuid5(_WORD_ROWS, f"{project_id}\x00{word}")
+    return uuid.uuid5(CATALOG_WORD_ROW_IDS, f"{project_id}\x00{word}")
 
 
 class ModelCatalogProjection(Projection):

@@ -33,6 +33,7 @@ from context_app.world import services as world_services
 from context_app.world.models import Tool, ToolScope, WorldItem
 from nexum.adapters.gc_pause import collection_paused
 from nexum.core.errors import PolicyRefused, ValidationFailed
+from nexum.core.ids import FORK_IDS
 from nexum.core.resolution.events import grant_stream
 from nexum.core.tasks.lifecycle import (
     GoalForked,
@@ -61,7 +62,6 @@ from tasks_app.services import goal_fork_create
 from verification_app.models import Contract
 from verification_app.services import contract_register
 
-_FORK_ID_NAMESPACE = uuid.UUID("6c0b9d3e-27a1-4f8e-b5d2-9e4f1a7c3b27")
 _ITEM_COLUMNS = (
     *(name for name in CARRIED_FIELDS if name not in {"item_id", "forked_from", "position"}),
     "id",
@@ -173,7 +173,7 @@ def _fork_goal_id(project_id: str, idempotency_key: str | None) -> str:
         raise ValidationFailed(
             f"key must be 1–{store.IDEMPOTENCY_KEY_MAX} characters", field="key", code="invalid"
         )
-    return str(uuid.uuid5(_FORK_ID_NAMESPACE, f"{project_id}:{idempotency_key}"))
+    return str(uuid.uuid5(FORK_IDS, f"{project_id}:{idempotency_key}"))
 
 
 def _previous_fork(

@@ -19,7 +19,7 @@ from context_app.compilation.models import (
 from nexum.core.catalog.usage import ContextUsageReported, drift
 from nexum.core.compilation import events as compilation_events
 from nexum.core.compilation import retention
-from nexum.core.ids import as_uuid
+from nexum.core.ids import PRUNE_IDS, as_uuid
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
 from nexum.eventstore.store import StoredEvent
 
@@ -156,9 +156,6 @@ class UsageProjection(Projection):
         )
 
 
-_PRUNED_NAMESPACE = uuid.UUID("8c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f")
-
-
 class RetentionProjection(Projection):
     """What retention pruned, by digest (``ContextPruned``, ``BundlePruned``, ``CheckOutputPruned``)."""
 
@@ -181,7 +178,7 @@ class RetentionProjection(Projection):
 
     @staticmethod
     def _pruned(stored: StoredEvent, rows: ReadModelRows, kind: str, digest: str, bytes_freed: int) -> None:
-        pruned_id = uuid.uuid5(_PRUNED_NAMESPACE, f"{stored.project_id}/{kind}/{digest}/{stored.position}")
+        pruned_id = uuid.uuid5(PRUNE_IDS, f"{stored.project_id}/{kind}/{digest}/{stored.position}")
         rows.insert(
             PrunedContent,
             id=pruned_id,

@@ -46,6 +46,7 @@ from context_app.world.artifacts import default_store
 from context_app.world.models import WorldItem
 from nexum.core.compilation import retention as rules
 from nexum.core.events import Event
+from nexum.core.ids import RETENTION_RUN_IDS
 from nexum.eventstore import store
 from tasks_app.models import Project
 from tasks_app.selectors import project_get
@@ -65,8 +66,6 @@ SETTINGS = {
 }
 
 T = TypeVar("T")
-
-_ID_NAMESPACE = uuid.UUID("2f5b8a44-7c1e-4d0e-9a55-3b7f6b2c9e10")
 
 
 @dataclass
@@ -306,7 +305,7 @@ def retention_runs_record(*, now: datetime | None = None) -> int:
             continue
         if RetentionRun.objects.filter(project_id=project.id, requested_at__gt=since).exists():
             continue
-        run_id = uuid.uuid5(_ID_NAMESPACE, f"{project.id}/{int(now.timestamp())}")
+        run_id = uuid.uuid5(RETENTION_RUN_IDS, f"{project.id}/{int(now.timestamp())}")
         _, created = RetentionRun.objects.get_or_create(
             id=run_id, defaults={"project_id": project.id, "requested_at": now}
         )

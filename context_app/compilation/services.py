@@ -77,6 +77,7 @@ from nexum.core.errors import (
     PolicyRefused,
     ValidationFailed,
 )
+from nexum.core.ids import COMPILATION_IDS
 from nexum.core.text import require_storable
 from nexum.core.trust import TrustClass
 from nexum.core.world.items import DEFAULT_TRUST_CLASS, RECORDABLE_TRUST_CLASSES, SHORT_MAX, TEXT_MAX
@@ -84,7 +85,6 @@ from nexum.eventstore import projections, replica, store
 from tasks_app import selectors as task_selectors
 from tasks_app.models import Project, Task
 
-_ID_NAMESPACE = uuid.UUID("2d0f3c6a-8f0e-4b7a-a4e2-5b1e6f1c9a37")
 DEFAULT_SUMMARIZER = "nexum.core.compilation.rules.extractive_summary"
 EVIDENCE_MAX_ITEMS = 200
 EVIDENCE_ID_MAX = 200
@@ -553,7 +553,7 @@ def _store_context(
         return existing
     canonical = result.canonical_form()
     context = StoredContext(
-        id=uuid.uuid5(_ID_NAMESPACE, f"{project_id}/context/{result.digest}"),
+        id=uuid.uuid5(COMPILATION_IDS, f"{project_id}/context/{result.digest}"),
         project_id=project_id,
         digest=result.digest,
         task_id=task.id,
@@ -975,7 +975,7 @@ def _request_id(request_id: str | None) -> str:
 
 def request_id_for_key(project_id: str, key: str) -> str:
     """The request id an ``Idempotency-Key`` stands for in a project (a retried request finds its answer)."""
-    return str(uuid.uuid5(_ID_NAMESPACE, f"{project_id}/compile/{key}"))
+    return str(uuid.uuid5(COMPILATION_IDS, f"{project_id}/compile/{key}"))
 
 
 def _finished(project_id: str, request_id: str) -> CompileOutcome | None:
@@ -1010,7 +1010,7 @@ def _store_items(project_id: str, items: list[dict[str, Any]]) -> str:
     CompileEvidence.objects.bulk_create(
         [
             CompileEvidence(
-                id=uuid.uuid5(_ID_NAMESPACE, f"{project_id}/evidence/{digest}"),
+                id=uuid.uuid5(COMPILATION_IDS, f"{project_id}/evidence/{digest}"),
                 project_id=project_id,
                 digest=digest,
                 items=items,
@@ -1053,7 +1053,7 @@ def context_usage_report(
     usage_id = (
         str(uuid.uuid4())
         if idempotency_key is None
-        else str(uuid.uuid5(_ID_NAMESPACE, f"{project_id}/usage/{context.digest}/{idempotency_key}"))
+        else str(uuid.uuid5(COMPILATION_IDS, f"{project_id}/usage/{context.digest}/{idempotency_key}"))
     )
     event = usage.ContextUsageReported(
         usage_id=usage_id,

@@ -18,16 +18,14 @@ from context_app.resolution.models import (
     TaskContext,
     TaskQuestions,
 )
-from nexum.core.ids import as_uuid
+from nexum.core.ids import BUNDLE_ITEM_ROW_IDS, as_uuid
 from nexum.core.resolution import events as resolution_events
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
 from nexum.eventstore.store import StoredEvent
 
-_ITEM_ROWS = uuid.UUID("0b7e9c55-3f3a-4f7e-8a61-2d5c1e9b7a40")
-
 
 def bundle_item_id(resolve_id: str, ordinal: int) -> uuid.UUID:
-    return uuid.uuid5(_ITEM_ROWS, f"{resolve_id}:{ordinal}")
+    return uuid.uuid5(BUNDLE_ITEM_ROW_IDS, f"{resolve_id}:{ordinal}")
 
 
 def _actor(stored: StoredEvent) -> str:

@@ -46,6 +46,7 @@ from nexum.adapters.tokenization import DEFAULT_ENCODING, counter_for
 from nexum.core.digests import canonical_json
 from nexum.core.errors import ConcurrencyError, Conflict, DomainError, NotFound, ValidationFailed
 from nexum.core.events import Event
+from nexum.core.ids import RESOLUTION_IDS
 from nexum.core.resolution import events as resolution_events
 from nexum.core.resolution import rules as resolution_rules
 from nexum.core.resolution.resolver import (
@@ -63,7 +64,6 @@ from tasks_app import selectors as task_selectors
 from tasks_app import services as task_services
 from tasks_app.models import Project, Task
 
-_IDS = resolution_rules.RESOLUTION_IDS
 MAX_SOURCE_LIMIT = 1000
 
 
@@ -156,7 +156,7 @@ def source_register(
         if error.field not in (None, "kind", "config"):
             error.field = f"config.{error.field}"
         raise
-    source_id = str(uuid.uuid5(_IDS, f"source:{project.id}:{name}"))
+    source_id = str(uuid.uuid5(RESOLUTION_IDS, f"source:{project.id}:{name}"))
     if Source.objects.filter(project_id=project.id, name=name).exists():
         raise Conflict(f"a source named {name!r} already exists", field="name", code="source_exists")
     store.append(
@@ -241,7 +241,7 @@ def grant_issue(
             raise ValidationFailed("expires_at is in the past", field="expires_at")
     reason = resolution_rules.check_reason(reason)
     if idempotency_key is not None:
-        grant_id = str(uuid.uuid5(_IDS, f"grant:{project.id}:{idempotency_key}"))
+        grant_id = str(uuid.uuid5(RESOLUTION_IDS, f"grant:{project.id}:{idempotency_key}"))
     else:
         grant_id = str(uuid.uuid4())
     store.append(
@@ -513,7 +513,7 @@ def bundle_resolve_request(*, project_id: str, task_id: str, request_id: str, ac
 
 def resolve_id_for(*, task_id: str, request_id: str) -> str:
     """The id of the resolve a request id names (so a redelivery finds the resolve it already made)."""
-    return str(uuid.uuid5(_IDS, f"resolve:{task_id}:{request_id}"))
+    return str(uuid.uuid5(RESOLUTION_IDS, f"resolve:{task_id}:{request_id}"))
 
 
 def _call(

@@ -12,6 +12,7 @@ from typing import Any
 
 from django.db import models
 
+from nexum.core.ids import ITEM_VECTOR_IDS
 from nexum.core.world.items import FACT_STATUSES, ITEM_KINDS
 
 KIND_CHOICES = [(kind, kind.replace("_", " ")) for kind in ITEM_KINDS]
@@ -136,11 +137,8 @@ class ItemVector(models.Model):
         return f"vector of {self.item_id} by {self.embedder}"
 
 
-_VECTOR_NAMESPACE = uuid.UUID("8b7f2c1e-3d4a-4f6b-9c2d-1a5e7f9b3c60")
-
-
 def item_vector_id(item_id: Any, embedder: str) -> uuid.UUID:
-    return uuid.uuid5(_VECTOR_NAMESPACE, f"{item_id}/{embedder}")
+    return uuid.uuid5(ITEM_VECTOR_IDS, f"{item_id}/{embedder}")
 
 
 class Tool(models.Model):

@@ -28,6 +28,7 @@ from nexum.adapters.tokenization import CachedCounter, counter_for
 from nexum.core.digests import canonical_json, digest_of
 from nexum.core.errors import ConcurrencyError, Conflict, NotFound, ValidationFailed
 from nexum.core.events import Event
+from nexum.core.ids import WORLD_IDS
 from nexum.core.roles import caller_trust, trust_ceiling
 from nexum.core.text import require_storable
 from nexum.core.trust import TrustClass
@@ -69,7 +70,6 @@ from nexum.core.world.items import (
 from nexum.eventstore import store
 from tasks_app import selectors as task_selectors
 
-_ID_NAMESPACE = uuid.UUID("6b3c1f0e-5d2a-4c8e-9a71-0f4e2b8d9c13")
 SCHEMA_MAX_CHARS = 100_000
 TOKEN_COUNT_BATCH = 1000
 
@@ -368,7 +368,7 @@ def fact_supersede(
     old = selectors.fact_get(project_id=project_id, fact_id=fact_id)
     scope = Scope(project_id, str(old.goal_id), str(old.task_id) if old.task_id else None)
     new_id = (
-        str(uuid.uuid5(_ID_NAMESPACE, f"{project_id}/supersede/{old.id}/{idempotency_key}"))
+        str(uuid.uuid5(WORLD_IDS, f"{project_id}/supersede/{old.id}/{idempotency_key}"))
         if idempotency_key is not None
         else str(uuid.uuid4())
     )
@@ -553,7 +553,7 @@ def tool_scope_set(
 
 
 def _tool_id(project_id: str, name: str) -> str:
-    return str(uuid.uuid5(_ID_NAMESPACE, f"{project_id}/tool/{name}"))
+    return str(uuid.uuid5(WORLD_IDS, f"{project_id}/tool/{name}"))
 
 
 # --- token counts in another encoding (W4) ---------------------------------------------------------------
@@ -636,7 +636,7 @@ def _already_appended(stream_id: str, idempotency_key: str | None) -> bool:
 def _new_item_id(scope: Scope, kind: str, idempotency_key: str | None) -> str:
     if idempotency_key is None:
         return str(uuid.uuid4())
-    return str(uuid.uuid5(_ID_NAMESPACE, f"{scope.project_id}/{kind}/{scope.scope_id}/{idempotency_key}"))
+    return str(uuid.uuid5(WORLD_IDS, f"{scope.project_id}/{kind}/{scope.scope_id}/{idempotency_key}"))
 
 
 def _text(value: Any, field: str, *, required: bool = True, limit: int = TEXT_MAX) -> str:

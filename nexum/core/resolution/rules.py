@@ -13,6 +13,7 @@ from typing import Any
 
 from nexum.core.errors import Conflict, NotFound, PolicyRefused, ValidationFailed
 from nexum.core.events import Event
+from nexum.core.ids import RESOLUTION_IDS
 from nexum.core.resolution import events as resolution_events
 from nexum.core.resolution.events import SETTLING_ACTIONS
 from nexum.core.resolution.resolver import (
@@ -32,7 +33,6 @@ MAX_QUESTIONS = 50
 MAX_QUESTION_CHARS = 2000
 MAX_REASON_CHARS = 2000
 MAX_SCOPES = 100
-RESOLUTION_IDS = uuid.UUID("3d2c9a71-6b0e-4f5a-9c1d-8e7f4a2b5c60")
 """The namespace of the resolver's derived ids (sources, grants, resolves, escalations)."""
 
 

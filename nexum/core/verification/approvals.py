@@ -24,6 +24,7 @@ from typing import Final
 
 from nexum.core.errors import Conflict, ValidationFailed
 from nexum.core.events import Event, event_type
+from nexum.core.ids import GATE_APPROVAL_IDS
 from nexum.core.tasks.lifecycle import check_reason
 
 BEFORE_START: Final = "before_start"
@@ -47,8 +48,6 @@ ACTION_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
 DIGEST_PATTERN: Final = re.compile(r"^[0-9a-f]{64}$")
 HIGH_RISK: Final = "high"
 
-_GATE_APPROVAL_NAMESPACE = uuid.UUID("2a5c1c0e-6d0e-4c7a-9c1f-5b8a7e3d9f41")
-
 
 def approval_stream(approval_id: str) -> str:
     return f"approval-{approval_id}"
@@ -57,7 +56,7 @@ def approval_stream(approval_id: str) -> str:
 def gate_approval_id(task_id: str, action: str, attempt: int) -> str:
     """The id of the approval Nexum asks for itself when a gated command first arrives: one per task,
     action and attempt, so two concurrent starts ask once."""
-    return str(uuid.uuid5(_GATE_APPROVAL_NAMESPACE, f"{task_id}:{action}:{attempt}"))
+    return str(uuid.uuid5(GATE_APPROVAL_IDS, f"{task_id}:{action}:{attempt}"))
 
 
 # --- errors ---

@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from nexum.core.errors import Conflict, IllegalTransition, ValidationFailed
 from nexum.core.events import Event, event_type
+from nexum.core.ids import COMPLETION_REQUEST_IDS
 from nexum.core.roles import OPERATOR, caller_trust
 from nexum.core.trust import TrustClass, require_authority
 from nexum.core.verification.gate import Contract, contract_from_dict, contract_to_dict
@@ -40,8 +41,6 @@ MAX_DERIVED_FROM: Final = 100
 CONTRACT_CHANGE_STATES: Final = frozenset({"pending", "failed", "blocked"})
 CONTRACT_FIRST_STATES: Final = frozenset({"pending", "running", "failed", "blocked"})
 
-_REQUEST_NAMESPACE: Final = uuid.UUID("2b8f3f5e-7a61-4c3e-9d0b-0e5b9b6a51c1")
-
 
 def contract_stream(task_id: str) -> str:
     return f"contract-{task_id}"
@@ -53,7 +52,7 @@ def completion_stream(request_id: str) -> str:
 
 def completion_request_id(task_id: str, task_version: int) -> str:
     """The id of the (only) completion request a task can have at ``task_version``."""
-    return str(uuid.uuid5(_REQUEST_NAMESPACE, f"{task_id}:{task_version}"))
+    return str(uuid.uuid5(COMPLETION_REQUEST_IDS, f"{task_id}:{task_version}"))
 
 
 def check_run_key(name: str) -> str:
