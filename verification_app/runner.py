@@ -23,17 +23,9 @@ from django.utils.module_loading import import_string
 
 from context_app.world.artifacts import default_store
 from context_app.world.models import WorldItem
-from nexum.adapters.sandbox import CheckRunner, SandboxPolicy, resolve_executable, resolve_in_workspace
+from nexum.adapters.sandbox import CheckRunner, SandboxPolicy
 from nexum.adapters.workspaces import project_workspace
-from nexum.core.errors import NotFound, PolicyRefused, ValidationFailed
-from nexum.core.verification.gate import (
-    DENIED_EXECUTABLE,
-    WORKSPACE_VIOLATION,
-    CheckSpec,
-    CommandCheck,
-    FileExistsCheck,
-    FileMatchesCheck,
-)
+from nexum.core.errors import NotFound, ValidationFailed
 from tasks_app import selectors as task_selectors
 
 _callables: dict[str, Callable[[], bool]] = {}
@@ -148,35 +140,3 @@ def check_runner(project_id: str, *, on_start: Callable[[int], None] | None = No
         callables=registered_callables(),
         on_start=on_start,
     )
-
-
-def refuse_unrunnable(check: CheckSpec, field: str, *, project_id: str) -> None:
-    """At registration: refuse a check whose working directory or file leaves the project's folder, or a
-    command whose executable is not on the allowlist (each is checked again when the check runs)."""
-    if not isinstance(check, CommandCheck | FileExistsCheck | FileMatchesCheck):
-        return
-    policy = sandbox_policy(project_id)
-    member = "cwd" if isinstance(check, CommandCheck) else "path"
-    try:
-        resolved = resolve_in_workspace(policy, getattr(check, member))
-    except Exception as refusal:  # the sandbox's refusal carries the reason code
-        if getattr(refusal, "reason", None) == WORKSPACE_VIOLATION:
-            raise WorkspaceViolation(str(refusal), field=f"{field}.{member}") from None
-        raise
-    if not isinstance(check, CommandCheck):
-        return
-    cwd = resolved if os.path.isdir(resolved) else str(policy.workspace_root)  # may be created later
-    try:
-        resolve_executable(policy, check.argv[0], cwd=cwd, search_path=policy.child_env()["PATH"])
-    except Exception as refusal:
-        if getattr(refusal, "reason", None) == DENIED_EXECUTABLE:
-            raise DeniedExecutable(str(refusal), field=f"{field}.argv[0]") from None
-        # missing: allowed now, may be installed before the run (which records missing_executable)
-
-
-class WorkspaceViolation(PolicyRefused):
-    code = "workspace_violation"
-
-
-class DeniedExecutable(PolicyRefused):
-    code = "denied_executable"

@@ -64,6 +64,8 @@ from nexum.core.verification.approvals import (
     gate_approval_id,
     required_stages,
 )
+from nexum.core.verification.checks.base import RAISED, CheckResult, CheckSpec
+from nexum.core.verification.checks.command import CommandCheck
 from nexum.core.verification.contracts import (
     DECISION_KEY,
     MAX_DERIVED_FROM,
@@ -79,16 +81,7 @@ from nexum.core.verification.contracts import (
     contract_stream,
     decide_register_contract,
 )
-from nexum.core.verification.gate import (
-    RAISED,
-    CheckResult,
-    CheckSpec,
-    CommandCheck,
-    Contract,
-    GateDecision,
-    contract_from_dict,
-    gate_task_completion,
-)
+from nexum.core.verification.gate import Contract, GateDecision, contract_from_dict, gate_task_completion
 from nexum.eventstore import store
 from nexum.eventstore.models import Event as EventRow
 from nexum.work.dispatch import send_on_commit
@@ -166,8 +159,9 @@ def contract_register(
         derived_from=tuple(derived_from),
         reason=reason,
     )
+    preflight = runner.check_runner(str(task.project_id))
     for index, check in enumerate(parsed.checks):
-        runner.refuse_unrunnable(check, f"{field}.checks[{index}]", project_id=str(task.project_id))
+        check.preflight(preflight, f"{field}.checks[{index}]")
     store.append(
         stream_id=stream_id,
         events=[event],

@@ -91,28 +91,22 @@ from typing import Final
 from nexum.adapters import bubblewrap, telemetry
 from nexum.adapters.pids_cgroup import CgroupUnavailable, PidsCgroup, find_parent
 from nexum.core.errors import ValidationFailed
-from nexum.core.verification.gate import (
+from nexum.core.verification.checks.base import (
     CRASHED,
     DENIED_EXECUTABLE,
     EXIT_NONZERO,
     MISSING_EXECUTABLE,
     MISSING_FILE,
-    NO_MATCH,
     PASSED,
     RAISED,
-    RETURNED_FALSE,
     SANDBOX_UNAVAILABLE,
     TIMEOUT,
     WORKSPACE_VIOLATION,
-    ArtifactMatchesCheck,
-    CallableCheck,
+    CheckRefused,
     CheckResult,
     CheckSpec,
-    CommandCheck,
-    FileExistsCheck,
-    FileMatchesCheck,
-    compile_pattern,
 )
+from nexum.core.verification.checks.command import CommandCheck
 
 DEFAULT_ENV_ALLOWLIST: Final = frozenset({"PATH", "HOME", "LANG", "LC_ALL", "TZ"})
 FALLBACK_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
@@ -231,13 +225,6 @@ class SandboxPolicy:
         return env
 
 
-class _Refused(Exception):
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-
-
 def _sanitized_path(path: str) -> str:
     entries = [entry for entry in path.split(os.pathsep) if os.path.isabs(entry)]
     return os.pathsep.join(entries) or FALLBACK_PATH
@@ -252,13 +239,14 @@ def _inside(path: str, root: str) -> bool:
 
 
 def resolve_in_workspace(policy: SandboxPolicy, relative: str) -> str:
-    """``relative`` resolved (symlinks and ``..`` followed) under the workspace root; raises ``_Refused``."""
+    """``relative`` resolved (symlinks and ``..`` followed) under the workspace root; raises
+    ``CheckRefused``."""
     root = os.path.realpath(policy.workspace_root)
     if not os.path.isdir(root):
-        raise _Refused(WORKSPACE_VIOLATION, f"workspace root {root} is not a directory")
+        raise CheckRefused(WORKSPACE_VIOLATION, f"workspace root {root} is not a directory")
     resolved = os.path.realpath(os.path.join(root, relative))
     if not _inside(resolved, root):
-        raise _Refused(
+        raise CheckRefused(
             WORKSPACE_VIOLATION, f"{relative!r} resolves to {resolved}, outside the workspace {root}"
         )
     return resolved
@@ -268,17 +256,17 @@ def open_in_workspace(policy: SandboxPolicy, relative: str, flags: int) -> int:
     """A descriptor for ``relative`` opened with ``flags`` beneath the workspace root, resolved once: from a
     descriptor of the root, symlinks followed only while they stay beneath it, never a magic link; the file
     opened is the file resolved (no second lookup by name another check could swap in between). Raises
-    ``_Refused``: ``missing_file`` when there is nothing to open, ``workspace_violation`` when the path leads
-    outside. ``O_NONBLOCK`` in ``flags`` keeps a FIFO from holding the worker."""
+    ``CheckRefused``: ``missing_file`` when there is nothing to open, ``workspace_violation`` when the path
+    leads outside. ``O_NONBLOCK`` in ``flags`` keeps a FIFO from holding the worker."""
     root = os.path.realpath(policy.workspace_root)
     if os.path.isabs(relative):
         if not _inside(os.path.normpath(relative), root):
-            raise _Refused(WORKSPACE_VIOLATION, f"{relative!r} is outside the workspace {root}")
+            raise CheckRefused(WORKSPACE_VIOLATION, f"{relative!r} is outside the workspace {root}")
         relative = os.path.relpath(os.path.normpath(relative), root)
     try:
         root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
-        raise _Refused(WORKSPACE_VIOLATION, f"workspace root {root} is not a directory") from None
+        raise CheckRefused(WORKSPACE_VIOLATION, f"workspace root {root} is not a directory") from None
     try:
         for _ in range(_OPEN_ATTEMPTS):
             try:
@@ -286,8 +274,8 @@ def open_in_workspace(policy: SandboxPolicy, relative: str, flags: int) -> int:
             except OSError as exc:
                 if exc.errno == errno.EAGAIN:  # a rename raced the lookup of ".."; resolve again
                     continue
-                raise _Refused(*_open_failure(exc, relative, root)) from None
-        raise _Refused(MISSING_FILE, f"{relative} kept changing while it was opened")
+                raise CheckRefused(*_open_failure(exc, relative, root)) from None
+        raise CheckRefused(MISSING_FILE, f"{relative} kept changing while it was opened")
     finally:
         os.close(root_fd)
 
@@ -403,27 +391,31 @@ def _read_bounded(fd: int, limit: int) -> bytes:
 def _resolve_cwd(policy: SandboxPolicy, cwd: str) -> str:
     resolved = resolve_in_workspace(policy, cwd)
     if not os.path.isdir(resolved):
-        raise _Refused(WORKSPACE_VIOLATION, f"working directory {cwd!r} is not a directory in the workspace")
+        raise CheckRefused(
+            WORKSPACE_VIOLATION, f"working directory {cwd!r} is not a directory in the workspace"
+        )
     return resolved
 
 
 def resolve_executable(policy: SandboxPolicy, program: str, *, cwd: str, search_path: str) -> str:
-    """The absolute path to execute for ``program`` if the allowlist permits it; raises ``_Refused``."""
+    """The absolute path to execute for ``program`` if the allowlist permits it; raises ``CheckRefused``."""
     allowed = policy.allowed_executables
     if "/" not in program:
         found = shutil.which(program, path=search_path)
         if program in allowed:
             if found is None:
-                raise _Refused(MISSING_EXECUTABLE, f"executable {program!r} not found on PATH {search_path}")
+                raise CheckRefused(
+                    MISSING_EXECUTABLE, f"executable {program!r} not found on PATH {search_path}"
+                )
             return os.path.abspath(found)
         if found is not None and _path_allowed(os.path.abspath(found), allowed):
             return os.path.abspath(found)
-        raise _Refused(DENIED_EXECUTABLE, f"executable {program!r} is not on the allowlist")
+        raise CheckRefused(DENIED_EXECUTABLE, f"executable {program!r} is not on the allowlist")
     candidate = os.path.normpath(os.path.join(cwd, program))
     if not _path_allowed(candidate, allowed):
-        raise _Refused(DENIED_EXECUTABLE, f"executable {program!r} ({candidate}) is not on the allowlist")
+        raise CheckRefused(DENIED_EXECUTABLE, f"executable {program!r} ({candidate}) is not on the allowlist")
     if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
-        raise _Refused(MISSING_EXECUTABLE, f"executable {candidate} does not exist or is not executable")
+        raise CheckRefused(MISSING_EXECUTABLE, f"executable {candidate} does not exist or is not executable")
     return candidate
 
 
@@ -485,13 +477,13 @@ def _preexec(
 
 def host_user(policy: SandboxPolicy) -> tuple[int, int] | None:
     """The (uid, gid) a root worker runs its sandboxes as; None for a worker that is not root (bubblewrap maps
-    the check's user to the worker's own). Raises ``_Refused`` for a root worker that has none: bubblewrap
+    the check's user to the worker's own). Raises ``CheckRefused`` for a root worker that has none: bubblewrap
     would map the check's user to host root, and a file the check leaves (a setuid copy of a shell) would give
     root to anyone who runs it."""
     if os.geteuid() != 0:
         return None
     if policy.host_uid is None or policy.host_gid is None:
-        raise _Refused(
+        raise CheckRefused(
             SANDBOX_UNAVAILABLE,
             "the worker runs as root and has no unprivileged host user to run checks as, so a check's files"
             " would belong to host root: set NEXUM_SANDBOX_HOST_UID and NEXUM_SANDBOX_HOST_GID to an"
@@ -507,8 +499,8 @@ def _stage_or_refuse(
     """What a root worker's bubblewrap, running as ``run_as``, could not reach on the host: each mount behind
     a folder that user cannot search (a venv's interpreter under a 0700 /root, a project folder under a 0700
     /tmp/pytest-of-root), by the highest such folder; ``_stage`` makes them reachable where they are. What
-    that user cannot use itself is refused (``_Refused`` naming the path): the workspace must be writable by
-    it, the read-only mounts readable, the executable executable."""
+    that user cannot use itself is refused (``CheckRefused`` naming the path): the workspace must be writable
+    by it, the read-only mounts readable, the executable executable."""
     uid, gid = run_as
     mounts = [*plan.read_only, *([plan.workspace] if plan.workspace is not None else [])]
     staged: dict[str, list[str]] = {}
@@ -525,7 +517,7 @@ def _stage_or_refuse(
     for top, path, access in wanted:
         blocked = _blocked_below(os.path.realpath(top), os.path.realpath(path), uid, gid, access)
         if blocked is not None:
-            raise _Refused(
+            raise CheckRefused(
                 SANDBOX_UNAVAILABLE,
                 f"{blocked} is closed to the host user the sandbox runs as (uid {uid}, gid {gid}), so a check"
                 f" cannot use {path}: open it to that user (chmod o+rx), install the allowlisted executable"
@@ -535,7 +527,7 @@ def _stage_or_refuse(
     if plan.workspace is not None:
         blocked = _blocked_below(plan.workspace, plan.workspace, uid, gid, os.R_OK | os.W_OK | os.X_OK)
         if blocked is not None:
-            raise _Refused(
+            raise CheckRefused(
                 SANDBOX_UNAVAILABLE,
                 f"the project's folder {plan.workspace} is not writable by the host user the sandbox runs"
                 f" as (uid {uid}, gid {gid}): chown {uid}:{gid} it (the service does for the folders it"
@@ -622,7 +614,7 @@ def sandbox_unavailable(policy: SandboxPolicy) -> str | None:
                 private=policy.private_paths,
             )
             _stage_or_refuse(plan, None, run_as)
-    except _Refused as refusal:
+    except CheckRefused as refusal:
         return refusal.message
     except bubblewrap.SandboxUnavailable as exc:
         return str(exc)
@@ -630,10 +622,11 @@ def sandbox_unavailable(policy: SandboxPolicy) -> str | None:
 
 
 def _usable_bwrap(policy: SandboxPolicy) -> str:
-    """The bwrap to run checks with; raises ``_Refused`` (``sandbox_unavailable``) saying what is missing."""
+    """The bwrap to run checks with; raises ``CheckRefused`` (``sandbox_unavailable``) saying what is
+    missing."""
     bwrap = bubblewrap.find_bwrap()
     if bwrap is None:
-        raise _Refused(
+        raise CheckRefused(
             SANDBOX_UNAVAILABLE,
             "bubblewrap (bwrap) is not installed on this worker, and command checks never run unsandboxed:"
             " install it (apt-get install bubblewrap), or on a development machine set NEXUM_SANDBOX=none to"
@@ -641,7 +634,7 @@ def _usable_bwrap(policy: SandboxPolicy) -> str:
         )
     problem = bubblewrap.probe(bwrap, user=host_user(policy))
     if problem is not None:
-        raise _Refused(
+        raise CheckRefused(
             SANDBOX_UNAVAILABLE,
             f"{problem}; unprivileged user namespaces must be allowed (sysctl user.max_user_namespaces > 0,"
             " kernel.unprivileged_userns_clone=1 where it exists)",
@@ -650,7 +643,7 @@ def _usable_bwrap(policy: SandboxPolicy) -> str:
         try:
             find_parent(policy.cgroup_parent)
         except CgroupUnavailable as exc:
-            raise _Refused(SANDBOX_UNAVAILABLE, _cgroup_advice(exc)) from None
+            raise CheckRefused(SANDBOX_UNAVAILABLE, _cgroup_advice(exc)) from None
     return bwrap
 
 
@@ -783,9 +776,9 @@ def _start_in_bubblewrap(
             assert policy.max_processes is not None
             cgroup = PidsCgroup.create(find_parent(policy.cgroup_parent), policy.max_processes)
     except bubblewrap.SandboxUnavailable as exc:
-        raise _Refused(SANDBOX_UNAVAILABLE, str(exc)) from None
+        raise CheckRefused(SANDBOX_UNAVAILABLE, str(exc)) from None
     except CgroupUnavailable as exc:
-        raise _Refused(SANDBOX_UNAVAILABLE, _cgroup_advice(exc)) from None
+        raise CheckRefused(SANDBOX_UNAVAILABLE, _cgroup_advice(exc)) from None
     info_read, info_write = os.pipe()
     passwd, group = bubblewrap.data_fd(bubblewrap.PASSWD), bubblewrap.data_fd(bubblewrap.GROUP)
     try:
@@ -809,7 +802,7 @@ def _start_in_bubblewrap(
         if cgroup is not None:
             cgroup.remove()
         if staged and run_as is not None and isinstance(exc, subprocess.SubprocessError):
-            raise _Refused(SANDBOX_UNAVAILABLE, _staging_advice(staged, run_as)) from None
+            raise CheckRefused(SANDBOX_UNAVAILABLE, _staging_advice(staged, run_as)) from None
         raise
     finally:
         for fd in (info_write, passwd, group):
@@ -1015,7 +1008,7 @@ def run_command(
             cwd = _resolve_cwd(policy, check.cwd)
             executable = resolve_executable(policy, check.argv[0], cwd=cwd, search_path=env["PATH"])
             running = _start(policy, [executable, *check.argv[1:]], cwd=cwd, env=env)
-        except _Refused as refusal:
+        except CheckRefused as refusal:
             starting.set(outcome="refused", reason=refusal.reason)
             return refused(refusal.reason, refusal.message)
         except FileNotFoundError as exc:
@@ -1234,12 +1227,13 @@ RegisteredCallable = Callable[[], bool]
 
 
 class CheckRunner:
-    """Runs any check kind; an instance is the ``run_check`` that ``gate_task_completion`` takes.
+    """Runs any check kind: an instance is the ``run_check`` that ``gate_task_completion`` takes, and the
+    ``CheckContext`` and ``PreflightContext`` the check kinds reach the project through (their
+    ``run``/``evaluate`` and ``preflight``).
 
     ``artifact_loader(digest)`` returns an artifact's content, or None when there is none.
     ``callables`` maps a ``CallableCheck.dotted_path`` to the function to call: only functions the library
-    user registered here can run (a contract cannot name arbitrary code). A registered function takes no
-    arguments and returns True (pass) or False (``returned_false``); anything else, or raising, is ``raised``.
+    user registered here can run (a contract cannot name arbitrary code).
     ``on_start`` is passed to ``run_command`` for every command check.
     """
 
@@ -1257,60 +1251,44 @@ class CheckRunner:
         self.on_start = on_start
 
     def __call__(self, check: CheckSpec) -> CheckResult:
-        started = time.monotonic()
-        if isinstance(check, CommandCheck):
-            return run_command(check, self.policy, on_start=self.on_start)
+        return check.run(self)
+
+    # --- CheckContext ---
+
+    def run_command(self, check: CommandCheck) -> CheckResult:
+        return run_command(check, self.policy, on_start=self.on_start)
+
+    def require_workspace_file(self, path: str) -> None:
+        os.close(open_in_workspace(self.policy, path, os.O_PATH))
+
+    def read_workspace_file(self, path: str) -> bytes | None:
+        fd = open_in_workspace(self.policy, path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
         try:
-            reason, message = self._evaluate(check)
-        except _Refused as refusal:
-            reason, message = refusal.reason, refusal.message
-        except Exception as exc:  # a check that raises is a failed check (V4)
-            reason, message = RAISED, f"{type(exc).__name__}: {exc}"
-        return CheckResult(
-            name=check.name,
-            passed=reason == PASSED,
-            reason=reason,
-            output=message,
-            duration_ms=_ms_since(started),
-        )
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            return _read_bounded(fd, self.policy.max_read_bytes)
+        finally:
+            os.close(fd)
 
-    def _evaluate(self, check: CheckSpec) -> tuple[str, str]:
-        if isinstance(check, FileExistsCheck):
-            os.close(open_in_workspace(self.policy, check.path, os.O_PATH))
-            return PASSED, f"{check.path} exists"
-        if isinstance(check, FileMatchesCheck):
-            fd = open_in_workspace(self.policy, check.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
-            try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    return MISSING_FILE, f"{check.path} is not a regular file"
-                content = _read_bounded(fd, self.policy.max_read_bytes)
-            finally:
-                os.close(fd)
-            return _match(check.pattern, content, check.path)
-        if isinstance(check, ArtifactMatchesCheck):
-            if self.artifact_loader is None:
-                raise RuntimeError("no artifact store is configured for artifact checks")
-            artifact = self.artifact_loader(check.artifact_digest)
-            if artifact is None:
-                return MISSING_FILE, f"no artifact with digest {check.artifact_digest}"
-            if isinstance(artifact, str):
-                artifact = artifact.encode("utf-8")
-            return _match(check.pattern, artifact[: self.policy.max_read_bytes], check.artifact_digest)
-        if isinstance(check, CallableCheck):
-            function = self.callables.get(check.dotted_path)
-            if function is None:
-                return DENIED_EXECUTABLE, f"callable {check.dotted_path!r} is not registered"
-            verdict = function()
-            if verdict is True:
-                return PASSED, f"{check.dotted_path} returned True"
-            if verdict is False:
-                return RETURNED_FALSE, f"{check.dotted_path} returned False"
-            return RAISED, f"{check.dotted_path} returned {type(verdict).__name__}, expected True or False"
-        raise TypeError(f"unknown check kind {type(check).__name__}")
+    def load_artifact(self, digest: str) -> bytes | None:
+        if self.artifact_loader is None:
+            raise RuntimeError("no artifact store is configured for artifact checks")
+        artifact = self.artifact_loader(digest)
+        if isinstance(artifact, str):
+            artifact = artifact.encode("utf-8")
+        return None if artifact is None else artifact[: self.policy.max_read_bytes]
 
+    def registered_callable(self, dotted_path: str) -> RegisteredCallable | None:
+        return self.callables.get(dotted_path)
 
-def _match(pattern: str, content: bytes, where: str) -> tuple[str, str]:
-    found = compile_pattern(pattern).search(content.decode("utf-8", errors="replace"))
-    if found is None:
-        return NO_MATCH, f"no match for {pattern!r} in {where}"
-    return PASSED, f"{pattern!r} matched {found.group(0)[:200]!r} in {where}"
+    # --- PreflightContext ---
+
+    @property
+    def workspace_root(self) -> str:
+        return str(self.policy.workspace_root)
+
+    def resolve_in_workspace(self, relative: str) -> str:
+        return resolve_in_workspace(self.policy, relative)
+
+    def resolve_executable(self, program: str, *, cwd: str) -> str:
+        return resolve_executable(self.policy, program, cwd=cwd, search_path=self.policy.child_env()["PATH"])

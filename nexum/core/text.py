@@ -5,6 +5,12 @@ from __future__ import annotations
 
 from nexum.core.errors import ValidationFailed
 
+NOT_BLANK = (
+    "[^\\t\\n\\v\\f\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
+)
+"""A character Python's ``str.isspace()`` says is not whitespace, spelled out so that JSON Schema (ECMAScript)
+regular expressions read it the same: the schema's pattern of a text member that may not be blank."""
+
 
 def encodes(text: str) -> bool:
     """Whether ``text`` is encodable as UTF-8 (holds no unpaired surrogate)."""

@@ -9,7 +9,7 @@ from drf_spectacular.utils import OpenApiParameter
 from rest_framework.request import Request
 
 from nexum.core.errors import ValidationFailed
-from nexum_web.api.strict import NOT_BLANK
+from nexum.core.text import NOT_BLANK
 
 HEADER = "Idempotency-Key"
 KEY_MAX = 200

@@ -29,9 +29,10 @@ from drf_spectacular.utils import inline_serializer
 from rest_framework import serializers
 
 from nexum.core.roles import OPERATOR
+from nexum.core.text import NOT_BLANK
 from nexum_web.api.auth import AgentTokenAuthentication, CallerTrustField, operator_rule
 from nexum_web.api.stream_tickets import TICKET_PARAMETER, StreamTicketAuthentication
-from nexum_web.api.strict import NOT_BLANK, StrictInput, blank_refused, query_serializer
+from nexum_web.api.strict import StrictInput, blank_refused, query_serializer
 
 ERROR = inline_serializer(
     "Error",

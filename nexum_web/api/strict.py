@@ -30,14 +30,8 @@ from rest_framework import permissions, serializers
 from rest_framework.exceptions import ErrorDetail, ValidationError
 from rest_framework.request import Request
 
-from nexum.core.text import encodes, is_storable
+from nexum.core.text import NOT_BLANK, encodes, is_storable
 from nexum_web.api.declarations import declared_for
-
-# A character Python's str.isspace() says is not whitespace, spelled out so that JSON Schema (ECMAScript)
-# regular expressions read it the same: the schema's pattern of a text member that may not be blank.
-NOT_BLANK = (
-    "[^\\t\\n\\v\\f\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
-)
 
 UNKNOWN_FIELD = "unknown_field"
 UNKNOWN_PARAMETER = "unknown_parameter"

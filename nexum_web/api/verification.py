@@ -27,80 +27,31 @@ from context_app.compilation import retention
 from context_app.world.artifacts import stored_text
 from nexum.core.compilation.retention import CHECK_OUTPUT
 from nexum.core.verification.approvals import CONTRACT_APPROVALS
+from nexum.core.verification.checks.registry import check_kinds
 from nexum.core.verification.contracts import MAX_ANSWER_CHARS, MAX_DERIVED_FROM
-from nexum.core.verification.gate import (
-    CHECK_FIELDS,
-    CHECK_TYPES,
-    DOTTED_PATH,
-    MAX_ARGV_CHARS,
-    MAX_ARGV_ITEMS,
-    MAX_CHECKS,
-    MAX_DIGEST_CHARS,
-    MAX_NAME_CHARS,
-    MAX_OUTPUT_BYTES_LIMIT,
-    MAX_PATH_CHARS,
-    MAX_PATTERN_CHARS,
-    MAX_TIMEOUT_S,
-    MIN_TIMEOUT_S,
-    ON_FAILURE_CHOICES,
-)
+from nexum.core.verification.gate import MAX_CHECKS, ON_FAILURE_CHOICES
 from nexum_web.api.auth import TRUST_CLASS_CHOICES, OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.pagination import ListQuery, keyset_page, page_schema
-from nexum_web.api.strict import NOT_BLANK, StrictInput
+from nexum_web.api.strict import StrictInput
 from verification_app import selectors, services
 from verification_app.models import CheckRun, CompletionRequest, Contract
 
 # --- the schema of a contract (validated by nexum.core.verification.gate.contract_from_dict) ---
 
-_TEXT = {"type": "string", "pattern": NOT_BLANK}
-CHECK_MEMBERS: dict[str, dict[str, Any]] = {
-    "name": {**_TEXT, "maxLength": MAX_NAME_CHARS, "description": "unique within the contract"},
-    "argv": {
-        "type": "array",
-        "items": {"type": "string"},
-        "minItems": 1,
-        "maxItems": MAX_ARGV_ITEMS,
-        "description": f"program and arguments, no shell: the program not blank, at most {MAX_ARGV_CHARS}"
-        " characters in all",
-    },
-    "cwd": {**_TEXT, "maxLength": MAX_PATH_CHARS, "description": "relative to the workspace folder"},
-    "timeout_s": {"type": "number", "minimum": MIN_TIMEOUT_S, "maximum": MAX_TIMEOUT_S},
-    "max_output_bytes": {"type": "integer", "minimum": 1, "maximum": MAX_OUTPUT_BYTES_LIMIT},
-    "path": {**_TEXT, "maxLength": MAX_PATH_CHARS, "description": "relative to the workspace folder"},
-    "pattern": {
-        **_TEXT,
-        "maxLength": MAX_PATTERN_CHARS,
-        "description": "an RE2 regular expression (searched; no backreferences or lookaround)",
-    },
-    "artifact_digest": {
-        "type": "string",
-        "pattern": f"^{NOT_BLANK}+$",
-        "maxLength": MAX_DIGEST_CHARS,
-        "description": "sha256 of a recorded artifact",
-    },
-    "dotted_path": {
-        "type": "string",
-        "pattern": f"^{DOTTED_PATH.pattern}$",
-        "maxLength": MAX_NAME_CHARS,
-        "description": "a registered callable's name",
-    },
-}
-
 
 def check_component(kind: str) -> str:
-    """The schema component of one check kind: ``command`` → ``CommandCheck``."""
-    return "".join(word.title() for word in kind.split("_")) + "Check"
+    """The schema component of one check kind: its class's name (``command`` → ``CommandCheck``)."""
+    return check_kinds()[kind].__name__
 
 
 def _check_schema(kind: str) -> dict[str, Any]:
-    required, optional = CHECK_FIELDS[kind]
+    """One kind's members as the kind declares them (``CheckSpec.member_schemas``)."""
+    cls = check_kinds()[kind]
+    required, _ = cls.members()
     return {
         "type": "object",
-        "properties": {
-            "kind": {"type": "string", "enum": [kind]},
-            **{name: CHECK_MEMBERS[name] for name in (*required, *optional)},
-        },
+        "properties": {"kind": {"type": "string", "enum": [kind]}, **cls.member_schemas()},
         "required": ["kind", *required],
         "additionalProperties": False,
     }
@@ -110,7 +61,7 @@ def _any_check(auto_schema: Any) -> dict[str, Any]:
     """One check of any kind: a union of one component per kind, told apart by ``kind`` (its discriminator),
     each component registered once."""
     refs = {}
-    for kind in sorted(CHECK_TYPES):
+    for kind in check_kinds():
         component = ResolvedComponent(
             check_component(kind), ResolvedComponent.SCHEMA, object=check_component(kind)
         )

@@ -453,11 +453,11 @@ def test_a_stored_contract_that_todays_rules_refuse_fails_the_task_with_the_reas
 ):
     """A contract registered under older rules (a lookaround pattern, before checks moved to RE2) ends its
     completion request with a failed decision that says why, rather than leaving it pending."""
-    from nexum.core.verification import gate
+    from nexum.core.verification.checks import file_matches
 
     (workspace / "report.txt").write_text("coverage: 93%\n")
     with monkeypatch.context() as older_rules:
-        older_rules.setattr(gate, "_require_pattern", lambda pattern: pattern)
+        older_rules.setattr(file_matches, "require_pattern", lambda pattern: pattern)
         task = running_task(
             project,
             {"checks": [{"kind": "file_matches", "name": "lookahead", "path": "report.txt",

@@ -15,7 +15,7 @@ request = json.loads(sys.argv[1])
 sys.path[:0] = request["paths"]
 
 from nexum.adapters.sandbox import SandboxPolicy, run_command  # noqa: E402
-from nexum.core.verification.gate import CommandCheck  # noqa: E402  (after the paths above)
+from nexum.core.verification.checks.command import CommandCheck  # noqa: E402  (after the paths above
 
 policy = SandboxPolicy(
     workspace_root=Path(request["workspace"]),

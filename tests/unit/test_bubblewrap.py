@@ -19,7 +19,7 @@ from nexum.adapters.bubblewrap import SandboxUnavailable, install_prefixes, plan
 from nexum.adapters.pids_cgroup import CgroupUnavailable, PidsCgroup, find_parent
 from nexum.adapters.sandbox import SandboxPolicy, run_command
 from nexum.core.errors import ValidationFailed
-from nexum.core.verification.gate import CommandCheck
+from nexum.core.verification.checks.command import CommandCheck
 from tests.conftest import NEEDS_BWRAP
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox is Linux-specific")

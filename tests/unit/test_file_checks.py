@@ -17,7 +17,8 @@ import pytest
 
 from nexum.adapters import sandbox
 from nexum.adapters.sandbox import CheckRunner, SandboxPolicy
-from nexum.core.verification.gate import FileExistsCheck, FileMatchesCheck
+from nexum.core.verification.checks.file_exists import FileExistsCheck
+from nexum.core.verification.checks.file_matches import FileMatchesCheck
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="openat2 and O_PATH are Linux's")
 

@@ -7,18 +7,15 @@ import time
 import pytest
 
 from nexum.core.errors import ValidationFailed
+from nexum.core.verification.checks.artifact_matches import ArtifactMatchesCheck
+from nexum.core.verification.checks.base import CheckResult, CheckSpec, compile_pattern
+from nexum.core.verification.checks.callable import CallableCheck
+from nexum.core.verification.checks.command import CommandCheck
+from nexum.core.verification.checks.file_exists import FileExistsCheck
+from nexum.core.verification.checks.file_matches import FileMatchesCheck
+from nexum.core.verification.checks.registry import check_from_dict, check_to_dict
 from nexum.core.verification.gate import (
-    ArtifactMatchesCheck,
-    CallableCheck,
-    CheckResult,
-    CheckSpec,
-    CommandCheck,
     Contract,
-    FileExistsCheck,
-    FileMatchesCheck,
-    check_from_dict,
-    check_to_dict,
-    compile_pattern,
     contract_from_dict,
     contract_to_dict,
     decision_from_dict,

@@ -26,15 +26,12 @@ import pytest
 
 from nexum.adapters import sandbox
 from nexum.adapters.sandbox import CheckRunner, SandboxPolicy, run_command
-from nexum.core.verification.gate import (
-    ArtifactMatchesCheck,
-    CallableCheck,
-    CommandCheck,
-    Contract,
-    FileExistsCheck,
-    FileMatchesCheck,
-    gate_task_completion,
-)
+from nexum.core.verification.checks.artifact_matches import ArtifactMatchesCheck
+from nexum.core.verification.checks.callable import CallableCheck
+from nexum.core.verification.checks.command import CommandCheck
+from nexum.core.verification.checks.file_exists import FileExistsCheck
+from nexum.core.verification.checks.file_matches import FileMatchesCheck
+from nexum.core.verification.gate import Contract, gate_task_completion
 from tests.conftest import NEEDS_BWRAP
 
 pytestmark = [
