@@ -7,5 +7,4 @@ class ResolutionConfig(AppConfig):
     verbose_name = "Context resolver"
 
     def ready(self) -> None:
-        # Register the event types and the built-in source kinds.
-        pass
+        import nexum.core.resolution.events  # noqa: F401  (registers the event types)

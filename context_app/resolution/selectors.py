@@ -24,6 +24,7 @@ from context_app.resolution.models import (
     TaskContext,
     TaskQuestions,
 )
+from nexum.adapters.sources.registry import compiled_kind
 from nexum.core.errors import NotFound
 from nexum.core.ids import uuid_or_none
 from nexum.core.resolution import events as resolution_events
@@ -32,7 +33,6 @@ from nexum.core.resolution.resolver import RequiredQuestion, normalize_subject
 from tasks_app.models import Task
 
 # The compiler kind each source kind's items become: code is evidence, the rest are facts.
-COMPILER_KIND_BY_SOURCE_KIND = {"folder": "code", "docs": "fact", "tickets_json": "fact", "http_json": "fact"}
 
 
 def source_list(*, project_id: str | uuid.UUID) -> QuerySet[Source]:
@@ -242,7 +242,7 @@ def latest_bundle(*, task_id: str | uuid.UUID) -> LatestBundle | None:
             text=item["text"],
             trust_class=item["trust_class"],
             origin=f"{item['source']}:{item['locator']}",
-            kind=COMPILER_KIND_BY_SOURCE_KIND.get(kinds.get(item["source"], ""), "fact"),
+            kind=compiled_kind(kinds.get(item["source"], "")),
             source=item["source"],
             locator=item["locator"],
             subject=item.get("subject"),

@@ -41,7 +41,8 @@ from context_app.resolution.models import (
 from context_app.world import services as world_services
 from nexum.adapters import telemetry
 from nexum.adapters.source_policy import SourceNotAllowed
-from nexum.adapters.sources import SourceRefused, build_source, fetch
+from nexum.adapters.sources.base import SourceRefused, fetch
+from nexum.adapters.sources.registry import build_source
 from nexum.adapters.tokenization import DEFAULT_ENCODING, counter_for
 from nexum.core.digests import canonical_json
 from nexum.core.errors import ConcurrencyError, Conflict, DomainError, NotFound, ValidationFailed

@@ -42,8 +42,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from nexum.adapters import telemetry
+from nexum.adapters.pinned_http import PinnedHTTPConnection, PinnedHTTPSConnection
 from nexum.adapters.source_policy import DEFAULT_PORTS, HTTP_ALLOW_SETTING, ConfinementRefused, SourcePolicy
-from nexum.adapters.sources import PinnedHTTPConnection, PinnedHTTPSConnection
 from nexum.core.errors import NotFound
 from nexum.core.ids import uuid_or_none
 from nexum.eventstore import store

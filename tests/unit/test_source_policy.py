@@ -14,14 +14,11 @@ from pathlib import Path
 import pytest
 
 from nexum.adapters.source_policy import HostEntry, SourceNotAllowed, SourcePolicy, canonical_host
-from nexum.adapters.sources import (
-    FolderSource,
-    HttpJsonSource,
-    SourceRefused,
-    TicketsJsonSource,
-    build_source,
-    fetch,
-)
+from nexum.adapters.sources.base import SourceRefused, fetch
+from nexum.adapters.sources.folder import FolderSource
+from nexum.adapters.sources.http_json import HttpJsonSource
+from nexum.adapters.sources.registry import build_source
+from nexum.adapters.sources.tickets_json import TicketsJsonSource
 from nexum.core.errors import ValidationFailed
 from tests.source_fixtures import SERVED_TEXT, json_server, server_folders
 

@@ -15,20 +15,12 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from nexum.adapters.source_policy import SourcePolicy
-from nexum.adapters.sources import (
-    DocsSource,
-    FolderSource,
-    HttpJsonSource,
-    Source,
-    SourceResponseRejected,
-    SourceUnavailable,
-    TicketsJsonSource,
-    build_source,
-    fetch,
-    register_source_kind,
-    source_kinds,
-    split_markdown,
-)
+from nexum.adapters.sources.base import SourcePlugin, SourceResponseRejected, SourceUnavailable, fetch
+from nexum.adapters.sources.docs import DocsSource, split_markdown
+from nexum.adapters.sources.folder import FolderSource
+from nexum.adapters.sources.http_json import HttpJsonSource
+from nexum.adapters.sources.registry import build_source, compiled_kind, source_kind, source_kinds
+from nexum.adapters.sources.tickets_json import TicketsJsonSource
 from nexum.core.errors import ValidationFailed
 from nexum.core.resolution.resolver import (
     Freshness,
@@ -54,34 +46,33 @@ def clock() -> datetime:
     return NOW
 
 
-def test_the_sources_module_imports_no_framework():
+def test_the_sources_package_imports_no_framework():
     import ast
     from pathlib import Path
 
     import nexum.adapters.sources
 
-    tree = ast.parse(Path(nexum.adapters.sources.__file__).read_text())
-    roots = {
-        alias.name.split(".")[0]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Import)
-        for alias in node.names
-    }
-    roots |= {
-        node.module.split(".")[0]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module
-    }
-    assert not roots & {"django", "rest_framework", "celery", "tiktoken"}
+    for module in Path(nexum.adapters.sources.__file__).parent.glob("*.py"):
+        tree = ast.parse(module.read_text())
+        roots = {
+            alias.name.split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+        }
+        roots |= {
+            node.module.split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module
+        }
+        assert not roots & {"django", "rest_framework", "celery", "tiktoken"}, module.name
 
 
 # --- registry ---------------------------------------------------------------------------------------------
 
 
-class EchoSource(Source):
+class EchoSource(SourcePlugin):
     """A plugin defined outside Nexum: echoes the query back."""
-
-    kind = "echo_test"
 
     @classmethod
     def from_config(cls, name, config, *, policy, clock=clock):
@@ -97,15 +88,21 @@ class EchoSource(Source):
 
 def test_builtin_kinds_are_registered_and_a_new_kind_plugs_in(policy):
     assert {"folder", "docs", "tickets_json", "http_json"} <= set(source_kinds())
-    register_source_kind("echo_test", EchoSource)
-    register_source_kind("echo_test", EchoSource)  # idempotent
+    source_kind("echo_test")(EchoSource)
+    source_kind("echo_test")(EchoSource)  # idempotent
     source = build_source("echo_test", "echo", {"scopes": ["*"]}, policy=policy, clock=clock)
     assert source.spec.kind == "echo_test" and source.spec.freshness.ttl_seconds == 60
     assert fetch(source, "hello", ["*"], 5).items[0].text == "hello"
     with pytest.raises(ValidationFailed):
-        register_source_kind("echo_test", FolderSource)
+        source_kind("echo_test")(FolderSource)
     with pytest.raises(ValidationFailed):
         build_source("nope", "x", {}, policy=policy)
+
+
+def test_a_kind_says_which_section_its_items_compile_into():
+    assert compiled_kind("folder") == "code"
+    assert [compiled_kind(kind) for kind in ("docs", "tickets_json", "http_json")] == ["fact"] * 3
+    assert compiled_kind("a_kind_no_longer_registered") == "fact"
 
 
 def test_build_source_refuses_unknown_options_and_too_much_trust(tmp_path, policy):
@@ -501,7 +498,7 @@ def _planted(folder) -> None:
     )
 
 
-def _answered_by(source: Source) -> tuple[str, str, tuple[str, ...]]:
+def _answered_by(source: SourcePlugin) -> tuple[str, str, tuple[str, ...]]:
     """The planted answer's status as a required question's, and the trust and labels it carries."""
     spec = source.spec
     grant = Grant({source.name: ("*",)})
