@@ -8,7 +8,13 @@ from nexum.core.tasks.lifecycle import (
     PENDING,
     GoalCreated,
     GoalForked,
+    TaskBlocked,
+    TaskCancelled,
+    TaskCompleted,
     TaskCreated,
+    TaskFailed,
+    TaskStarted,
+    TaskUnblocked,
     count_states,
     derive_goal_state,
     evolve,
@@ -29,7 +35,7 @@ from tasks_app.models import AgentToken, Project, Task, TaskTransition
 class ProjectProjection(Projection):
     models = (Project, AgentToken)
 
-    @handles("ProjectCreated")
+    @handles(ProjectCreated)
     def project_created(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: ProjectCreated = stored.event  # type: ignore[assignment]
         rows.insert(
@@ -42,14 +48,14 @@ class ProjectProjection(Projection):
             version=stored.version,
         )
 
-    @handles("ProjectRelevanceFloorSet")
+    @handles(ProjectRelevanceFloorSet)
     def relevance_floor_set(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: ProjectRelevanceFloorSet = stored.event  # type: ignore[assignment]
         rows.update(
             Project, as_uuid(stored.project_id), relevance_floor=event.relevance_floor, version=stored.version
         )
 
-    @handles("ProjectHighRiskApprovalSet")
+    @handles(ProjectHighRiskApprovalSet)
     def high_risk_approval_set(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: ProjectHighRiskApprovalSet = stored.event  # type: ignore[assignment]
         rows.update(
@@ -59,7 +65,7 @@ class ProjectProjection(Projection):
             version=stored.version,
         )
 
-    @handles("ProjectRetentionSet")
+    @handles(ProjectRetentionSet)
     def retention_set(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: ProjectRetentionSet = stored.event  # type: ignore[assignment]
         rows.update(
@@ -71,7 +77,7 @@ class ProjectProjection(Projection):
             version=stored.version,
         )
 
-    @handles("AgentTokenIssued")
+    @handles(AgentTokenIssued)
     def token_issued(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: AgentTokenIssued = stored.event  # type: ignore[assignment]
         rows.insert(
@@ -87,7 +93,7 @@ class ProjectProjection(Projection):
         )
         rows.update(Project, as_uuid(stored.project_id), version=stored.version)
 
-    @handles("AgentTokenRevoked")
+    @handles(AgentTokenRevoked)
     def token_revoked(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: AgentTokenRevoked = stored.event  # type: ignore[assignment]
         rows.update(AgentToken, as_uuid(event.token_id), revoked_at=stored.recorded_at)
@@ -103,7 +109,7 @@ class TaskProjection(Projection):
 
     models = (Task, TaskTransition)
 
-    @handles("GoalCreated")
+    @handles(GoalCreated)
     def goal_created(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: GoalCreated = stored.event  # type: ignore[assignment]
         goal_id = as_uuid(event.goal_id)
@@ -130,7 +136,7 @@ class TaskProjection(Projection):
             updated_at=stored.recorded_at,
         )
 
-    @handles("GoalForked")
+    @handles(GoalForked)
     def goal_forked(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         """The fork's goal names its source goal (a task's fork: the source task's goal), each of its tasks
         the task it was forked from."""
@@ -149,7 +155,7 @@ class TaskProjection(Projection):
                 Task, as_uuid(task_id), forked_from=as_uuid(source_id), forked_at_position=event.at_position
             )
 
-    @handles("TaskCreated")
+    @handles(TaskCreated)
     def task_created(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: TaskCreated = stored.event  # type: ignore[assignment]
         task_id, goal_id = as_uuid(event.task_id), as_uuid(event.goal_id)
@@ -178,27 +184,27 @@ class TaskProjection(Projection):
         self._timeline(stored, rows, task_id, goal_id, "", PENDING, attempt=0)
         self._count(stored, rows, goal_id, None, PENDING)
 
-    @handles("TaskStarted")
+    @handles(TaskStarted)
     def task_started(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         self._transition(stored, rows)
 
-    @handles("TaskFailed")
+    @handles(TaskFailed)
     def task_failed(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         self._transition(stored, rows)
 
-    @handles("TaskBlocked")
+    @handles(TaskBlocked)
     def task_blocked(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         self._transition(stored, rows)
 
-    @handles("TaskUnblocked")
+    @handles(TaskUnblocked)
     def task_unblocked(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         self._transition(stored, rows)
 
-    @handles("TaskCancelled")
+    @handles(TaskCancelled)
     def task_cancelled(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         self._transition(stored, rows)
 
-    @handles("TaskCompleted")
+    @handles(TaskCompleted)
     def task_completed(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         self._transition(stored, rows)
 

@@ -31,7 +31,7 @@ class VerificationProjection(Projection):
 
     models = (Contract, CompletionRequest, CheckRun, Approval)
 
-    @handles("ContractRegistered")
+    @handles(ContractRegistered)
     def contract_registered(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: ContractRegistered = stored.event  # type: ignore[assignment]
         task_id = uuid.UUID(event.task_id)
@@ -55,7 +55,7 @@ class VerificationProjection(Projection):
         else:
             rows.update(Contract, task_id, **fields)
 
-    @handles("CompletionRequested")
+    @handles(CompletionRequested)
     def completion_requested(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: CompletionRequested = stored.event  # type: ignore[assignment]
         rows.insert(
@@ -80,7 +80,7 @@ class VerificationProjection(Projection):
             version=stored.version,
         )
 
-    @handles("CheckRunRecorded")
+    @handles(CheckRunRecorded)
     def check_run_recorded(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: CheckRunRecorded = stored.event  # type: ignore[assignment]
         rows.insert(
@@ -107,7 +107,7 @@ class VerificationProjection(Projection):
         )
         rows.update(CompletionRequest, uuid.UUID(event.request_id), version=stored.version)
 
-    @handles("GateDecided")
+    @handles(GateDecided)
     def gate_decided(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: GateDecided = stored.event  # type: ignore[assignment]
         rows.update(
@@ -121,7 +121,7 @@ class VerificationProjection(Projection):
             version=stored.version,
         )
 
-    @handles("ApprovalRequested")
+    @handles(ApprovalRequested)
     def approval_requested(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: ApprovalRequested = stored.event  # type: ignore[assignment]
         rows.insert(
@@ -145,12 +145,12 @@ class VerificationProjection(Projection):
             version=stored.version,
         )
 
-    @handles("ApprovalGranted")
+    @handles(ApprovalGranted)
     def approval_granted(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: ApprovalGranted = stored.event  # type: ignore[assignment]
         self._decided(stored, rows, event.approval_id, GRANTED, event.reason)
 
-    @handles("ApprovalDenied")
+    @handles(ApprovalDeniedEvent)
     def approval_denied(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: ApprovalDeniedEvent = stored.event  # type: ignore[assignment]
         self._decided(stored, rows, event.approval_id, DENIED, event.reason)

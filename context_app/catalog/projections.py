@@ -28,7 +28,7 @@ def word_row_id(project_id: str | uuid.UUID, word: str) -> uuid.UUID:
 class ModelCatalogProjection(Projection):
     models = (ModelCatalogHead, CatalogCard, CatalogAlias, ModelOverlay, ModelOverlayChange)
 
-    @handles("ModelCatalogReplaced")
+    @handles(ModelCatalogReplaced)
     def catalog_replaced(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: ModelCatalogReplaced = stored.event  # type: ignore[assignment]
         project_id = as_uuid(stored.project_id)
@@ -66,7 +66,7 @@ class ModelCatalogProjection(Projection):
                 _upsert(rows, CatalogAlias, key, project_id, fields)
         self._advance(stored, rows)
 
-    @handles("ModelOverlaySet")
+    @handles(ModelOverlaySet)
     def overlay_set(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: ModelOverlaySet = stored.event  # type: ignore[assignment]
         project_id = as_uuid(stored.project_id)
@@ -82,7 +82,7 @@ class ModelCatalogProjection(Projection):
         self._record_change(stored, rows, event.word, event.old, event.new)
         self._advance(stored, rows)
 
-    @handles("ModelOverlayCleared")
+    @handles(ModelOverlayCleared)
     def overlay_cleared(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: ModelOverlayCleared = stored.event  # type: ignore[assignment]
         project_id = as_uuid(stored.project_id)

@@ -19,6 +19,13 @@ from context_app.compilation.models import (
 from nexum.core.catalog.usage import ContextUsageReported, drift
 from nexum.core.compilation import events as compilation_events
 from nexum.core.compilation import retention
+from nexum.core.compilation.events import (
+    ContextCompacted,
+    ContextCompiled,
+    ContextCompileFailed,
+    ContextCompileRequested,
+)
+from nexum.core.compilation.retention import BundlePruned, CheckOutputPruned, ContextPruned
 from nexum.core.ids import PRUNE_IDS, as_uuid
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
 from nexum.eventstore.store import StoredEvent
@@ -27,7 +34,7 @@ from nexum.eventstore.store import StoredEvent
 class CompilationProjection(Projection):
     models = (ContextCompilation, CompactionFold, FoldedItem)
 
-    @handles("ContextCompileRequested")
+    @handles(ContextCompileRequested)
     def requested(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: compilation_events.ContextCompileRequested = stored.event  # type: ignore[assignment]
         rows.insert(
@@ -40,7 +47,7 @@ class CompilationProjection(Projection):
             focus_digest=event.focus_digest or "",
         )
 
-    @handles("ContextCompiled")
+    @handles(ContextCompiled)
     def compiled(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: compilation_events.ContextCompiled = stored.event  # type: ignore[assignment]
         request_id = as_uuid(event.request_id)
@@ -67,7 +74,7 @@ class CompilationProjection(Projection):
         else:
             rows.update(ContextCompilation, request_id, **fields)
 
-    @handles("ContextCompileFailed")
+    @handles(ContextCompileFailed)
     def failed(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: compilation_events.ContextCompileFailed = stored.event  # type: ignore[assignment]
         rows.update(
@@ -79,7 +86,7 @@ class CompilationProjection(Projection):
             version=stored.version,
         )
 
-    @handles("ContextCompacted")
+    @handles(ContextCompacted)
     def compacted(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: compilation_events.ContextCompacted = stored.event  # type: ignore[assignment]
         fold_id = as_uuid(event.fold_id)
@@ -131,7 +138,7 @@ class UsageProjection(Projection):
 
     models = (ContextUsage,)
 
-    @handles("ContextUsageReported")
+    @handles(ContextUsageReported)
     def reported(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: ContextUsageReported = stored.event  # type: ignore[assignment]
         rows.insert(
@@ -161,17 +168,17 @@ class RetentionProjection(Projection):
 
     models = (PrunedContent,)
 
-    @handles("ContextPruned")
+    @handles(ContextPruned)
     def context_pruned(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: retention.ContextPruned = stored.event  # type: ignore[assignment]
         self._pruned(stored, rows, retention.CONTEXTS, event.digest, event.bytes_freed)
 
-    @handles("BundlePruned")
+    @handles(BundlePruned)
     def bundle_pruned(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: retention.BundlePruned = stored.event  # type: ignore[assignment]
         self._pruned(stored, rows, retention.BUNDLES, event.digest, event.bytes_freed)
 
-    @handles("CheckOutputPruned")
+    @handles(CheckOutputPruned)
     def check_output_pruned(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: retention.CheckOutputPruned = stored.event  # type: ignore[assignment]
         self._pruned(stored, rows, retention.CHECK_OUTPUT, event.sha256, event.bytes_freed)

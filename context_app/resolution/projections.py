@@ -20,6 +20,18 @@ from context_app.resolution.models import (
 )
 from nexum.core.ids import BUNDLE_ITEM_ROW_IDS, as_uuid
 from nexum.core.resolution import events as resolution_events
+from nexum.core.resolution.events import (
+    BundleResolved,
+    EscalationOpened,
+    EscalationResolved,
+    GrantIssued,
+    GrantRevoked,
+    PlanGateOverridden,
+    RequiredQuestionsSet,
+    RetrievalDenied,
+    RetrievalPerformed,
+    SourceRegistered,
+)
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
 from nexum.eventstore.store import StoredEvent
 
@@ -35,7 +47,7 @@ def _actor(stored: StoredEvent) -> str:
 class ResolutionProjection(Projection):
     models = (Source, Grant, TaskQuestions, TaskContext, Resolve, Retrieval, BundleItem, Escalation)
 
-    @handles("SourceRegistered")
+    @handles(SourceRegistered)
     def source_registered(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: resolution_events.SourceRegistered = stored.event  # type: ignore[assignment]
         rows.insert(
@@ -55,7 +67,7 @@ class ResolutionProjection(Projection):
             version=stored.version,
         )
 
-    @handles("GrantIssued")
+    @handles(GrantIssued)
     def grant_issued(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: resolution_events.GrantIssued = stored.event  # type: ignore[assignment]
         rows.insert(
@@ -75,7 +87,7 @@ class ResolutionProjection(Projection):
             version=stored.version,
         )
 
-    @handles("GrantRevoked")
+    @handles(GrantRevoked)
     def grant_revoked(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: resolution_events.GrantRevoked = stored.event  # type: ignore[assignment]
         rows.update(
@@ -86,7 +98,7 @@ class ResolutionProjection(Projection):
             version=stored.version,
         )
 
-    @handles("RequiredQuestionsSet")
+    @handles(RequiredQuestionsSet)
     def questions_set(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: resolution_events.RequiredQuestionsSet = stored.event  # type: ignore[assignment]
         fields = {
@@ -134,7 +146,7 @@ class ResolutionProjection(Projection):
             **fields,
         )
 
-    @handles("RetrievalPerformed")
+    @handles(RetrievalPerformed)
     def retrieval_performed(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: resolution_events.RetrievalPerformed = stored.event  # type: ignore[assignment]
         self._retrieval(
@@ -152,7 +164,7 @@ class ResolutionProjection(Projection):
         )
         self._touch_context(stored, rows, event.task_id, goal_id=event.goal_id)
 
-    @handles("RetrievalDenied")
+    @handles(RetrievalDenied)
     def retrieval_denied(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: resolution_events.RetrievalDenied = stored.event  # type: ignore[assignment]
         self._retrieval(
@@ -170,7 +182,7 @@ class ResolutionProjection(Projection):
         )
         self._touch_context(stored, rows, event.task_id, goal_id=event.goal_id)
 
-    @handles("BundleResolved")
+    @handles(BundleResolved)
     def bundle_resolved(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: resolution_events.BundleResolved = stored.event  # type: ignore[assignment]
         resolve_id = as_uuid(event.resolve_id)
@@ -223,7 +235,7 @@ class ResolutionProjection(Projection):
             resolved_at=stored.recorded_at,
         )
 
-    @handles("EscalationOpened")
+    @handles(EscalationOpened)
     def escalation_opened(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: resolution_events.EscalationOpened = stored.event  # type: ignore[assignment]
         rows.insert(
@@ -253,7 +265,7 @@ class ResolutionProjection(Projection):
         )
         self._touch_context(stored, rows, event.task_id, goal_id=event.goal_id)
 
-    @handles("EscalationResolved")
+    @handles(EscalationResolved)
     def escalation_resolved(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: resolution_events.EscalationResolved = stored.event  # type: ignore[assignment]
         rows.update(
@@ -268,7 +280,7 @@ class ResolutionProjection(Projection):
         )
         self._touch_context(stored, rows, event.task_id, goal_id=None)
 
-    @handles("PlanGateOverridden")
+    @handles(PlanGateOverridden)
     def plan_gate_overridden(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: resolution_events.PlanGateOverridden = stored.event  # type: ignore[assignment]
         self._touch_context(

@@ -25,12 +25,15 @@ from nexum.core.world.items import (
     FACT_RETRACTED,
     FACT_SUPERSEDED,
     ArtifactRecorded,
+    DecisionRecorded,
     FactRecorded,
     FactRetracted,
     FactSuperseded,
     FactVerified,
+    FailureRecorded,
     ItemsCarried,
     ItemTokensCounted,
+    ProgressRecorded,
     ToolCallRecorded,
     ToolDefined,
     ToolRemoved,
@@ -129,35 +132,35 @@ class WorldProjection(Projection):
             ],
         )
 
-    @handles("FactRecorded")
+    @handles(FactRecorded)
     def fact_recorded(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: FactRecorded = stored.event  # type: ignore[assignment]
         observed = _datetime(event.observed_at) or stored.recorded_at
         self._recorded(stored, rows, "fact", observed_at=observed)
 
-    @handles("DecisionRecorded")
+    @handles(DecisionRecorded)
     def decision_recorded(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         self._recorded(stored, rows, "decision")
 
-    @handles("FailureRecorded")
+    @handles(FailureRecorded)
     def failure_recorded(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         self._recorded(stored, rows, "failure")
 
-    @handles("ArtifactRecorded")
+    @handles(ArtifactRecorded)
     def artifact_recorded(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: ArtifactRecorded = stored.event  # type: ignore[assignment]
         self._recorded(stored, rows, "artifact", source=event.uri)
 
-    @handles("ProgressRecorded")
+    @handles(ProgressRecorded)
     def progress_recorded(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         self._recorded(stored, rows, "progress")
 
-    @handles("ToolCallRecorded")
+    @handles(ToolCallRecorded)
     def tool_call_recorded(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: ToolCallRecorded = stored.event  # type: ignore[assignment]
         self._recorded(stored, rows, "tool_call", source=event.tool)
 
-    @handles("ItemsCarried")
+    @handles(ItemsCarried)
     def items_carried(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         """A fork's items, each as its origin stood (``ItemsCarried``), written at once: the origin's
         place in the recorded order (``position``), this event's as the last change; version 0, since the
@@ -217,7 +220,7 @@ class WorldProjection(Projection):
             )
         rows.insert_many(WorldItem, carried)
 
-    @handles("FactVerified")
+    @handles(FactVerified)
     def fact_verified(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: FactVerified = stored.event  # type: ignore[assignment]
         rows.update(
@@ -229,7 +232,7 @@ class WorldProjection(Projection):
             changed_position=stored.position,
         )
 
-    @handles("FactSuperseded")
+    @handles(FactSuperseded)
     def fact_superseded(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: FactSuperseded = stored.event  # type: ignore[assignment]
         rows.update(
@@ -242,7 +245,7 @@ class WorldProjection(Projection):
             changed_position=stored.position,
         )
 
-    @handles("FactRetracted")
+    @handles(FactRetracted)
     def fact_retracted(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: FactRetracted = stored.event  # type: ignore[assignment]
         rows.update(
@@ -254,7 +257,7 @@ class WorldProjection(Projection):
             changed_position=stored.position,
         )
 
-    @handles("ItemTokensCounted")
+    @handles(ItemTokensCounted)
     def tokens_counted(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: ItemTokensCounted = stored.event  # type: ignore[assignment]
         for item_id, tokens in sorted(event.counts.items()):
@@ -268,7 +271,7 @@ class WorldProjection(Projection):
                     changed_position=stored.position,
                 )
 
-    @handles("ToolDefined")
+    @handles(ToolDefined)
     def tool_defined(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: ToolDefined = stored.event  # type: ignore[assignment]
         fields = {
@@ -294,12 +297,12 @@ class WorldProjection(Projection):
         else:
             rows.update(Tool, tool_id, **fields)
 
-    @handles("ToolRemoved")
+    @handles(ToolRemoved)
     def tool_removed(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: ToolRemoved = stored.event  # type: ignore[assignment]
         rows.delete(Tool, as_uuid(event.tool_id))
 
-    @handles("ToolScopeSet")
+    @handles(ToolScopeSet)
     def tool_scope_set(self, stored: StoredEvent, rows: ReadModelRows) -> None:
         event: ToolScopeSet = stored.event  # type: ignore[assignment]
         scope_id = as_uuid(event.scope_id)

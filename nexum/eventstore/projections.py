@@ -24,6 +24,8 @@ from django.conf import settings
 from django.db import connection, models, transaction
 from django.utils.module_loading import import_string
 
+from nexum.core.events import Event
+
 if TYPE_CHECKING:
     from nexum.eventstore.store import StoredEvent
 
@@ -176,11 +178,14 @@ def _attnames(model: type[models.Model]) -> tuple[str, ...]:
 Handler = Callable[[Any, "StoredEvent", ReadModelRows], None]
 
 
-def handles(event_type: str) -> Callable[[Handler], Handler]:
-    """Mark a projection method as the handler of one stored event type."""
+def handles(event_class: type[Event]) -> Callable[[Handler], Handler]:
+    """Mark a projection method as the handler of one event class (its stored events, whatever their schema
+    version: they are upcast to the class when read)."""
+    if not (isinstance(event_class, type) and issubclass(event_class, Event)) or not event_class.event_type:
+        raise TypeError(f"@handles takes a registered event class, not {event_class!r}")
 
     def mark(method: Handler) -> Handler:
-        method.handles_event_type = event_type  # type: ignore[attr-defined]
+        method.handles_event_type = event_class.event_type  # type: ignore[attr-defined]
         return method
 
     return mark
