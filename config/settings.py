@@ -71,6 +71,7 @@ INSTALLED_APPS = [
     "nexum_web.ui",
     "nexum_web.mcp",
     "nexum_web.webhooks",
+    "config.apps.BootstrapConfig",  # last: wires the apps above into the layers below (config/bootstrap.py)
 ]
 
 MIDDLEWARE = [
@@ -258,18 +259,6 @@ NEXUM_ITEM_ENCODINGS = [
 # The compile's candidate cache (context_app/compilation/candidates.py), per process: its estimated size in
 # MiB before the least recently used tasks are dropped.
 NEXUM_COMPILE_CACHE_MB = _env_int("NEXUM_COMPILE_CACHE_MB", 256)
-# Read models, in dependency order: rebuilds clear them in reverse and replay the log through them in order.
-NEXUM_PROJECTIONS = [
-    "tasks_app.projections.ProjectProjection",
-    "tasks_app.projections.TaskProjection",
-    "context_app.catalog.projections.ModelCatalogProjection",
-    "context_app.world.projections.WorldProjection",
-    "context_app.resolution.projections.ResolutionProjection",
-    "context_app.compilation.projections.CompilationProjection",
-    "context_app.compilation.projections.UsageProjection",
-    "context_app.compilation.projections.RetentionProjection",
-    "verification_app.projections.VerificationProjection",
-]
 # The SSE event stream (nexum_web/api/stream.py): a connection closes after at most this many seconds (the
 # client resumes with Last-Event-ID), polls the log this often while idle, and sends a comment this often when
 # idle.
@@ -420,13 +409,6 @@ NEXUM_EMBEDDED_DISPATCHER = _env_bool("NEXUM_EMBEDDED_DISPATCHER", True)
 # pool's processes lets one project alone use the whole pool.
 NEXUM_COMPLETION_IN_FLIGHT_PER_PROJECT = _env_int("NEXUM_COMPLETION_IN_FLIGHT_PER_PROJECT", 8)
 NEXUM_COMPILE_IN_FLIGHT_PER_PROJECT = _env_int("NEXUM_COMPILE_IN_FLIGHT_PER_PROJECT", 4)
-# Kinds of requests that are dispatched and leased: the Celery task that runs one and where its requests live.
-NEXUM_WORK_KINDS = [
-    "verification_app.tasks.COMPLETION",
-    "context_app.compilation.tasks.COMPILE",
-    "nexum_web.webhooks.tasks.DELIVERY",
-    "context_app.compilation.tasks.RETENTION",
-]
 # Retention (context_app/compilation/retention.py): stored compiled contexts, bundles and check output older
 # than this many days are pruned to their digests (a project's own policy, PUT /api/v1/project/retention,
 # overrides each); unset: kept for ever. With a broker, the dispatcher's pass records a run for each project

@@ -1,13 +1,11 @@
-"""Who reacts to what: the one table of handlers for the messages that lower layers announce without
-importing the layers above them (the messages are in ``tasks_app/hooks.py``). ``WebConfig.ready`` registers
-it when Django starts, in every process (web, worker, management command).
-"""
+"""The handlers of the messages the task graph announces without importing the layers above it (the messages
+are in ``tasks_app/hooks.py``): each hands the message to the service that answers it. Who reacts to what is
+``config.bootstrap.MESSAGE_HANDLERS``, wired when Django is ready, in every process."""
 
 from __future__ import annotations
 
 from context_app.resolution.services import plan_gate_check
 from nexum.core.verification.approvals import BEFORE_START
-from tasks_app import hooks
 from tasks_app import selectors as task_selectors
 from tasks_app.hooks import GoalContractsGiven, TaskStartDecided, TaskStarting
 from verification_app.services import approval_gate, contracts_register_for_goal
@@ -34,16 +32,3 @@ def check_start_approval(message: TaskStartDecided) -> None:
     """The approval gate (issue 28 item 4) holds a start until an operator grants this attempt's start."""
     task = task_selectors.task_get(project_id=message.project_id, task_id=message.task_id)
     approval_gate(task=task, stage=BEFORE_START, attempt=message.attempt, actor=message.actor)
-
-
-HANDLERS: dict[type, tuple[hooks.Handler, ...]] = {
-    GoalContractsGiven: (register_goal_contracts,),
-    TaskStarting: (check_plan_gate,),
-    TaskStartDecided: (check_start_approval,),
-}
-
-
-def register_all() -> None:
-    for message_type, handlers in HANDLERS.items():
-        for handler in handlers:
-            hooks.register(message_type, handler)

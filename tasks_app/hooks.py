@@ -9,8 +9,8 @@ naming it; nothing else is written.
 resolution's plan gate may refuse a start. A service here announces a message; every handler registered for
 its type runs at once, in registration order, inside the service's transaction, and an error it raises is the
 service's error (nothing is written). A message nobody handles is a wiring mistake, never a silent no-op.
-Who reacts to what is one table, ``nexum_web/handlers.py``, registered when Django starts
-(``nexum_web.apps.WebConfig.ready``).
+Who reacts to what is one table, ``config.bootstrap.MESSAGE_HANDLERS``, wired when Django starts
+(``config.apps.BootstrapConfig``).
 """
 
 from __future__ import annotations
@@ -68,6 +68,8 @@ def handle(message: object) -> None:
     """Run every handler of ``message``'s type, in registration order."""
     handlers = _handlers.get(type(message))
     if not handlers:
-        raise RuntimeError(f"no handler is registered for {type(message).__name__} (nexum_web/handlers.py)")
+        raise RuntimeError(
+            f"no handler is registered for {type(message).__name__} (config.bootstrap.MESSAGE_HANDLERS)"
+        )
     for handler in handlers:
         handler(message)

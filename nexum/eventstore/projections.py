@@ -1,4 +1,4 @@
-"""Read models kept by projections, registered explicitly in settings (SPEC E5, E6).
+"""Read models kept by projections, installed explicitly by ``config.bootstrap`` (SPEC E5, E6).
 
 A projection owns some tables and handles some event types. Handlers change rows only through the
 ``ReadModelRows`` they are given, by primary key: live appends get ``OrmRows``, which writes immediately
@@ -20,9 +20,7 @@ from contextvars import ContextVar
 from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from django.conf import settings
 from django.db import connection, models, transaction
-from django.utils.module_loading import import_string
 
 from nexum.core.events import Event
 
@@ -228,9 +226,21 @@ class Projection:
         """Do the work the handlers deferred during one batch (in order), with the same ``rows``."""
 
 
-@cache
+_installed: tuple[Projection, ...] = ()
+
+
+def install(projection_classes: Sequence[type[Projection]]) -> None:
+    """The projections every append applies, in order (a parent's before its children's): handed in once per
+    process by ``config.bootstrap``, since this layer imports none of the apps that define them."""
+    global _installed
+    _installed = tuple(cls() for cls in projection_classes)
+    _dispatch.cache_clear()
+
+
 def registered() -> tuple[Projection, ...]:
-    return tuple(import_string(path)() for path in settings.NEXUM_PROJECTIONS)
+    if not _installed:
+        raise RuntimeError("no projection is installed: config.bootstrap runs when Django is ready")
+    return _installed
 
 
 @cache

@@ -2,9 +2,9 @@
 
 A kind names the Celery task that answers one request (it takes the request id only) and where the requests
 of that kind live: a read model whose rows carry ``requested_at``, ``project_id`` and ``task_id``, and the
-condition that says a row is still pending. Each app declares its kinds beside its tasks; settings list them
-(``NEXUM_WORK_KINDS``), so the dispatcher, ``nexum_requeue`` and the dashboard know every kind without
-importing the apps. A kind whose requests derive from the log rather than from an API call (webhook
+condition that says a row is still pending. Each app declares its kinds beside its tasks; ``config.bootstrap``
+installs them, so the dispatcher, ``nexum_requeue`` and the dashboard know every kind without importing the
+apps. A kind whose requests derive from the log rather than from an API call (webhook
 deliveries) names ``prepare``: the dispatcher calls it at the start of each pass to record the requests due.
 
 Every kind names ``in_flight_setting``, the setting that caps how many of one project's requests are in
@@ -17,12 +17,12 @@ oldest due ones up to the cap, and a worker that finishes one sends the next of 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.db.models import Model, Q
-from django.utils.module_loading import import_string
 
 
 @dataclass(frozen=True)
@@ -58,5 +58,16 @@ class WorkKind:
         return f"admin:{meta.app_label}_{meta.model_name}_change"
 
 
+_installed: tuple[WorkKind, ...] = ()
+
+
+def install(kinds: Sequence[WorkKind]) -> None:
+    """Every kind of work, handed in once per process by ``config.bootstrap``."""
+    global _installed
+    _installed = tuple(kinds)
+
+
 def work_kinds() -> list[WorkKind]:
-    return [import_string(path) for path in settings.NEXUM_WORK_KINDS]
+    if not _installed:
+        raise RuntimeError("no kind of work is installed: config.bootstrap runs when Django is ready")
+    return list(_installed)

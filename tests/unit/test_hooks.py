@@ -1,16 +1,16 @@
-"""tasks_app announces, the layers above react: the handler table is what Django registered at start-up."""
+"""tasks_app announces, the layers above react: the handler table is what the bootstrap wired at start-up."""
 
 from dataclasses import dataclass
 
 import pytest
 
-from nexum_web.handlers import HANDLERS
+from config.bootstrap import MESSAGE_HANDLERS
 from tasks_app import hooks
 
 
 def test_every_message_runs_the_handlers_of_the_table_in_order():
-    for message_type, handlers in HANDLERS.items():
-        assert tuple(hooks._handlers[message_type]) == handlers  # registered once by WebConfig.ready
+    for message_type, handlers in MESSAGE_HANDLERS.items():
+        assert tuple(hooks._handlers[message_type]) == tuple(handlers)  # wired once, at start-up
 
 
 def test_a_message_nobody_handles_is_an_error():
