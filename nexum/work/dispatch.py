@@ -17,10 +17,10 @@ The dispatcher (``manage.py nexum_dispatcher``) passes every ``NEXUM_DISPATCH_IN
 requests of every kind (``config.bootstrap.WORK_KINDS``), each kind on its own (at most ``limit`` sends per
 kind and pass, the projects taking turns, the projects waiting longest first): a pending request that is due
 (its ``requested_at`` has passed) and not in flight is sent, so one whose send failed is sent at the next
-pass, and one sent but not picked up (lost with the broker's queue, or held by a worker that died) once its pacing
-and lease have lapsed: a send waits ``NEXUM_DISPATCH_AFTER_S`` before the request may be sent again, each
-further send of the same request twice as long as the one before, up to ``NEXUM_DISPATCH_BACKOFF_MAX_S``. A
-send that fails (broker down) does not count and ends the pass (the broker is down for the others too); the
+pass, and one sent but not picked up (lost with the broker's queue, or held by a worker that died) once its
+pacing and lease have lapsed: a send waits ``NEXUM_DISPATCH_AFTER_S`` before the request may be sent again,
+each further send of the same request twice as long as the one before, up to ``NEXUM_DISPATCH_BACKOFF_MAX_S``.
+A send that fails (broker down) does not count and ends the pass (the broker is down for the others too); the
 next pass tries again. So a request lost with a broker's queue, or held by a worker that died, is sent again
 within about the lease's lifetime plus the backoff cap after the broker or a worker is back. Extra sends are
 harmless: a delivery finds the request answered, or its lease live, and does nothing. Two dispatchers only
