@@ -43,8 +43,8 @@ from nexum_web.webhooks.models import WebhookDelivery  # noqa: E402
 from nexum_web.webhooks.services import deliveries_record, webhook_register  # noqa: E402
 from tasks_app import services as task_services  # noqa: E402
 from tasks_app.models import Task  # noqa: E402
-from verification_app import services as verification  # noqa: E402
 from verification_app.models import CompletionRequest  # noqa: E402
+from verification_app.services.completions import completion_request  # noqa: E402
 from verification_app.tasks import run_completion  # noqa: E402
 
 TASKS = int(os.environ.get("BENCH_TASKS", 10_000))
@@ -76,9 +76,7 @@ def build() -> None:
         asked = int(len(tasks) * PENDING_SHARE)
         for task_id in tasks[:asked]:
             task_services.task_start(project_id=project_id, task_id=str(task_id), actor="agent")
-            verification.completion_request(
-                project_id=project_id, task_id=str(task_id), answer="done", actor="agent"
-            )
+            completion_request(project_id=project_id, task_id=str(task_id), answer="done", actor="agent")
         elapsed = time.perf_counter() - started
         print(f"  project {index + 1}/{PROJECTS}: {len(tasks)} tasks, {asked} pending ({elapsed:.0f} s)")
     deliveries_record(batch=EventRow.objects.count() // (2 * PROJECTS))

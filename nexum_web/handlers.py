@@ -8,7 +8,8 @@ from context_app.resolution.services import plan_gate_check
 from nexum.core.verification.approvals import BEFORE_START
 from tasks_app import selectors as task_selectors
 from tasks_app.hooks import GoalContractsGiven, TaskStartDecided, TaskStarting
-from verification_app.services import approval_gate, contracts_register_for_goal
+from verification_app.services.approvals import approval_gate
+from verification_app.services.contracts import contracts_register_for_goal
 
 
 def register_goal_contracts(message: GoalContractsGiven) -> None:

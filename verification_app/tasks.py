@@ -12,18 +12,16 @@ from django.db.models import Q
 
 from nexum.work.kinds import WorkKind
 from nexum.work.worker import WorkTask, run_leased
-from verification_app import services
 from verification_app.models import CompletionRequest
 
 
 @shared_task(bind=True, base=WorkTask, name="nexum.verification.run_completion")
 def run_completion(self: WorkTask, request_id: str) -> str | None:
     """Run a completion request's checks and record the decision; returns the outcome."""
+    from verification_app.services.completion_runs import completion_run  # services import this module
+
     request = run_leased(
-        self,
-        COMPLETION,
-        request_id,
-        lambda lease: services.completion_run(request_id=request_id, lease=lease),
+        self, COMPLETION, request_id, lambda lease: completion_run(request_id=request_id, lease=lease)
     )
     return None if request is None else request.outcome
 

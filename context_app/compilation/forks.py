@@ -60,7 +60,7 @@ from tasks_app import selectors as task_selectors
 from tasks_app.models import Task
 from tasks_app.services import goal_fork_create
 from verification_app.models import Contract
-from verification_app.services import contract_register
+from verification_app.services.contracts import contract_register
 
 _ITEM_COLUMNS = (
     *(name for name in CARRIED_FIELDS if name not in {"item_id", "forked_from", "position"}),

@@ -11,7 +11,7 @@
 
 A task whose start or completion needs an approval answers 409 ``approval_required`` (``details.approval_id``)
 while it is pending and 409 ``approval_denied`` (``details.reason``) once denied: see
-``verification_app.services.approval_gate``.
+``verification_app.services.approvals.approval_gate``.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from nexum_web.api.pagination import ListQuery, keyset_page, page_schema
 from nexum_web.api.strict import StrictInput
 from tasks_app import services as task_services
 from tasks_app.selectors import project_get
-from verification_app import selectors, services
+from verification_app import selectors
 from verification_app.models import Approval
+from verification_app.services.approvals import approval_decide, approval_request
 
 # --- requests ---
 
@@ -148,7 +149,7 @@ class ApprovalDecisionView(APIView):
     def post(self, request: Request, approval_id: str) -> Response:
         body = ApprovalDecisionInput(data=request.data)
         body.is_valid(raise_exception=True)
-        approval = services.approval_decide(
+        approval = approval_decide(
             project_id=request.user.project_id,
             approval_id=approval_id,
             actor=request.user.actor,
@@ -167,7 +168,7 @@ class TaskApprovalRequestView(APIView):
     def post(self, request: Request, task_id: str) -> Response:
         body = ApprovalRequestInput(data=request.data)
         body.is_valid(raise_exception=True)
-        approval = services.approval_request(
+        approval = approval_request(
             project_id=request.user.project_id,
             task_id=task_id,
             actor=request.user.actor,

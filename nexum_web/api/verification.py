@@ -34,8 +34,10 @@ from nexum_web.api.auth import TRUST_CLASS_CHOICES, OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.pagination import ListQuery, keyset_page, page_schema
 from nexum_web.api.strict import StrictInput
-from verification_app import selectors, services
+from verification_app import selectors
 from verification_app.models import CheckRun, CompletionRequest, Contract
+from verification_app.services.completions import completion_request
+from verification_app.services.contracts import contract_register
 
 # --- the schema of a contract (validated by nexum.core.verification.gate.contract_from_dict) ---
 
@@ -287,7 +289,7 @@ class TaskCompleteView(GenericAPIView):  # type: ignore[type-arg]
     def post(self, request: Request, task_id: str) -> Response:
         body = CompleteRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        result = services.completion_request(
+        result = completion_request(
             project_id=request.user.project_id,
             task_id=task_id,
             actor=request.user.actor,
@@ -362,7 +364,7 @@ class TaskContractView(GenericAPIView):  # type: ignore[type-arg]
     def put(self, request: Request, task_id: str) -> Response:
         body = ContractRegisterSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        contract = services.contract_register(
+        contract = contract_register(
             project_id=request.user.project_id,
             task_id=task_id,
             actor=request.user.actor,

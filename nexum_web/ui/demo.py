@@ -38,7 +38,8 @@ from tasks_app.models import Project, Task
 from tasks_app.services import goal_create, project_create, task_start
 from verification_app.models import CompletionRequest
 from verification_app.runner import workspace_folder
-from verification_app.services import completion_request, completion_run
+from verification_app.services.completion_runs import completion_run
+from verification_app.services.completions import completion_request
 
 ACTOR = "demo:loader"
 AGENT_NAME = "demo-agent"

@@ -1,7 +1,8 @@
 """The escalation UI (SPEC I5): server-rendered pages for staff. Each action calls
 ``context_app.resolution.services.escalation_resolve``, so it is an event like any other and the plan gate
 reads it; the views only shape input and show what the service said. The approvals page (issue 28 item 4)
-lists what waits for a human's yes and decides through ``verification_app.services.approval_decide``."""
+lists what waits for a human's yes and decides through
+``verification_app.services.approvals.approval_decide``."""
 
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ from nexum_web.ui.forms import (
     SupplyFactForm,
 )
 from tasks_app.models import Task
-from verification_app import services as verification
 from verification_app.models import Approval
+from verification_app.services import approvals
 
 ACTIONS = ("supply_fact", "pick_side", "grant_source", "cancel")
 
@@ -235,7 +236,7 @@ def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
         error = "check the form: " + form.errors.as_text()
         return _approval_page(request, state="pending", error=error, status=400)
     try:
-        decided = verification.approval_decide(
+        decided = approvals.approval_decide(
             project_id=str(approval.project_id),
             approval_id=str(approval.id),
             decision=form.cleaned_data["decision"],

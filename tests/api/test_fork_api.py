@@ -19,7 +19,7 @@ from tasks_app.models import Task
 from tasks_app.services import task_fail
 from tests.integration.compile_world import build_auth_world
 from verification_app.models import Contract
-from verification_app.services import contract_register
+from verification_app.services.contracts import contract_register
 
 pytestmark = pytest.mark.django_db
 

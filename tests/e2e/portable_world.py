@@ -34,7 +34,7 @@ from context_app.world import services as world  # noqa: E402
 from nexum.eventstore import projections, store  # noqa: E402
 from tasks_app import selectors, services  # noqa: E402
 from tests.integration.compile_world import build_auth_world  # noqa: E402
-from verification_app import services as verification  # noqa: E402
+from verification_app.services.approvals import approval_decide, approval_request  # noqa: E402
 
 
 def build(slug: str) -> None:
@@ -74,7 +74,7 @@ def build(slug: str) -> None:
         cost=0.25,
         actor="agent:agent-1",
     )
-    approval = verification.approval_request(
+    approval = approval_request(
         project_id=auth.project_id,
         task_id=str(auth.task.id),
         action="deploy",
@@ -82,7 +82,7 @@ def build(slug: str) -> None:
         reason="deploys to staging",
         actor="agent:agent-1",
     )
-    verification.approval_decide(
+    approval_decide(
         project_id=auth.project_id,
         approval_id=str(approval.id),
         decision="grant",

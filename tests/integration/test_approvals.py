@@ -14,8 +14,9 @@ from tasks_app.models import Project, Task
 from tests.api.test_approvals_api import planned
 from tests.integration.test_webhooks import dispatch_until_delivered, register
 from tests.integration.test_webhooks import receiver as webhook_receiver
-from verification_app import services
 from verification_app.models import Contract
+from verification_app.services.approvals import approval_decide, approval_request
+from verification_app.services.completions import completion_request
 
 receiver = webhook_receiver  # the fixture, by the name the test asks for
 
@@ -43,13 +44,11 @@ def test_rebuilt_approvals_and_the_projects_default_equal_the_live_ones(project)
     task_services.task_start(project_id=project_id, task_id=task_id, actor="agent:a")
 
     def complete():
-        return services.completion_request(
-            project_id=project_id, task_id=task_id, answer="ok", actor="agent:a"
-        )
+        return completion_request(project_id=project_id, task_id=task_id, answer="ok", actor="agent:a")
 
     code, details = refused_code(complete)
     assert code == "approval_required"
-    services.approval_decide(
+    approval_decide(
         project_id=project_id,
         approval_id=details["approval_id"],
         decision="deny",
@@ -57,10 +56,10 @@ def test_rebuilt_approvals_and_the_projects_default_equal_the_live_ones(project)
         actor="operator:o",
     )
     assert refused_code(complete)[0] == "approval_denied"
-    own = services.approval_request(
+    own = approval_request(
         project_id=project_id, task_id=task_id, action="deploy", reason="push it", actor="agent:a"
     )
-    services.approval_decide(
+    approval_decide(
         project_id=project_id, approval_id=str(own.id), decision="grant", reason="fine", actor="operator:o"
     )
     live = projections.snapshot()

@@ -37,8 +37,8 @@ from tests.integration.test_faults import (
     started_tasks,
 )
 from tests.integration.test_worker import ROOT, database_url_for_worker, wait_for
-from verification_app import services
 from verification_app.models import CompletionRequest
+from verification_app.services.completions import completion_request
 from verification_app.tasks import COMPLETION
 
 # Runs 60 s the first time (the process running it is killed meanwhile), at once every later time.
@@ -135,7 +135,7 @@ def test_the_embedded_dispatcher_takes_only_what_no_live_process_runs(project, w
     app.conf.task_always_eager = False  # recorded and never run: as if its process died at once
     try:
         with mock.patch("nexum.work.dispatch.send", return_value=False):
-            request = services.completion_request(
+            request = completion_request(
                 project_id=str(project.id), task_id=str(task.id), answer="done", actor="agent"
             ).request
     finally:

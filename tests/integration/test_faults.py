@@ -45,8 +45,8 @@ from tasks_app import services as task_services
 from tasks_app.models import Task
 from tests.integration.compile_world import load_catalog
 from tests.integration.test_worker import ROOT, database_url_for_worker, wait_for
-from verification_app import services
 from verification_app.models import CheckRun, CompletionRequest
+from verification_app.services.completions import completion_request
 from verification_app.tasks import COMPLETION, run_completion
 
 pytestmark = [
@@ -353,7 +353,7 @@ def test_a_worker_killed_mid_check_decides_once_and_never_overlaps_the_check(
     worker = processes.start("worker", worker_argv(pool), env)
     processes.start("dispatcher", manage("nexum_dispatcher"), env)
     sends_to(redis.url)
-    request = services.completion_request(
+    request = completion_request(
         project_id=str(project.id), task_id=str(task.id), answer="done", actor="agent"
     ).request
     assert request is not None
@@ -478,7 +478,7 @@ SETUP_AND_REQUEST = """
 import json
 from tasks_app.models import Task
 from tasks_app.services import goal_create, project_create, task_start
-from verification_app.services import completion_request
+from verification_app.services.completions import completion_request
 project = project_create(slug="faults", name="Faults", actor="test")
 check = {"kind": "command", "name": "slow", "argv": ["sh", "-c", %r]}
 goal = goal_create(project_id=str(project.id), objective="Ship", tasks=[{"key": "s1", "objective": "Build"}],
@@ -658,13 +658,11 @@ def test_a_projects_flood_of_completions_holds_its_cap_of_the_queue_and_another_
     assert wait_for(lambda: " ready." in processes.log("worker"), timeout=60), processes.log("worker")
 
     flooded = [
-        services.completion_request(
-            project_id=str(project.id), task_id=str(t.id), answer="done", actor="agent"
-        )
+        completion_request(project_id=str(project.id), task_id=str(t.id), answer="done", actor="agent")
         for t in flood
     ]
     assert all(result.outcome == "pending" for result in flooded)
-    other = services.completion_request(
+    other = completion_request(
         project_id=str(other_project.id), task_id=str(quiet.id), answer="done", actor="agent"
     ).request
     assert other is not None

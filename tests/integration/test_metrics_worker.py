@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.test_work import started_task
 from tests.integration.test_worker import ROOT, database_url_for_worker, wait_for
-from verification_app import services
 from verification_app.models import CompletionRequest
+from verification_app.services.completions import completion_request
 
 pytestmark = [
     pytest.mark.worker,
@@ -77,7 +77,7 @@ def test_a_celery_worker_counts_its_decisions_and_failed_checks_in_the_shared_fo
 ):
     built = {"kind": "file_exists", "name": "built", "path": "dist/app.js"}
     task = started_task(project, {"checks": [built]})
-    result = services.completion_request(
+    result = completion_request(
         project_id=str(project.id), task_id=str(task.id), answer="built", actor="agent"
     )
     assert result.outcome == "pending" and result.request is not None

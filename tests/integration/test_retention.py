@@ -39,8 +39,8 @@ from tests.integration.test_resolution import (  # noqa: F401  (http, source_roo
     source_roots,
     start,
 )
-from verification_app import services as verification
 from verification_app.models import CheckRun
+from verification_app.services.completions import completion_request
 
 pytestmark = pytest.mark.django_db
 
@@ -168,7 +168,7 @@ def test_old_check_output_is_removed_unless_something_else_has_the_same_content(
     settings.NEXUM_ARTIFACT_ROOT = tmp_path / "artifacts"
     settings.NEXUM_WORKSPACE_ROOT = tmp_path / "workspace"
     task, item = _gated_task(project, b"3 passed, 0 failed")
-    completion = verification.completion_request(
+    completion = completion_request(
         project_id=str(project.id), task_id=str(task.id), answer="done", actor="a"
     )
     run = CheckRun.objects.get(task_id=task.id)

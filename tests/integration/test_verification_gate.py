@@ -20,8 +20,12 @@ from nexum.eventstore.models import Event as EventRow
 from tasks_app import services as task_services
 from tasks_app.models import Task
 from tests.conftest import NEEDS_BWRAP
-from verification_app import runner, selectors, services
+from verification_app import runner, selectors
 from verification_app.models import CheckRun
+from verification_app.services import completion_runs
+from verification_app.services.completion_runs import completion_run
+from verification_app.services.completions import CompletionResult, completion_request
+from verification_app.services.contracts import contract_register
 
 PYTHON = sys.executable
 # 'sleep 600' with a value no other process uses (not even a parallel run of this suite), so survivors can be
@@ -81,8 +85,8 @@ def running_task(project, contract: dict | None = None, *, start: bool = True) -
     return task
 
 
-def complete(task: Task, answer: str = "all tests pass") -> services.CompletionResult:
-    return services.completion_request(
+def complete(task: Task, answer: str = "all tests pass") -> CompletionResult:
+    return completion_request(
         project_id=str(task.project_id), task_id=str(task.id), answer=answer, actor="agent"
     )
 
@@ -254,7 +258,7 @@ def test_an_executable_off_the_allowlist_is_refused_at_registration_and_at_run_t
     task = running_task(project)
     before = EventRow.objects.count()
     with pytest.raises(DomainError) as refused:
-        services.contract_register(
+        contract_register(
             project_id=str(project.id),
             task_id=str(task.id),
             contract={"checks": [command("curl", "curl", "http://example.com")]},
@@ -264,7 +268,7 @@ def test_an_executable_off_the_allowlist_is_refused_at_registration_and_at_run_t
     assert refused.value.field == "contract.checks[0].argv[0]"
     assert EventRow.objects.count() == before
 
-    services.contract_register(
+    contract_register(
         project_id=str(project.id),
         task_id=str(task.id),
         contract={"checks": [command("touch", "sh", "-c", "touch ran")]},
@@ -286,7 +290,7 @@ def test_a_working_directory_outside_the_workspace_is_refused(project, workspace
     task = running_task(project)
     for cwd in ("..", "inside/../..", "escape", str(outside)):
         with pytest.raises(DomainError) as refused:
-            services.contract_register(
+            contract_register(
                 project_id=str(project.id),
                 task_id=str(task.id),
                 contract={"checks": [command("true", "true", cwd=cwd)]},
@@ -296,7 +300,7 @@ def test_a_working_directory_outside_the_workspace_is_refused(project, workspace
         assert refused.value.field == "contract.checks[0].cwd"
     # Registered while the link pointed inside; repointed outside before the run: refused when it runs.
     (workspace / "moving").symlink_to(workspace / "inside")
-    services.contract_register(
+    contract_register(
         project_id=str(project.id),
         task_id=str(task.id),
         contract={"checks": [command("true", "true", cwd="moving")]},
@@ -421,7 +425,7 @@ def test_a_catastrophic_pattern_ends_at_once(project, workspace):
     task = running_task(project, start=False)
     scope = Scope(project_id=str(project.id), goal_id=str(task.goal_id), task_id=str(task.id))
     item = artifact_record(scope=scope, summary="x", content=b"a" * 40 + b"!", actor="ci")
-    services.contract_register(
+    contract_register(
         project_id=str(project.id),
         task_id=str(task.id),
         contract={
@@ -488,7 +492,7 @@ def test_untrusted_content_cannot_register_or_change_a_contract(project, workspa
     before = EventRow.objects.count()
     for kwargs in ({"trust_class": "untrusted_retrieved"}, {"derived_from": [str(repo.id), str(web.id)]}):
         with pytest.raises(DomainError) as refused:
-            services.contract_register(
+            contract_register(
                 project_id=str(project.id), task_id=str(task.id), contract=contract, actor="a", **kwargs
             )
         assert (refused.value.code, refused.value.kind) == ("untrusted_content", "refused")
@@ -503,7 +507,7 @@ def test_untrusted_content_cannot_register_or_change_a_contract(project, workspa
         )
     assert refused.value.code == "untrusted_content"
     assert EventRow.objects.count() == before
-    registered = services.contract_register(
+    registered = contract_register(
         project_id=str(project.id),
         task_id=str(task.id),
         contract=contract,
@@ -517,7 +521,7 @@ def test_untrusted_content_cannot_register_or_change_a_contract(project, workspa
 def test_a_running_tasks_contract_cannot_be_replaced(project, workspace):
     task = running_task(project, {"checks": [command("false", "false")]})
     with pytest.raises(DomainError) as refused:
-        services.contract_register(
+        contract_register(
             project_id=str(project.id),
             task_id=str(task.id),
             contract={"checks": [], "require_checks": False},
@@ -537,7 +541,7 @@ def test_artifact_matches_reads_the_projects_artifact_by_digest(project, other_p
     other_goal = running_task(other_project, start=False)
     other_scope = Scope(project_id=str(other_project.id), goal_id=str(other_goal.goal_id), task_id=None)
     secret = artifact_record(scope=other_scope, summary="x", content=b"secret 0 failed", actor="ci")
-    services.contract_register(
+    contract_register(
         project_id=str(project.id),
         task_id=str(task.id),
         contract={
@@ -582,16 +586,16 @@ def test_a_redelivered_run_reuses_recorded_check_runs_and_decides_once(
     def killed(*args, **kwargs):
         raise SystemExit("worker killed after running the checks")
 
-    monkeypatch.setattr(services, "_decide", killed)
+    monkeypatch.setattr(completion_runs, "_decide", killed)
     with pytest.raises(SystemExit):
-        services.completion_run(request_id=request_id)
+        completion_run(request_id=request_id)
     assert calls == ["pass", "pass"] and CheckRun.objects.filter(request_id=request_id).count() == 2
     monkeypatch.undo()
 
-    decided = services.completion_run(request_id=request_id)  # the redelivery
+    decided = completion_run(request_id=request_id)  # the redelivery
     assert decided.outcome == "completed" and calls == ["pass", "pass"]
     before = EventRow.objects.count()
-    assert services.completion_run(request_id=request_id).outcome == "completed"  # and once more
+    assert completion_run(request_id=request_id).outcome == "completed"  # and once more
     assert EventRow.objects.count() == before
     assert (
         EventRow.objects.filter(stream_id=f"completion-{request_id}", event_type="GateDecided").count() == 1
@@ -604,7 +608,7 @@ def test_a_request_whose_task_moved_on_is_skipped_without_running_checks(project
     task = running_task(project, {"checks": [callable_check("a", "tests.checks:passing")]})
     pending = complete(task)
     task_services.task_block(project_id=str(project.id), task_id=str(task.id), actor="operator")
-    decided = services.completion_run(request_id=str(pending.request.id))
+    decided = completion_run(request_id=str(pending.request.id))
     assert decided.outcome == "skipped" and "moved on" in decided.reason
     assert calls == [] and state(task) == "blocked"
 
@@ -660,7 +664,7 @@ def test_latest_check_runs_for_the_compile_service(project, workspace):
 def test_rebuilt_verification_read_models_equal_the_live_ones(project, workspace, calls):
     task = running_task(project, {"checks": [command("false", "false")]})
     complete(task)
-    services.contract_register(
+    contract_register(
         project_id=str(project.id),
         task_id=str(task.id),
         contract={"checks": [callable_check("c", "tests.checks:passing")]},

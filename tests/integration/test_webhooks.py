@@ -505,8 +505,8 @@ def test_a_projects_backlog_of_deliveries_delays_neither_another_projects_comple
     from nexum_web.webhooks.models import DELIVERED, PENDING, WebhookDelivery
     from nexum_web.webhooks.services import deliveries_record, webhook_register
     from tests.integration.test_work import started_task
-    from verification_app import services as verification
     from verification_app.models import CompletionRequest
+    from verification_app.services.completions import completion_request
 
     slow = receivers(lambda index: time.sleep(2) or 200)  # answers after the attempt's 1 s timeout
     quick = receivers(lambda index: 200)
@@ -540,7 +540,7 @@ def test_a_projects_backlog_of_deliveries_delays_neither_another_projects_comple
     )  # the backlog flows
 
     asked = time.monotonic()
-    request = verification.completion_request(
+    request = completion_request(
         project_id=str(other_project.id), task_id=str(task.id), answer="done", actor="agent"
     ).request
     assert request is not None

@@ -36,8 +36,10 @@ from tasks_app.models import Task
 from tests.api.test_foundation_api import assert_error
 from tests.integration.compile_world import load_catalog
 from tests.integration.test_worker import ROOT, database_url_for_worker, wait_for
-from verification_app import runner, services
+from verification_app import runner
 from verification_app.models import CheckRun, CompletionRequest
+from verification_app.services.completion_runs import completion_run
+from verification_app.services.completions import completion_request
 from verification_app.tasks import COMPLETION, run_completion
 
 
@@ -84,7 +86,7 @@ ECHO = {"checks": [{"kind": "command", "name": "unit", "argv": ["sh", "-c", "ech
 
 def pending_completion(project) -> CompletionRequest:
     task = started_task(project, ECHO)
-    result = services.completion_request(
+    result = completion_request(
         project_id=str(project.id), task_id=str(task.id), answer="done", actor="agent"
     )
     assert result.outcome == "pending" and result.request is not None
@@ -173,7 +175,7 @@ def test_the_dispatcher_leaves_leased_requests_alone_and_forgets_answered_ones(p
     assert dispatch_due(now=later(120)).sent == [key]
 
     app.conf.task_always_eager = True
-    services.completion_run(request_id=str(request.id))
+    completion_run(request_id=str(request.id))
     assert dispatch_due().cleaned == 1 and not Work.objects.filter(key=key).exists()
 
 
@@ -189,7 +191,7 @@ def test_a_projects_completions_beyond_its_cap_wait_their_turn_and_another_proje
 
     def request(task: Task) -> str:
         with django_capture_on_commit_callbacks(execute=True):
-            result = services.completion_request(
+            result = completion_request(
                 project_id=str(task.project_id), task_id=str(task.id), answer="done", actor="agent"
             )
         assert result.request is not None
@@ -353,14 +355,14 @@ def test_a_run_whose_lease_is_taken_over_midway_writes_nothing(project, workspac
     runner.register_check_callable(stolen, steal)
     try:
         task = started_task(project, {"checks": [{"kind": "callable", "name": "c", "dotted_path": stolen}]})
-        request = services.completion_request(
+        request = completion_request(
             project_id=str(project.id), task_id=str(task.id), answer="", actor="agent"
         ).request
         assert request is not None
         lease = leases.acquire(COMPLETION, str(request.id))
         assert Work.objects.get().project_id == project.id  # every row knows its project
         with pytest.raises(leases.LeaseLost):
-            services.completion_run(request_id=str(request.id), lease=lease)
+            completion_run(request_id=str(request.id), lease=lease)
         lease.close(answered=False)
     finally:
         runner.unregister_check_callable(stolen)
@@ -380,7 +382,7 @@ def test_a_database_error_during_a_check_stops_the_run_and_is_not_the_checks_fai
 
     monkeypatch.setattr(runner, "check_runner", unreachable)
     with pytest.raises(InterfaceError):
-        services.completion_run(request_id=str(request.id))
+        completion_run(request_id=str(request.id))
     assert not CheckRun.objects.filter(request_id=request.id).exists()
 
 

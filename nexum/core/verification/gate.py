@@ -33,6 +33,8 @@ MAX_CHECKS: Final = 100
 # --- outcomes ---
 
 GATED_STATE: Final = "running"
+GATE_ACTOR: Final = "gate"
+"""Who the gate's own writes (its decisions, the transitions they make) are recorded as."""
 Outcome: TypeAlias = Literal["completed", "failed", "blocked", "skipped"]
 OnFailure: TypeAlias = Literal["failed", "blocked"]
 ON_FAILURE_CHOICES: Final = ("failed", "blocked")
