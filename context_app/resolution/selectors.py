@@ -28,7 +28,8 @@ from nexum.core.errors import NotFound
 from nexum.core.ids import uuid_or_none
 from nexum.core.resolution import events as resolution_events
 from nexum.core.resolution import rules as resolution_rules
-from nexum.core.resolution.resolver import RequiredQuestion, normalize_subject
+from nexum.core.resolution.model import RequiredQuestion
+from nexum.core.resolution.subjects import normalize_subject
 from tasks_app.models import Task
 
 # The compiler kind each source kind's items become: code is evidence, the rest are facts.

@@ -49,14 +49,9 @@ from nexum.core.events import Event
 from nexum.core.ids import RESOLUTION_IDS
 from nexum.core.resolution import events as resolution_events
 from nexum.core.resolution import rules as resolution_rules
-from nexum.core.resolution.resolver import (
-    Freshness,
-    ResolveBudget,
-    SourceResult,
-    SourceSpec,
-    plan_retrievals,
-    resolve_bundle,
-)
+from nexum.core.resolution.authorization import plan_retrievals
+from nexum.core.resolution.model import Freshness, ResolveBudget, SourceResult, SourceSpec
+from nexum.core.resolution.resolver import resolve_bundle
 from nexum.core.trust import TrustClass, require_authority
 from nexum.eventstore import store
 from nexum.work.dispatch import BrokerUnavailable, publish

@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 from nexum.adapters.source_policy import DEFAULT_PORTS, ConfinementRefused, SourcePolicy
 from nexum.core.digests import sha256_hex
 from nexum.core.errors import ValidationFailed
-from nexum.core.resolution.resolver import (
+from nexum.core.resolution.model import (
     ANY_SCOPE,
     LABEL_SUSPECTED_INSTRUCTION,
     Freshness,

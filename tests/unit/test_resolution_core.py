@@ -8,7 +8,7 @@ import pytest
 
 from nexum.core.errors import NotFound, ValidationFailed
 from nexum.core.resolution import rules
-from nexum.core.resolution.resolver import Escalation
+from nexum.core.resolution.model import Escalation
 
 NOW = datetime(2025, 3, 1, tzinfo=UTC)
 
@@ -151,7 +151,7 @@ def test_questions_are_checked_and_round_trip():
 def test_a_resolves_record_is_decided_in_the_core():
     """What a resolve appends (calls, denials, the bundle, opened and closed gaps) is a pure function of the
     bundle and the task's escalations; a conflict the goal settled is not opened again."""
-    from nexum.core.resolution.resolver import Grant, PlannedCall, SourceResult
+    from nexum.core.resolution.model import Grant, PlannedCall, SourceResult
     from tests.unit.test_resolver import item, resolve, spec
 
     results = [

@@ -16,7 +16,7 @@ from nexum.core.events import Event
 from nexum.core.ids import RESOLUTION_IDS
 from nexum.core.resolution import events as resolution_events
 from nexum.core.resolution.events import SETTLING_ACTIONS
-from nexum.core.resolution.resolver import (
+from nexum.core.resolution.model import (
     ESCALATE_CONFLICT,
     ESCALATE_UNREACHABLE,
     Bundle,
@@ -25,8 +25,8 @@ from nexum.core.resolution.resolver import (
     PlannedCall,
     RequiredQuestion,
     SourceResult,
-    normalize_subject,
 )
+from nexum.core.resolution.subjects import normalize_subject
 
 SOURCE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 MAX_QUESTIONS = 50
