@@ -1,10 +1,11 @@
-"""What the resolver may read (R2): the scopes a grant covers, and the plan of calls it allows, with a denial
-for every request it refuses.
+"""What the resolver may read (R2): the grant in force for a task, the scopes it covers, and the plan of
+calls it allows, with a denial for every request it refuses.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from fnmatch import fnmatchcase
 
@@ -23,6 +24,35 @@ from nexum.core.resolution.model import (
     require_aware,
     utc_iso,
 )
+
+
+@dataclass(frozen=True)
+class GrantRecord:
+    """A grant as recorded (not revoked)."""
+
+    scopes: Mapping[str, Sequence[str]]
+    expires_at: datetime | None
+
+
+def effective_grant(grants: Sequence[GrantRecord], now: datetime) -> Grant | None:
+    """The one grant the resolver applies now: the union of the task's and its goal's grants in force.
+
+    With none in force but some expired, the union of the expired ones with their latest expiry, so that every
+    retrieval is denied as ``grant_expired`` (and says so). A source only named by an expired grant, while
+    another grant is in force, is simply outside the grant.
+    """
+    active = [g for g in grants if g.expires_at is None or now < g.expires_at]
+    chosen = active or list(grants)
+    if not chosen:
+        return None
+    merged: dict[str, set[str]] = {}
+    for grant in chosen:
+        for name, scopes in grant.scopes.items():
+            merged.setdefault(name, set()).update(scopes)
+    expires_at = None
+    if not active:
+        expires_at = max(g.expires_at for g in chosen if g.expires_at is not None)
+    return Grant(scopes={name: tuple(sorted(s)) for name, s in merged.items()}, expires_at=expires_at)
 
 
 def scope_covers(granted: str, requested: str) -> bool:
