@@ -28,8 +28,11 @@ from nexum.adapters.sources.registry import compiled_kind
 from nexum.core.errors import NotFound
 from nexum.core.ids import uuid_or_none
 from nexum.core.resolution import events as resolution_events
-from nexum.core.resolution import rules as resolution_rules
-from nexum.core.resolution.resolver import RequiredQuestion, normalize_subject
+from nexum.core.resolution.authorization import GrantRecord
+from nexum.core.resolution.checks import questions_from_data
+from nexum.core.resolution.model import RequiredQuestion
+from nexum.core.resolution.settlements import Settlement, rejected_items, settlement_of
+from nexum.core.resolution.subjects import normalize_subject
 from tasks_app.models import Task
 
 # The compiler kind each source kind's items become: code is evidence, the rest are facts.
@@ -57,21 +60,19 @@ def grant_list(*, project_id: str | uuid.UUID, goal_id: Any = None, task_id: Any
     return grants.order_by("issued_at", "id")
 
 
-def grant_records(*, task: Task) -> list[resolution_rules.GrantRecord]:
+def grant_records(*, task: Task) -> list[GrantRecord]:
     """The grants that apply to a task, not revoked: its own and its goal's."""
     rows = Grant.objects.filter(project_id=task.project_id, goal_id=task.goal_id, revoked_at__isnull=True)
     applicable = [g for g in rows if g.task_id is None or g.task_id == task.id]
     return [
-        resolution_rules.GrantRecord(
-            scopes={k: tuple(v) for k, v in g.scopes.items()}, expires_at=g.expires_at
-        )
+        GrantRecord(scopes={k: tuple(v) for k, v in g.scopes.items()}, expires_at=g.expires_at)
         for g in sorted(applicable, key=lambda g: (g.issued_at, str(g.id)))
     ]
 
 
 def task_questions(*, task_id: str | uuid.UUID) -> tuple[RequiredQuestion, ...]:
     row = TaskQuestions.objects.filter(task_id=task_id).first()
-    return () if row is None else resolution_rules.questions_from_data(row.questions)
+    return () if row is None else questions_from_data(row.questions)
 
 
 def task_context(*, task_id: str | uuid.UUID) -> TaskContext | None:
@@ -133,14 +134,14 @@ def escalation_list(
     return escalations.order_by("-position")
 
 
-def goal_settlements(*, goal_id: str | uuid.UUID) -> tuple[resolution_rules.Settlement, ...]:
+def goal_settlements(*, goal_id: str | uuid.UUID) -> tuple[Settlement, ...]:
     """The conflicts a human settled on any task of the goal (a side picked or a fact supplied), oldest
     first: each applies to every task of the goal that sees its subject."""
     rows = Escalation.objects.filter(
         goal_id=goal_id, kind="conflict", resolution__in=resolution_events.SETTLING_ACTIONS
     ).order_by("position")
     settlements = (
-        resolution_rules.settlement_of(
+        settlement_of(
             escalation_id=str(row.id),
             kind=row.kind,
             subjects=row.subjects,
@@ -156,7 +157,7 @@ def goal_settlements(*, goal_id: str | uuid.UUID) -> tuple[resolution_rules.Sett
 def rejected_digests(*, goal_id: str | uuid.UUID, items: Iterable[Mapping[str, Any]]) -> frozenset[str]:
     """The digests among a bundle's ``items`` that a human rejected by picking another side of a conflict on
     the item's subject, on this task or any other task of its goal."""
-    return resolution_rules.rejected_items(
+    return rejected_items(
         goal_settlements(goal_id=goal_id), ((item["digest"], item.get("subject")) for item in items)
     )
 

@@ -49,15 +49,20 @@ from nexum.core.errors import ConcurrencyError, Conflict, DomainError, NotFound,
 from nexum.core.events import Event
 from nexum.core.ids import RESOLUTION_IDS
 from nexum.core.resolution import events as resolution_events
-from nexum.core.resolution import rules as resolution_rules
-from nexum.core.resolution.resolver import (
-    Freshness,
-    ResolveBudget,
-    SourceResult,
-    SourceSpec,
-    plan_retrievals,
-    resolve_bundle,
+from nexum.core.resolution.authorization import effective_grant, plan_retrievals
+from nexum.core.resolution.checks import (
+    build_query,
+    check_grant_scopes,
+    check_questions,
+    check_reason,
+    check_source_name,
+    questions_to_data,
 )
+from nexum.core.resolution.escalations import EscalationAlreadyResolved, decide_pick_side, decide_plan_gate
+from nexum.core.resolution.model import Freshness, ResolveBudget, SourceResult, SourceSpec
+from nexum.core.resolution.record import resolve_events
+from nexum.core.resolution.resolver import resolve_bundle
+from nexum.core.resolution.settlements import settled_detail, settlement_of, settles
 from nexum.core.trust import TrustClass, require_authority
 from nexum.eventstore import store
 from nexum.work.dispatch import BrokerUnavailable, publish
@@ -142,7 +147,7 @@ def source_register(
         content_trust=content_trust,
         derived_from=derived_from,
     )
-    resolution_rules.check_source_name(name)
+    check_source_name(name)
     if not isinstance(kind, str):
         raise ValidationFailed("kind must be a string", field="kind")
     if not isinstance(config, Mapping):
@@ -228,7 +233,7 @@ def grant_issue(
     else:
         task = task_selectors.task_get(project_id=project.id, task_id=task_id)  # type: ignore[arg-type]
         scope_goal, scope_task = str(task.goal_id), (None if task.is_goal else str(task.id))
-    scopes = resolution_rules.check_grant_scopes(sources)
+    scopes = check_grant_scopes(sources)
     known = set(
         Source.objects.filter(project_id=project.id, name__in=list(scopes)).values_list("name", flat=True)
     )
@@ -240,7 +245,7 @@ def grant_issue(
             raise ValidationFailed("expires_at must be a timezone-aware time", field="expires_at")
         if expires_at <= _now(now):
             raise ValidationFailed("expires_at is in the past", field="expires_at")
-    reason = resolution_rules.check_reason(reason)
+    reason = check_reason(reason)
     if idempotency_key is not None:
         grant_id = str(uuid.uuid5(RESOLUTION_IDS, f"grant:{project.id}:{idempotency_key}"))
     else:
@@ -282,11 +287,7 @@ def grant_revoke(
     if grant.revoked_at is None:
         store.append(
             stream_id=resolution_events.grant_stream(str(grant.id)),
-            events=[
-                resolution_events.GrantRevoked(
-                    grant_id=str(grant.id), reason=resolution_rules.check_reason(reason)
-                )
-            ],
+            events=[resolution_events.GrantRevoked(grant_id=str(grant.id), reason=check_reason(reason))],
             expected_version=grant.version,
             actor=actor,
             project_id=str(grant.project_id),
@@ -308,7 +309,7 @@ def questions_set(
 ) -> TaskQuestions:
     """Replace the required questions of a task's step: ``[{question, subjects: [...]}, …]``."""
     task = _task(project_id, task_id)
-    checked = resolution_rules.check_questions(questions)
+    checked = check_questions(questions)
     row = TaskQuestions.objects.filter(task_id=task.id).first()
     current = row.version if row is not None else 0
     if expected_version is not None and expected_version != current:
@@ -321,7 +322,7 @@ def questions_set(
             resolution_events.RequiredQuestionsSet(
                 task_id=str(task.id),
                 goal_id=str(task.goal_id),
-                questions=resolution_rules.questions_to_data(checked),
+                questions=questions_to_data(checked),
             )
         ],
         expected_version=current,
@@ -440,10 +441,10 @@ def _bundle_resolve(
         raise ValidationFailed("sources must map source names to lists of scopes", field="sources")
     sources = list(Source.objects.filter(project_id=project.id).order_by("name"))
     specs = [source_spec(source) for source in sources]
-    grant = resolution_rules.effective_grant(selectors.grant_records(task=task), now)
+    grant = effective_grant(selectors.grant_records(task=task), now)
     questions = selectors.task_questions(task_id=str(task.id))
     if query is None:
-        query = resolution_rules.build_query(task.objective, task.inputs, questions)
+        query = build_query(task.objective, task.inputs, questions)
     elif not isinstance(query, str) or len(query) > 4000:
         raise ValidationFailed("query must be a string of at most 4000 characters", field="query")
 
@@ -469,7 +470,7 @@ def _bundle_resolve(
         head = TaskContext.objects.filter(task_id=task.id).first()
         version = head.version if head is not None else 0
         existing = Escalation.objects.filter(task_id=task.id)
-        events = resolution_rules.resolve_events(
+        events = resolve_events(
             task_id=str(task.id),
             goal_id=str(task.goal_id),
             resolve_id=resolve_id,
@@ -640,7 +641,7 @@ def escalation_pick_side(
     evidence = [entry["digest"] for entry in escalation.evidence]
     if escalation.kind != "conflict":
         raise ValidationFailed("only a conflict has sides to pick", field="action")
-    rejected = resolution_rules.decide_pick_side(evidence, list(chosen))
+    rejected = decide_pick_side(evidence, list(chosen))
     with transaction.atomic():
         detail = {"chosen": sorted(set(chosen)), "rejected": list(rejected)}
         return _record_resolution(opening, detail=detail, actor=actor)
@@ -748,9 +749,9 @@ def _opening(
         content_trust=content_trust,
         derived_from=derived_from,
     )
-    reason = resolution_rules.check_reason(reason)
+    reason = check_reason(reason)
     if escalation.state != resolution_events.ESCALATION_OPEN:
-        raise resolution_rules.EscalationAlreadyResolved(
+        raise EscalationAlreadyResolved(
             f"escalation {escalation.id} is already resolved ({escalation.resolution})",
             field="escalation_id",
         )
@@ -783,7 +784,7 @@ def _record_resolution(
                 escalation_id=str(other.id),
                 task_id=str(other.task_id),
                 resolution=action,
-                detail=resolution_rules.settled_detail(
+                detail=settled_detail(
                     detail,
                     settled_by=str(escalation.id),
                     members=[entry["digest"] for entry in other.evidence],
@@ -805,7 +806,7 @@ def _record_resolution(
 
 def _settled_with(escalation: Escalation, action: str, detail: Mapping[str, Any]) -> list[Escalation]:
     """The open conflicts of the goal (other than ``escalation``) that its settlement decides too."""
-    settlement = resolution_rules.settlement_of(
+    settlement = settlement_of(
         escalation_id=str(escalation.id),
         kind=escalation.kind,
         subjects=escalation.subjects,
@@ -821,7 +822,7 @@ def _settled_with(escalation: Escalation, action: str, detail: Mapping[str, Any]
     return [
         other
         for other in candidates.order_by("position")
-        if resolution_rules.settles(
+        if settles(
             settlement,
             kind=other.kind,
             subjects=other.subjects,
@@ -845,7 +846,7 @@ def plan_gate_check(*, project_id: str, task_id: str) -> None:
             "position"
         )
     ]
-    resolution_rules.decide_plan_gate(
+    decide_plan_gate(
         has_bundle=True,
         complete=bool(head.complete),
         open_escalations=open_escalations,
@@ -871,7 +872,7 @@ def plan_gate_override(
         derived_from=derived_from,
     )
     task = _task(project_id, task_id)
-    reason = resolution_rules.check_reason(reason)
+    reason = check_reason(reason)
     if not reason.strip():
         raise ValidationFailed("an override needs a reason", field="reason")
     head = TaskContext.objects.filter(task_id=task.id).first()

@@ -18,8 +18,8 @@ from rest_framework.views import APIView
 from context_app.resolution import selectors, services
 from context_app.resolution.models import Escalation, Grant, Resolve, Source, TaskContext, TaskQuestions
 from nexum.core.resolution import events as resolution_events
-from nexum.core.resolution.resolver import ResolveBudget
-from nexum.core.resolution.rules import MAX_QUESTION_CHARS, MAX_QUESTIONS, MAX_SCOPES, SOURCE_NAME
+from nexum.core.resolution.checks import MAX_QUESTION_CHARS, MAX_QUESTIONS, MAX_SCOPES, SOURCE_NAME
+from nexum.core.resolution.model import ResolveBudget
 from nexum_web.api.auth import TRUST_CLASS_CHOICES, OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.pagination import ListQuery, keyset_page, page_schema

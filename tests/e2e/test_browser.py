@@ -11,7 +11,7 @@ import pytest
 from context_app.compilation.models import StoredContext
 from context_app.resolution import services as resolution
 from context_app.resolution.models import Escalation
-from nexum.core.resolution.rules import PlanGateClosed
+from nexum.core.resolution.escalations import PlanGateClosed
 from nexum.core.verification.approvals import ApprovalRequired
 from nexum.eventstore.models import Event
 from tasks_app.models import Task

@@ -23,8 +23,8 @@ from nexum.adapters.tokenization import counter_for
 from nexum.core.catalog.budgets import ModelBudget
 from nexum.core.compilation.compiler import CompileInput, ContextItem, Step, compile_context
 from nexum.core.errors import NotFound, PolicyRefused
-from nexum.core.resolution.resolver import ResolveBudget
-from nexum.core.resolution.rules import PlanGateClosed
+from nexum.core.resolution.escalations import PlanGateClosed
+from nexum.core.resolution.model import ResolveBudget
 from nexum.core.trust import TrustClass, sign_item
 from nexum.eventstore import projections
 from nexum.eventstore.models import Event as EventRow

@@ -1,4 +1,5 @@
-"""The resolver service's pure rules (nexum/core/resolution/rules.py): grants in force, gaps, the gate."""
+"""The resolver service's pure rules (nexum/core/resolution/: authorization, checks, escalations, settlements,
+record): grants in force, gaps, the gate."""
 
 from __future__ import annotations
 
@@ -7,47 +8,67 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from nexum.core.errors import NotFound, ValidationFailed
-from nexum.core.resolution import rules
-from nexum.core.resolution.resolver import Escalation
+from nexum.core.resolution.authorization import GrantRecord, effective_grant
+from nexum.core.resolution.checks import (
+    check_grant_scopes,
+    check_questions,
+    questions_from_data,
+    questions_to_data,
+)
+from nexum.core.resolution.escalations import (
+    PlanGateClosed,
+    decide_pick_side,
+    decide_plan_gate,
+    plan_escalations,
+)
+from nexum.core.resolution.model import Escalation
+from nexum.core.resolution.record import escalation_id_for, resolve_events
+from nexum.core.resolution.settlements import (
+    Settlement,
+    rejected_items,
+    settled_detail,
+    settlement_of,
+    settles,
+)
 
 NOW = datetime(2025, 3, 1, tzinfo=UTC)
 
 
 def test_the_grant_in_force_is_the_union_of_unexpired_grants():
     grants = [
-        rules.GrantRecord({"repo": ("src/",)}, None),
-        rules.GrantRecord({"repo": ("docs/",), "web": ("*",)}, NOW + timedelta(hours=1)),
-        rules.GrantRecord({"tickets": ("*",)}, NOW - timedelta(hours=1)),
+        GrantRecord({"repo": ("src/",)}, None),
+        GrantRecord({"repo": ("docs/",), "web": ("*",)}, NOW + timedelta(hours=1)),
+        GrantRecord({"tickets": ("*",)}, NOW - timedelta(hours=1)),
     ]
-    grant = rules.effective_grant(grants, NOW)
+    grant = effective_grant(grants, NOW)
     assert dict(grant.scopes) == {"repo": ("docs/", "src/"), "web": ("*",)}
     assert grant.expires_at is None
 
 
 def test_only_expired_grants_give_an_expired_grant_and_none_gives_none():
-    expired = [rules.GrantRecord({"web": ("*",)}, NOW - timedelta(hours=2))]
-    assert rules.effective_grant(expired, NOW).expires_at == NOW - timedelta(hours=2)
-    assert rules.effective_grant([], NOW) is None
+    expired = [GrantRecord({"web": ("*",)}, NOW - timedelta(hours=2))]
+    assert effective_grant(expired, NOW).expires_at == NOW - timedelta(hours=2)
+    assert effective_grant([], NOW) is None
 
 
 def test_gaps_escalate_once_and_resolved_gaps_stay_resolved():
     a = Escalation(kind="conflict", missing="which port", reason="r", conflict_group="g1")
     b = Escalation(kind="unanswered", missing="an answer to: who", reason="r")
-    plan = rules.plan_escalations([a, b], open_by_key={a.key: "e1", "gone": "e9"}, resolved_keys={b.key})
+    plan = plan_escalations([a, b], open_by_key={a.key: "e1", "gone": "e9"}, resolved_keys={b.key})
     assert plan.to_open == () and plan.still_open == ("e1",) and plan.to_close == ("e9",)
-    fresh = rules.plan_escalations([a, b], open_by_key={}, resolved_keys=())
+    fresh = plan_escalations([a, b], open_by_key={}, resolved_keys=())
     assert [gap.key for gap in fresh.to_open] == [a.key, b.key]
 
 
 def test_a_narrowed_resolve_opens_gaps_but_closes_none():
     a = Escalation(kind="conflict", missing="which port", reason="r", conflict_group="g1")
     b = Escalation(kind="unanswered", missing="an answer to: who", reason="r")
-    plan = rules.plan_escalations([b], open_by_key={a.key: "e1"}, resolved_keys=(), narrowed=True)
+    plan = plan_escalations([b], open_by_key={a.key: "e1"}, resolved_keys=(), narrowed=True)
     assert plan.to_close == () and plan.still_open == ("e1",) and plan.to_open == (b,)
 
 
 def test_a_settled_conflict_is_settled_for_the_goal_on_its_subject_and_members_only():
-    picked = rules.settlement_of(
+    picked = settlement_of(
         escalation_id="e1",
         kind="conflict",
         subjects=["deploy port"],
@@ -55,25 +76,23 @@ def test_a_settled_conflict_is_settled_for_the_goal_on_its_subject_and_members_o
         resolution="pick_side",
         detail={"chosen": ["d1"], "rejected": ["d2", "d3"]},
     )
-    assert picked == rules.Settlement(
-        "e1", "deploy port", frozenset({"d1", "d2", "d3"}), frozenset({"d2", "d3"})
-    )
+    assert picked == Settlement("e1", "deploy port", frozenset({"d1", "d2", "d3"}), frozenset({"d2", "d3"}))
     for kind, resolution in (
         ("stale_only", "supply_fact"),
         ("conflict", "grant_source"),
         ("conflict", "cancel"),
     ):
         assert (
-            rules.settlement_of(
+            settlement_of(
                 escalation_id="e", kind=kind, subjects=["x"], members=["d1"], resolution=resolution, detail={}
             )
             is None
         )
     # the same subject (however written) among the same members or some of them: nothing new to decide
-    assert rules.settles(picked, kind="conflict", subjects=["Deploy  PORT"], members=["d1", "d2"])
-    assert not rules.settles(picked, kind="conflict", subjects=["deploy port"], members=["d1", "d4"])
-    assert not rules.settles(picked, kind="conflict", subjects=["release date"], members=["d1", "d2"])
-    assert not rules.settles(picked, kind="stale_only", subjects=["deploy port"], members=["d1"])
+    assert settles(picked, kind="conflict", subjects=["Deploy  PORT"], members=["d1", "d2"])
+    assert not settles(picked, kind="conflict", subjects=["deploy port"], members=["d1", "d4"])
+    assert not settles(picked, kind="conflict", subjects=["release date"], members=["d1", "d2"])
+    assert not settles(picked, kind="stale_only", subjects=["deploy port"], members=["d1"])
 
     settled = Escalation(
         kind="conflict",
@@ -89,40 +108,36 @@ def test_a_settled_conflict_is_settled_for_the_goal_on_its_subject_and_members_o
         subjects=("deploy port",),
         item_digests=("d1", "d4"),
     )
-    plan = rules.plan_escalations(
-        [settled, new_claim], open_by_key={}, resolved_keys=(), settlements=[picked]
-    )
+    plan = plan_escalations([settled, new_claim], open_by_key={}, resolved_keys=(), settlements=[picked])
     assert plan.to_open == (new_claim,)
 
     # rejected where the item is on the settlement's subject, on any task of the goal
     items = [("d1", "deploy port"), ("d2", "Deploy port"), ("d3", "release date"), ("d2", None)]
-    assert rules.rejected_items([picked], items) == frozenset({"d2"})
-    assert rules.settled_detail(
+    assert rejected_items([picked], items) == frozenset({"d2"})
+    assert settled_detail(
         {"chosen": ["d1"], "rejected": ["d2", "d3"]}, settled_by="e1", members=["d1", "d2"]
     ) == {"settled_by": "e1", "chosen": ["d1"], "rejected": ["d2"]}
-    assert rules.settled_detail({"fact_id": "f"}, settled_by="e1", members=["d1"]) == {
+    assert settled_detail({"fact_id": "f"}, settled_by="e1", members=["d1"]) == {
         "settled_by": "e1",
         "fact_id": "f",
     }
 
 
 def test_the_plan_gate_is_closed_only_by_open_escalations_without_override():
-    rules.decide_plan_gate(
-        has_bundle=False, complete=False, open_escalations=[{"kind": "x"}], overridden=False
-    )
-    rules.decide_plan_gate(has_bundle=True, complete=True, open_escalations=[], overridden=False)
+    decide_plan_gate(has_bundle=False, complete=False, open_escalations=[{"kind": "x"}], overridden=False)
+    decide_plan_gate(has_bundle=True, complete=True, open_escalations=[], overridden=False)
     gap = {"id": "e1", "kind": "conflict", "missing": "which port"}
-    rules.decide_plan_gate(has_bundle=True, complete=False, open_escalations=[gap], overridden=True)
-    with pytest.raises(rules.PlanGateClosed) as closed:
-        rules.decide_plan_gate(has_bundle=True, complete=False, open_escalations=[gap], overridden=False)
+    decide_plan_gate(has_bundle=True, complete=False, open_escalations=[gap], overridden=True)
+    with pytest.raises(PlanGateClosed) as closed:
+        decide_plan_gate(has_bundle=True, complete=False, open_escalations=[gap], overridden=False)
     assert closed.value.code == "plan_gate_closed" and closed.value.details["open_escalations"] == [gap]
 
 
 def test_picking_a_side_rejects_the_others():
-    assert rules.decide_pick_side(["a", "b", "c"], ["a"]) == ("b", "c")
+    assert decide_pick_side(["a", "b", "c"], ["a"]) == ("b", "c")
     for chosen in ([], ["z"], ["a", "b", "c"]):
         with pytest.raises(ValidationFailed):
-            rules.decide_pick_side(["a", "b", "c"], chosen)
+            decide_pick_side(["a", "b", "c"], chosen)
 
 
 @pytest.mark.parametrize(
@@ -131,27 +146,27 @@ def test_picking_a_side_rejects_the_others():
 )
 def test_malformed_grant_scopes_are_refused(scopes):
     with pytest.raises(ValidationFailed):
-        rules.check_grant_scopes(scopes)
+        check_grant_scopes(scopes)
 
 
 @pytest.mark.parametrize("name", ["../x", "web\n", ""])
 def test_a_name_no_source_can_have_is_not_found(name):
     with pytest.raises(NotFound):
-        rules.check_grant_scopes({name: []})
+        check_grant_scopes({name: []})
 
 
 def test_questions_are_checked_and_round_trip():
-    questions = rules.check_questions([{"question": "Which port?", "subject": "deploy port"}])
-    assert rules.questions_from_data(rules.questions_to_data(questions)) == questions
+    questions = check_questions([{"question": "Which port?", "subject": "deploy port"}])
+    assert questions_from_data(questions_to_data(questions)) == questions
     for bad in ("x", [{"question": ""}], [{"question": "q", "subjects": "s"}], [{"question": "q", "x": 1}]):
         with pytest.raises(ValidationFailed):
-            rules.check_questions(bad)
+            check_questions(bad)
 
 
 def test_a_resolves_record_is_decided_in_the_core():
     """What a resolve appends (calls, denials, the bundle, opened and closed gaps) is a pure function of the
     bundle and the task's escalations; a conflict the goal settled is not opened again."""
-    from nexum.core.resolution.resolver import Grant, PlannedCall, SourceResult
+    from nexum.core.resolution.model import Grant, PlannedCall, SourceResult
     from tests.unit.test_resolver import item, resolve, spec
 
     results = [
@@ -175,7 +190,7 @@ def test_a_resolves_record_is_decided_in_the_core():
         "resolved_keys": (),
         "narrowed": False,
     }
-    events = rules.resolve_events(open_by_key={"gone": "e9"}, settlements=(), **record)
+    events = resolve_events(open_by_key={"gone": "e9"}, settlements=(), **record)
     assert [type(e).__name__ for e in events] == [
         "RetrievalPerformed",
         "RetrievalPerformed",
@@ -185,11 +200,11 @@ def test_a_resolves_record_is_decided_in_the_core():
     ]
     opened, closed = events[3], events[4]
     gap = bundle.escalations[0]
-    assert opened.escalation_id == rules.escalation_id_for(resolve_id="r", key=gap.key)
+    assert opened.escalation_id == escalation_id_for(resolve_id="r", key=gap.key)
     assert events[2].escalation_ids == (opened.escalation_id,)
     assert (closed.escalation_id, closed.resolution) == ("e9", "gap_closed")
     assert all("The port is" not in str(event) for event in events)
 
-    settled = rules.Settlement("e1", "port", frozenset(gap.item_digests), frozenset(gap.item_digests[:1]))
-    quiet = rules.resolve_events(open_by_key={}, settlements=(settled,), **record)
+    settled = Settlement("e1", "port", frozenset(gap.item_digests), frozenset(gap.item_digests[:1]))
+    quiet = resolve_events(open_by_key={}, settlements=(settled,), **record)
     assert [type(e).__name__ for e in quiet][-1] == "BundleResolved"

@@ -10,7 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nexum.core.errors import ValidationFailed
-from nexum.core.resolution.resolver import (
+from nexum.core.resolution.authorization import authorize, plan_retrievals, scope_covers
+from nexum.core.resolution.conflicts import conflict_groups, conflict_touches_plan
+from nexum.core.resolution.gathering import staleness_of
+from nexum.core.resolution.model import (
     DENY_GRANT_EXPIRED,
     DENY_NOT_PLANNED,
     DENY_OUTSIDE_GRANT,
@@ -26,15 +29,9 @@ from nexum.core.resolution.resolver import (
     RetrievedItem,
     SourceResult,
     SourceSpec,
-    authorize,
-    conflict_groups,
-    conflict_touches_plan,
-    plan_retrievals,
-    resolve_bundle,
-    scope_covers,
-    staleness_of,
-    subject_matches,
 )
+from nexum.core.resolution.resolver import resolve_bundle
+from nexum.core.resolution.subjects import subject_matches
 from nexum.core.trust import DOWNGRADE_BAD_SIGNATURE, DOWNGRADE_MISSING_SIGNATURE, TrustClass, sign_item
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)

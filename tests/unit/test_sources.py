@@ -22,15 +22,9 @@ from nexum.adapters.sources.http_json import HttpJsonSource
 from nexum.adapters.sources.registry import build_source, compiled_kind, source_kind, source_kinds
 from nexum.adapters.sources.tickets_json import TicketsJsonSource
 from nexum.core.errors import ValidationFailed
-from nexum.core.resolution.resolver import (
-    Freshness,
-    Grant,
-    RequiredQuestion,
-    ResolveBudget,
-    RetrievedItem,
-    plan_retrievals,
-    resolve_bundle,
-)
+from nexum.core.resolution.authorization import plan_retrievals
+from nexum.core.resolution.model import Freshness, Grant, RequiredQuestion, ResolveBudget, RetrievedItem
+from nexum.core.resolution.resolver import resolve_bundle
 from nexum.core.trust import TrustClass
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from nexum.adapters.source_policy import SourcePolicy
 from nexum.core.errors import ValidationFailed
-from nexum.core.resolution.resolver import (
+from nexum.core.resolution.model import (
     ANY_SCOPE,
     LABEL_SUSPECTED_INSTRUCTION,
     Freshness,

@@ -25,7 +25,7 @@ from nexum.adapters.sources.base import (
 from nexum.adapters.sources.registry import source_kind
 from nexum.core.digests import sha256_hex
 from nexum.core.errors import ValidationFailed
-from nexum.core.resolution.resolver import (
+from nexum.core.resolution.model import (
     ANY_SCOPE,
     Freshness,
     RetrievedItem,

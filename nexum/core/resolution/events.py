@@ -1,8 +1,9 @@
 """The context resolver's events (SPEC R1–R11): sources, grants, required questions, retrievals, bundles,
 escalations and plan-gate overrides; their streams and the values they carry.
 
-``resolver.py`` assembles one bundle from results already fetched; ``rules.py`` holds the pure decisions the
-services take on these events.
+``resolver.py`` assembles one bundle from results already fetched (its values in ``model.py``, its phases in
+the modules beside it); ``authorization.py``, ``checks.py``, ``escalations.py``, ``settlements.py`` and
+``record.py`` hold the pure decisions the services take on these events.
 
 Events about a resolve carry ids, digests and provenance (source, locator, trust class), never an item's text:
 the bundle's content is stored by its digest outside the log (R10).
@@ -29,7 +30,7 @@ RESOLVE_GAP_CLOSED = "gap_closed"
 """Closed by the system: a later resolve no longer shows the gap."""
 RESOLUTION_ACTIONS = (RESOLVE_SUPPLY_FACT, RESOLVE_PICK_SIDE, RESOLVE_GRANT_SOURCE, RESOLVE_CANCEL)
 SETTLING_ACTIONS = (RESOLVE_PICK_SIDE, RESOLVE_SUPPLY_FACT)
-"""The resolutions of a conflict that settle it for the whole goal (see ``rules.Settlement``)."""
+"""The resolutions of a conflict that settle it for the whole goal (see ``settlements.Settlement``)."""
 
 ESCALATION_OPEN = "open"
 ESCALATION_RESOLVED = "resolved"
