@@ -64,7 +64,8 @@ from rest_framework.test import APIClient  # noqa: E402
 from worlds import build_world  # noqa: E402  (bench/worlds.py, beside this script)
 
 from context_app.compilation import selectors, services  # noqa: E402
-from context_app.compilation.candidates import CANDIDATES, task_items  # noqa: E402
+from context_app.compilation.candidate_rows import task_items  # noqa: E402
+from context_app.compilation.candidates import CANDIDATES  # noqa: E402
 from context_app.world.embedder import configured_embedder_id  # noqa: E402
 from context_app.world.models import WorldItem  # noqa: E402
 from context_app.world.services import progress_record, scope_resolve, tool_call_record  # noqa: E402

@@ -34,7 +34,8 @@ from typing import Any, NamedTuple
 from django.conf import settings
 from django.db.models import Count, QuerySet, Sum
 
-from context_app.compilation.candidates import CANDIDATES, TaskCandidates, changed_rows
+from context_app.compilation.candidate_rows import changed_rows
+from context_app.compilation.candidates import CANDIDATES, TaskCandidates
 from context_app.compilation.models import (
     CompactionFold,
     CompileEvidence,

@@ -10,7 +10,8 @@ from django.db import transaction
 
 from context_app.catalog.services import model_overlay_set
 from context_app.compilation import selectors, services
-from context_app.compilation.candidates import CANDIDATES, CandidateCache, task_items
+from context_app.compilation.candidate_rows import task_items
+from context_app.compilation.candidates import CANDIDATES, CandidateCache
 from context_app.compilation.models import (
     CompactionFold,
     ContextCompilation,

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from context_app.compilation import candidates, selectors, services
+from context_app.compilation import candidate_rows, selectors, services
 from context_app.compilation.candidates import CandidateCache
 from context_app.compilation.models import ContextCompilation, StoredContext
 from context_app.world import services as world
@@ -121,7 +121,7 @@ def test_vectors_are_read_for_the_rows_that_changed_only(auth, cache, monkeypatc
     """The stored vectors come with the changed rows, in the candidate query itself: every ranked item's on
     the first read, none when nothing changed, the new fact's alone after it is recorded."""
     read: list[dict[str, bool]] = []
-    changed_rows = candidates.changed_rows
+    changed_rows = candidate_rows.changed_rows
 
     def recording(*args, **kwargs):
         rows = changed_rows(*args, **kwargs)
