@@ -47,9 +47,11 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from context_app.catalog import selectors as catalog_selectors
-from context_app.compilation import selectors
 from context_app.compilation.candidates import CANDIDATES
 from context_app.compilation.models import CompileEvidence, ContextCompilation, ContextUsage, StoredContext
+from context_app.compilation.selectors import compile_input
+from context_app.compilation.selectors.compile_input import compile_input_for, item_text_loader
+from context_app.compilation.selectors.contexts import compiled_result, context_get, evidence_get
 from context_app.world.embedder import configured_embedder, embedder_setting
 from context_app.world.models import WorldItem
 from context_app.world.services import Scope, progress_record
@@ -92,7 +94,7 @@ SUMMARY_MAX_TOKENS = 4000
 
 
 class _Configured:
-    """``compile_task``'s default embedder: ``NEXUM_EMBEDDER``'s, from ``selectors.VECTORS_FROM``."""
+    """``compile_task``'s default embedder: ``NEXUM_EMBEDDER``'s, from ``compile_input.VECTORS_FROM``."""
 
 
 CONFIGURED = _Configured()
@@ -241,7 +243,7 @@ def context_compile_run(*, request_id: str, actor: str = "worker") -> ContextCom
     try:
         task = Task.objects.get(id=queued.task_id, project_id=queued.project_id)
         evidence = (
-            selectors.evidence_get(project_id=project_id, digest=queued.evidence_digest)
+            evidence_get(project_id=project_id, digest=queued.evidence_digest)
             if queued.evidence_digest
             else []
         )
@@ -504,7 +506,7 @@ def compile_task(
     version = COMPILER_VERSION if version is None else version
     if isinstance(embedder, _Configured):
         embedder = compile_embedder(version)
-    task_input = selectors.compile_input_for(
+    task_input = compile_input_for(
         task=task,
         encoding=encoding,
         counter=counter,
@@ -521,7 +523,7 @@ def compile_task(
         task_input.compile_input,
         budget=budget,
         counter=counter,
-        load_texts=selectors.item_text_loader,
+        load_texts=item_text_loader,
         version=version,
         sections=task_input.sections,
         phase=telemetry.phase_span,
@@ -593,7 +595,7 @@ def context_replay(*, project_id: str, digest: str) -> ReplayOutcome:
     """Recompile a stored context's task as of the log position it was compiled at, with the budget, request
     evidence and compiler version it recorded, and compare digests. Writes nothing. A context retention
     pruned replays the same way: the log and the evidence it needs are kept."""
-    context = selectors.context_get(project_id=project_id, digest=digest)
+    context = context_get(project_id=project_id, digest=digest)
     result = _recompile(context)
     return ReplayOutcome(
         digest=context.digest,
@@ -608,7 +610,7 @@ def context_content(context: StoredContext) -> CompiledContext:
     verified against its digest (``context_not_reproducible`` when it does not match: nothing is shown that
     is not the context the digest names)."""
     if context.pruned_at is None:
-        return selectors.compiled_result(context)
+        return compiled_result(context)
     result = _recompile(context)
     if result.digest != context.digest:
         raise Conflict(
@@ -625,9 +627,7 @@ def _recompile(context: StoredContext) -> CompiledContext:
     """The compiler's result for ``context``'s task as of its position, with what its compile recorded."""
     project_id = str(context.project_id)
     evidence = (
-        selectors.evidence_get(project_id=project_id, digest=context.evidence_digest)
-        if context.evidence_digest
-        else []
+        evidence_get(project_id=project_id, digest=context.evidence_digest) if context.evidence_digest else []
     )
     budget = ModelBudget(**context.budget)
     compiled = _recorded_compile(context)
@@ -662,7 +662,7 @@ def _recorded_compile(context: StoredContext) -> compilation_events.ContextCompi
 
 def compile_embedder(version: int) -> Embedder | None:
     """The embedder a compile of ``version`` ranks by: the configured one from ``VECTORS_FROM``."""
-    return configured_embedder() if version >= selectors.VECTORS_FROM else None
+    return configured_embedder() if version >= compile_input.VECTORS_FROM else None
 
 
 def recorded_embedder(recorded: str | None) -> Embedder | None:
@@ -986,7 +986,7 @@ def _finished(project_id: str, request_id: str) -> CompileOutcome | None:
         raise NotFound(f"no compile request {request_id}", field="request_id")
     if row.status != compilation_events.REQUEST_DONE:
         raise ValidationFailed(f"compile request {request_id} is {row.status}", field="request_id")
-    return CompileOutcome(request_id, selectors.context_get(project_id=project_id, digest=row.digest), row)
+    return CompileOutcome(request_id, context_get(project_id=project_id, digest=row.digest), row)
 
 
 def _store_evidence(project_id: str, evidence: Sequence[Mapping[str, Any]]) -> str | None:
@@ -1002,7 +1002,7 @@ def _store_focus(project_id: str, focus: str) -> str | None:
 
 def _focus_text(project_id: str, digest: str | None) -> str:
     """The focus kept under ``digest`` (``_store_focus``); ``""`` for none."""
-    return selectors.evidence_get(project_id=project_id, digest=digest)[0]["focus"] if digest else ""
+    return evidence_get(project_id=project_id, digest=digest)[0]["focus"] if digest else ""
 
 
 def _store_items(project_id: str, items: list[dict[str, Any]]) -> str:
@@ -1049,7 +1049,7 @@ def context_usage_report(
         "model": usage.check_name(model, "model"),
         "cost": usage.check_cost(cost),
     }
-    context = selectors.context_get(project_id=project_id, digest=digest)
+    context = context_get(project_id=project_id, digest=digest)
     usage_id = (
         str(uuid.uuid4())
         if idempotency_key is None

@@ -19,8 +19,14 @@ from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
 from rest_framework.views import APIView
 
-from context_app.compilation import retention, selectors, services
+from context_app.compilation import retention, services
 from context_app.compilation.models import ContextCompilation, StoredContext
+from context_app.compilation.selectors.contexts import (
+    compile_request_get,
+    context_diff,
+    context_get,
+    task_compile_history,
+)
 from nexum.core.compilation import events as compilation_events
 from nexum.core.compilation import rules as compilation_rules
 from nexum.core.compilation.compiler import REASON_CODES, CompiledContext, Truncation
@@ -376,10 +382,10 @@ class CompileRequestView(APIView):
     def get(self, request: Request, request_id: str) -> HttpResponse:
         excluded = excluded_view(request)
         project_id = request.user.project_id
-        row = selectors.compile_request_get(project_id=project_id, request_id=request_id)
+        row = compile_request_get(project_id=project_id, request_id=request_id)
         body = _json(compile_request_data(row))
         if row.status == compilation_events.REQUEST_DONE:
-            context = selectors.context_get(project_id=project_id, digest=row.digest)
+            context = context_get(project_id=project_id, digest=row.digest)
             body = _with_member(body, "context", context_json(context, excluded=excluded))
         return _json_response(body)
 
@@ -415,9 +421,7 @@ class TaskContextListView(APIView):
         return Response(
             log_page(
                 lambda after, count: list(
-                    selectors.task_compile_history(project_id=project_id, task_id=task.id, after=after)[
-                        :count
-                    ]
+                    task_compile_history(project_id=project_id, task_id=task.id, after=after)[:count]
                 ),
                 limit=request.query["limit"],
                 cursor=request.query.get("cursor"),
@@ -436,7 +440,7 @@ class ContextDetailView(APIView):
     )
     def get(self, request: Request, digest: str) -> HttpResponse:
         excluded = excluded_view(request)
-        context = selectors.context_get(project_id=request.user.project_id, digest=digest)
+        context = context_get(project_id=request.user.project_id, digest=digest)
         return _json_response(context_json(context, excluded=excluded))
 
 
@@ -448,7 +452,7 @@ class ContextExcludedView(APIView):
         responses={200: EXCLUDED_PAGE},
     )
     def get(self, request: Request, digest: str) -> HttpResponse:
-        context = selectors.context_get(project_id=request.user.project_id, digest=digest)
+        context = context_get(project_id=request.user.project_id, digest=digest)
         start, limit = _page_bounds(request, context.excluded_count)
         stop = start + limit
         records = services.context_content(context).excluded_json(start, stop)
@@ -492,9 +496,9 @@ class ContextDiffView(APIView):
     )
     def get(self, request: Request, digest: str, other: str) -> Response:
         project_id = request.user.project_id
-        before = selectors.context_get(project_id=project_id, digest=digest)
-        after = selectors.context_get(project_id=project_id, digest=other)
-        diff = selectors.context_diff(
+        before = context_get(project_id=project_id, digest=digest)
+        after = context_get(project_id=project_id, digest=other)
+        diff = context_diff(
             before_result=services.context_content(before), after_result=services.context_content(after)
         )
         return Response(

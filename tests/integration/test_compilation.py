@@ -9,7 +9,7 @@ import pytest
 from django.db import transaction
 
 from context_app.catalog.services import model_overlay_set
-from context_app.compilation import selectors, services
+from context_app.compilation import services
 from context_app.compilation.candidate_rows import task_items
 from context_app.compilation.candidates import CANDIDATES, CandidateCache
 from context_app.compilation.models import (
@@ -18,6 +18,8 @@ from context_app.compilation.models import (
     FoldedItem,
     StoredContext,
 )
+from context_app.compilation.selectors import compile_input
+from context_app.compilation.selectors.contexts import compiled_result, context_diff, task_compilations
 from context_app.compilation.tasks import compile_requested
 from context_app.world import services as world
 from context_app.world.models import WorldItem
@@ -90,7 +92,7 @@ def test_the_worked_example_for_a_small_a_standard_and_a_frontier_model(auth, se
     assert standard.budget["context_tokens"] == 24000
     assert frontier.budget["context_tokens"] == 48000
     assert small.excluded_count > standard.excluded_count >= frontier.excluded_count
-    excluded = selectors.compiled_result(small).excluded
+    excluded = compiled_result(small).excluded
     assert excluded and all(record.reason for record in excluded)
     assert len(small.tools) == 6
     assert any(r.kind == "tool" and "tool budget of 6 tools is full" in r.reason for r in excluded)
@@ -107,7 +109,7 @@ def test_same_digest_is_stored_once_and_each_compile_is_an_event(auth):
     assert first.context.digest == second.context.digest
     assert StoredContext.objects.filter(digest=first.context.digest).count() == 1
     assert compiled_events(auth) == 2
-    assert len(selectors.task_compilations(project_id=auth.project_id, task_id=auth.task.id)) == 2
+    assert len(task_compilations(project_id=auth.project_id, task_id=auth.task.id)) == 2
 
 
 def test_a_retried_request_id_writes_nothing(auth):
@@ -175,7 +177,7 @@ def test_an_unrelated_verified_fact_is_below_relevance_while_a_relevant_unverifi
     included = {tuple(pair) for pair in context.included}
     assert ("fact", str(seeded.id)) in included
     assert ("fact", str(kitchen.id)) not in included and "kitchen" not in context.prompt_block
-    result = selectors.compiled_result(context)
+    result = compiled_result(context)
     below = [record for record in result.excluded if record.reason == "below the relevance floor"]
     assert ("fact", str(kitchen.id)) in {(record.kind, record.id) for record in below}
     assert result.exclusion_summary()["by_reason"]["below_relevance"] == len(below)
@@ -417,14 +419,10 @@ def shout(entries, *, max_tokens, counter):
 def test_diff_shows_what_entered_and_left_with_reasons(auth):
     small = compile_for(auth, "quick").context
     frontier = compile_for(auth, "frontier").context
-    diff = selectors.context_diff(
-        before_result=selectors.compiled_result(small), after_result=selectors.compiled_result(frontier)
-    )
+    diff = context_diff(before_result=compiled_result(small), after_result=compiled_result(frontier))
     assert diff.entered and all(entry.reason for entry in diff.entered)
     assert any(entry.kind == "tool" for entry in diff.entered)
-    back = selectors.context_diff(
-        before_result=selectors.compiled_result(frontier), after_result=selectors.compiled_result(small)
-    )
+    back = context_diff(before_result=compiled_result(frontier), after_result=compiled_result(small))
     assert {(e.kind, e.id) for e in back.left} == {(e.kind, e.id) for e in diff.entered}
     assert all(entry.reason for entry in back.left)
 
@@ -493,7 +491,7 @@ def test_candidates_are_metadata_and_only_included_texts_are_loaded(auth):
         assert item.token_count == stored[item.id].token_counts["cl100k_base"]
     facts = [item for item in items if item.kind == "fact"]
     assert all(item.terms == tuple(stored[item.id].terms) for item in facts)
-    loaded = selectors.item_text_loader(items[:3])
+    loaded = compile_input.item_text_loader(items[:3])
     assert loaded == {(item.kind, item.id): stored[item.id].rendered for item in items[:3]}
 
 
@@ -730,5 +728,5 @@ def test_a_compile_from_kept_rankings_equals_one_from_an_empty_cache(auth, monke
         return result.digest
 
     kept = digest()
-    monkeypatch.setattr(selectors, "CANDIDATES", CandidateCache())
+    monkeypatch.setattr(compile_input, "CANDIDATES", CandidateCache())
     assert digest() == kept

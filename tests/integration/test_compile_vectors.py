@@ -2,8 +2,8 @@
 vectors (read for changed rows only), a compile embeds its query and its request evidence, embeds once and
 stores the vectors of items stored before, records its embedder, and a replay ranks by the recorded one.
 
-Compiler version 5 is the first to rank by meaning (``selectors.VECTORS_FROM``); the tests that run the whole
-compile path lower it to the current version, whose digest does not cover the vectors."""
+Compiler version 5 is the first to rank by meaning (``compile_input.VECTORS_FROM``); the tests that run the
+whole compile path lower it to the current version, whose digest does not cover the vectors."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import uuid
 
 import pytest
 
-from context_app.compilation import candidate_rows, selectors, services
+from context_app.compilation import candidate_rows, services
 from context_app.compilation.candidates import CandidateCache
 from context_app.compilation.models import ContextCompilation, StoredContext
+from context_app.compilation.selectors import compile_input
 from context_app.world import services as world
 from context_app.world.embedder import configured_embedder, configured_embedder_id
 from context_app.world.models import ItemVector, WorldItem
@@ -38,7 +39,7 @@ def auth(project):
 def cache(monkeypatch):
     """A candidate cache of the test's own, used by the selectors and the compile service."""
     fresh = CandidateCache()
-    monkeypatch.setattr(selectors, "CANDIDATES", fresh)
+    monkeypatch.setattr(compile_input, "CANDIDATES", fresh)
     monkeypatch.setattr(services, "CANDIDATES", fresh)
     return fresh
 
@@ -46,7 +47,7 @@ def cache(monkeypatch):
 @pytest.fixture
 def ranked_by_meaning(monkeypatch, cache):
     """Compiles of the current version name their embedder, as version 5 will."""
-    monkeypatch.setattr(selectors, "VECTORS_FROM", COMPILER_VERSION)
+    monkeypatch.setattr(compile_input, "VECTORS_FROM", COMPILER_VERSION)
 
 
 class CountingEmbedder:
@@ -74,7 +75,7 @@ def counting_embedder(settings):
 
 
 def input_for(auth, version: int = 5, **kwargs):
-    return selectors.compile_input_for(
+    return compile_input.compile_input_for(
         task=auth.task,
         encoding=ENCODING,
         counter=counter_for(ENCODING),
@@ -153,7 +154,7 @@ def test_a_compile_embeds_items_stored_without_a_vector_once_and_stores_them(
     assert ItemVector.objects.filter(embedder="counting@1").count() == facts
     assert outcome.context.embedder == "counting@1"
     CountingEmbedder.calls.clear()
-    selectors.CANDIDATES.clear()  # a fresh process: the vectors are read, not made
+    compile_input.CANDIDATES.clear()  # a fresh process: the vectors are read, not made
     compile_for(auth)
     assert all(len(batch) < facts for batch in CountingEmbedder.calls)
 
@@ -202,7 +203,7 @@ def test_evidence_and_the_query_are_embedded_in_one_call_and_not_again(auth, cac
     evidence = [{"kind": "diagnostic", "id": "lint", "text": "auth.rb:12 unused variable"}]
     input_for(auth)  # the candidates' vectors made (they were stored under the default embedder)
     CountingEmbedder.calls.clear()
-    selectors._EVIDENCE_VECTORS.clear()
+    compile_input._EVIDENCE_VECTORS.clear()
     first = input_for(auth, extra_evidence=evidence, focus="the unused variable").compile_input
     assert len(CountingEmbedder.calls) == 1
     assert CountingEmbedder.calls[0] == [query_text(first), "auth.rb:12 unused variable"]
