@@ -63,10 +63,11 @@ from django.db import connection  # noqa: E402
 from rest_framework.test import APIClient  # noqa: E402
 from worlds import build_world  # noqa: E402  (bench/worlds.py, beside this script)
 
-from context_app.compilation import services  # noqa: E402
+from context_app.catalog.selectors import budget_for  # noqa: E402
 from context_app.compilation.candidate_rows import task_items  # noqa: E402
 from context_app.compilation.candidates import CANDIDATES  # noqa: E402
 from context_app.compilation.selectors import compile_input  # noqa: E402
+from context_app.compilation.services.compiles import compile_task, context_compile  # noqa: E402
 from context_app.world.embedder import configured_embedder_id  # noqa: E402
 from context_app.world.models import WorldItem  # noqa: E402
 from context_app.world.services import progress_record, scope_resolve, tool_call_record  # noqa: E402
@@ -91,7 +92,7 @@ def naive_compile(task: Task) -> None:
     """Every candidate's text loaded and re-tokenized with tiktoken (no stored counts, no cache)."""
     tokenizer = default_registry().tokenizer("cl100k_base")
     counter = counter_for("cl100k_base")
-    choice = services.catalog_selectors.budget_for(project_id=str(task.project_id), word=WORD)
+    choice = budget_for(project_id=str(task.project_id), word=WORD)
     task_input = compile_input.compile_input_for(task=task, encoding="cl100k_base", counter=counter)
     texts = dict(task_items(task).values_list("id", "rendered"))  # every text
     base = task_input.compile_input
@@ -232,13 +233,13 @@ def bench_size(size: int) -> dict[str, list[float]]:
     project_id, task, key = built.project_id, built.tasks[0], built.agent_key
     loaded = time.perf_counter() - started
     items = WorldItem.objects.filter(project_id=project_id).count()
-    choice = services.catalog_selectors.budget_for(project_id=project_id, word=WORD)
+    choice = budget_for(project_id=project_id, word=WORD)
 
     def service() -> None:
-        services.context_compile(project_id=project_id, task_id=str(task.id), model_word=WORD, actor="bench")
+        context_compile(project_id=project_id, task_id=str(task.id), model_word=WORD, actor="bench")
 
     def compile_only() -> None:
-        services.compile_task(task=task, budget=choice.budget, encoding="cl100k_base")
+        compile_task(task=task, budget=choice.budget, encoding="cl100k_base")
 
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
@@ -266,9 +267,7 @@ def bench_size(size: int) -> dict[str, list[float]]:
         progress_record(scope=scope, text=f"step {run}: tried rotating the session token", actor="bench")
 
     service()  # warm up: tokenizer loaded, the context stored once
-    outcome = services.context_compile(
-        project_id=project_id, task_id=str(task.id), model_word=WORD, actor="b"
-    )
+    outcome = context_compile(project_id=project_id, task_id=str(task.id), model_word=WORD, actor="b")
     tracing = TracedRuns() if TRACING else None
     traced = off_and_on_in_turn(service, RUNS, tracing) if tracing is not None else {}
     spans = tracing.spans_received() if tracing is not None else 0

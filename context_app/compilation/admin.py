@@ -12,7 +12,6 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
-from context_app.compilation import services
 from context_app.compilation.models import CompactionFold, ContextCompilation, ContextUsage, StoredContext
 from context_app.compilation.selectors.contexts import (
     context_diff,
@@ -22,6 +21,7 @@ from context_app.compilation.selectors.contexts import (
     task_compilations,
 )
 from context_app.compilation.selectors.usage import drift_per_card
+from context_app.compilation.services.replays import context_content, context_replay
 from nexum.core.errors import DomainError
 from nexum.eventstore.admin import ReadOnlyAdmin
 
@@ -65,7 +65,7 @@ class CompiledContextAdmin(ReadOnlyAdmin):
     ):  # type: ignore[no-untyped-def]
         context = get_object_or_404(StoredContext, pk=object_id)
         previous = previous_context(context)
-        result = services.context_content(context)  # recompiled and verified when retention pruned it
+        result = context_content(context)  # recompiled and verified when retention pruned it
         excluded = list(iter_excluded(result))
         extra = {
             "compiled": context,
@@ -91,7 +91,7 @@ class CompiledContextAdmin(ReadOnlyAdmin):
         context = get_object_or_404(StoredContext, pk=object_id)
         outcome, refusal = None, None
         try:
-            outcome = services.context_replay(project_id=str(context.project_id), digest=context.digest)
+            outcome = context_replay(project_id=str(context.project_id), digest=context.digest)
         except DomainError as error:  # e.g. the embedder it was compiled with cannot be loaded here
             refusal = error.message
         return TemplateResponse(
@@ -109,9 +109,7 @@ class CompiledContextAdmin(ReadOnlyAdmin):
     def diff_view(self, request: HttpRequest, object_id: str, other_id: str) -> HttpResponse:
         before = get_object_or_404(StoredContext, pk=object_id)
         after = get_object_or_404(StoredContext, pk=other_id, project_id=before.project_id)
-        diff = context_diff(
-            before_result=services.context_content(before), after_result=services.context_content(after)
-        )
+        diff = context_diff(before_result=context_content(before), after_result=context_content(after))
         return TemplateResponse(
             request,
             "admin/compilation/storedcontext/diff.html",

@@ -11,10 +11,12 @@ import uuid
 
 import pytest
 
-from context_app.compilation import candidate_rows, services
+from context_app.compilation import candidate_rows
 from context_app.compilation.candidates import CandidateCache
 from context_app.compilation.models import ContextCompilation, StoredContext
 from context_app.compilation.selectors import compile_input
+from context_app.compilation.services import compiles, folds
+from context_app.compilation.services.replays import context_replay
 from context_app.world import services as world
 from context_app.world.embedder import configured_embedder, configured_embedder_id
 from context_app.world.models import ItemVector, WorldItem
@@ -40,7 +42,7 @@ def cache(monkeypatch):
     """A candidate cache of the test's own, used by the selectors and the compile service."""
     fresh = CandidateCache()
     monkeypatch.setattr(compile_input, "CANDIDATES", fresh)
-    monkeypatch.setattr(services, "CANDIDATES", fresh)
+    monkeypatch.setattr(folds, "CANDIDATES", fresh)
     return fresh
 
 
@@ -86,7 +88,7 @@ def input_for(auth, version: int = 5, **kwargs):
 
 
 def compile_for(auth, **kwargs):
-    return services.context_compile(
+    return compiles.context_compile(
         project_id=auth.project_id, task_id=str(auth.task.id), model_word="quick", actor="test", **kwargs
     )
 
@@ -168,7 +170,7 @@ def test_the_embedder_is_recorded_shown_and_replayed(auth, ranked_by_meaning, ap
     assert recorded.embedder == name
     body = api.get(f"/api/v1/contexts/{outcome.context.digest}").json()
     assert body["embedder"] == name
-    replay = services.context_replay(project_id=auth.project_id, digest=outcome.context.digest)
+    replay = context_replay(project_id=auth.project_id, digest=outcome.context.digest)
     assert replay.matches
 
 
@@ -177,7 +179,7 @@ def test_a_replay_whose_embedder_cannot_be_loaded_says_so(auth, ranked_by_meanin
     StoredContext.objects.filter(pk=outcome.context.pk).update(embedder="retired-model@7")
     settings.NEXUM_EMBEDDER = "none"
     with pytest.raises(PolicyRefused, match="retired-model@7") as refused:
-        services.context_replay(project_id=auth.project_id, digest=outcome.context.digest)
+        context_replay(project_id=auth.project_id, digest=outcome.context.digest)
     assert refused.value.code == "embedder_unavailable"
     answer = api.post(f"/api/v1/contexts/{outcome.context.digest}/replay")
     assert answer.status_code == 422 and answer.json()["error"]["code"] == "embedder_unavailable"
@@ -185,10 +187,10 @@ def test_a_replay_whose_embedder_cannot_be_loaded_says_so(auth, ranked_by_meanin
 
 def test_contexts_compiled_before_embedders_replay_by_words_alone(auth, cache, monkeypatch):
     with monkeypatch.context() as earlier:
-        earlier.setattr(services, "COMPILER_VERSION", 4)  # a compile of the release before embedders
+        earlier.setattr(compiles, "COMPILER_VERSION", 4)  # a compile of the release before embedders
         before = compile_for(auth)
     assert (before.context.embedder, before.context.compiler_version) == ("", 4)
-    assert services.context_replay(project_id=auth.project_id, digest=before.context.digest).matches
+    assert context_replay(project_id=auth.project_id, digest=before.context.digest).matches
 
 
 def test_with_no_embedder_the_compile_records_none_and_is_lexical(auth, ranked_by_meaning, settings, api):
@@ -196,7 +198,7 @@ def test_with_no_embedder_the_compile_records_none_and_is_lexical(auth, ranked_b
     outcome = compile_for(auth)
     assert outcome.context.embedder == ""
     assert api.get(f"/api/v1/contexts/{outcome.context.digest}").json()["embedder"] is None
-    assert services.context_replay(project_id=auth.project_id, digest=outcome.context.digest).matches
+    assert context_replay(project_id=auth.project_id, digest=outcome.context.digest).matches
 
 
 def test_evidence_and_the_query_are_embedded_in_one_call_and_not_again(auth, cache, counting_embedder):
