@@ -34,8 +34,8 @@ by DATABASE_URL; runs on SQLite too, but the figures that matter are PostgreSQL'
 
 Embeddings: the world's facts and tool calls get their vectors by ``NEXUM_EMBEDDER`` (default ``wordllama``)
 as they are loaded, and a compile from version 5 reads them and embeds its query. ``BENCH_RANK_BY_MEANING=1``
-makes compiles of the current version do the same (``selectors.VECTORS_FROM``), to measure that cost before
-the ranking of version 5 exists; the first line says which embedder compiles rank by.
+makes compiles of the current version do the same (``compile_input.VECTORS_FROM``), to measure that cost
+before the ranking of version 5 exists; the first line says which embedder compiles rank by.
 """
 
 from __future__ import annotations
@@ -63,8 +63,11 @@ from django.db import connection  # noqa: E402
 from rest_framework.test import APIClient  # noqa: E402
 from worlds import build_world  # noqa: E402  (bench/worlds.py, beside this script)
 
-from context_app.compilation import selectors, services  # noqa: E402
-from context_app.compilation.candidates import CANDIDATES, task_items  # noqa: E402
+from context_app.catalog.selectors import budget_for  # noqa: E402
+from context_app.compilation.candidate_rows import task_items  # noqa: E402
+from context_app.compilation.candidates import CANDIDATES  # noqa: E402
+from context_app.compilation.selectors import compile_input  # noqa: E402
+from context_app.compilation.services.compiles import compile_task, context_compile  # noqa: E402
 from context_app.world.embedder import configured_embedder_id  # noqa: E402
 from context_app.world.models import WorldItem  # noqa: E402
 from context_app.world.services import progress_record, scope_resolve, tool_call_record  # noqa: E402
@@ -82,15 +85,15 @@ REST_RUNS = int(os.environ.get("BENCH_REST_RUNS", 15))
 WORD = "local"
 TRACING = os.environ.get("BENCH_TRACING", "1") == "1"
 if os.environ.get("BENCH_RANK_BY_MEANING") == "1":
-    selectors.VECTORS_FROM = COMPILER_VERSION
+    compile_input.VECTORS_FROM = COMPILER_VERSION
 
 
 def naive_compile(task: Task) -> None:
     """Every candidate's text loaded and re-tokenized with tiktoken (no stored counts, no cache)."""
     tokenizer = default_registry().tokenizer("cl100k_base")
     counter = counter_for("cl100k_base")
-    choice = services.catalog_selectors.budget_for(project_id=str(task.project_id), word=WORD)
-    task_input = selectors.compile_input_for(task=task, encoding="cl100k_base", counter=counter)
+    choice = budget_for(project_id=str(task.project_id), word=WORD)
+    task_input = compile_input.compile_input_for(task=task, encoding="cl100k_base", counter=counter)
     texts = dict(task_items(task).values_list("id", "rendered"))  # every text
     base = task_input.compile_input
 
@@ -221,7 +224,7 @@ def off_and_on_in_turn(
 def forget_everything(run: int) -> None:
     CANDIDATES.clear()
     counter_for("cl100k_base")._cache.clear()
-    selectors._EVIDENCE_VECTORS.clear()
+    compile_input._EVIDENCE_VECTORS.clear()
 
 
 def bench_size(size: int) -> dict[str, list[float]]:
@@ -230,13 +233,13 @@ def bench_size(size: int) -> dict[str, list[float]]:
     project_id, task, key = built.project_id, built.tasks[0], built.agent_key
     loaded = time.perf_counter() - started
     items = WorldItem.objects.filter(project_id=project_id).count()
-    choice = services.catalog_selectors.budget_for(project_id=project_id, word=WORD)
+    choice = budget_for(project_id=project_id, word=WORD)
 
     def service() -> None:
-        services.context_compile(project_id=project_id, task_id=str(task.id), model_word=WORD, actor="bench")
+        context_compile(project_id=project_id, task_id=str(task.id), model_word=WORD, actor="bench")
 
     def compile_only() -> None:
-        services.compile_task(task=task, budget=choice.budget, encoding="cl100k_base")
+        compile_task(task=task, budget=choice.budget, encoding="cl100k_base")
 
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
@@ -264,9 +267,7 @@ def bench_size(size: int) -> dict[str, list[float]]:
         progress_record(scope=scope, text=f"step {run}: tried rotating the session token", actor="bench")
 
     service()  # warm up: tokenizer loaded, the context stored once
-    outcome = services.context_compile(
-        project_id=project_id, task_id=str(task.id), model_word=WORD, actor="b"
-    )
+    outcome = context_compile(project_id=project_id, task_id=str(task.id), model_word=WORD, actor="b")
     tracing = TracedRuns() if TRACING else None
     traced = off_and_on_in_turn(service, RUNS, tracing) if tracing is not None else {}
     spans = tracing.spans_received() if tracing is not None else 0
@@ -318,7 +319,7 @@ def bench_size(size: int) -> dict[str, list[float]]:
 def main() -> None:
     call_command("migrate", verbosity=0)
     call_command("flush", interactive=False, verbosity=0)
-    ranked_by = configured_embedder_id() if COMPILER_VERSION >= selectors.VECTORS_FROM else ""
+    ranked_by = configured_embedder_id() if COMPILER_VERSION >= compile_input.VECTORS_FROM else ""
     print(
         f"database: {connection.vendor}; model word {WORD!r}; "
         f"runs {RUNS} (naive {NAIVE_RUNS}, REST with ?excluded=full {REST_RUNS}); compiler version "

@@ -47,7 +47,7 @@ import django
 django.setup()
 
 from context_app.catalog.services import DEFAULT_CATALOG, model_catalog_replace  # noqa: E402
-from context_app.compilation import services as compilation_services  # noqa: E402
+from context_app.compilation.services.compiles import context_compile  # noqa: E402
 from nexum.adapters.tokenization import counter_for  # noqa: E402
 from nexum.core.compilation.compiler import (  # noqa: E402
     ITEM_OVERHEAD,
@@ -538,7 +538,7 @@ def measure(
     for word in model_words:
         selections: dict[str, dict[str, Selection]] = {method: {} for method in METHODS}
         for scenario in built.scenarios:
-            outcome = compilation_services.context_compile(
+            outcome = context_compile(
                 project_id=built.project_id,
                 task_id=built.task_ids[scenario.id],
                 model_word=word,

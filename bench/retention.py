@@ -35,8 +35,10 @@ from django.db import connection, connections  # noqa: E402
 from django.utils import timezone  # noqa: E402
 from worlds import build_world  # noqa: E402  (bench/worlds.py, beside this script)
 
-from context_app.compilation import selectors, services  # noqa: E402
 from context_app.compilation.models import ContextCompilation, StoredContext  # noqa: E402
+from context_app.compilation.selectors.contexts import context_get  # noqa: E402
+from context_app.compilation.services.compiles import context_compile  # noqa: E402
+from context_app.compilation.services.replays import context_content, context_replay  # noqa: E402
 from context_app.world.services import progress_record, scope_resolve  # noqa: E402
 from tasks_app.services import project_retention_set  # noqa: E402
 
@@ -81,7 +83,7 @@ def main() -> None:
     digests = []
     for index in range(compiles):
         progress_record(scope=scope, text=f"step {index}: ran the spec again", actor="bench")
-        outcome = services.context_compile(
+        outcome = context_compile(
             project_id=project_id, task_id=str(task.id), model_word="frontier", actor="bench"
         )
         digests.append(outcome.context.digest)
@@ -105,14 +107,13 @@ def main() -> None:
         f"on disk: {before[1]:,} before, {after[1]:,} after"
     )
 
-    replays = [services.context_replay(project_id=project_id, digest=digest) for digest in digests]
+    replays = [context_replay(project_id=project_id, digest=digest) for digest in digests]
     print(f"replays matching: {sum(r.matches for r in replays)} of {len(replays)} ({len(old)} pruned)")
     reads_pruned = [
-        timed(lambda d=d: services.context_content(selectors.context_get(project_id=project_id, digest=d)))
-        for d in old[:10]
+        timed(lambda d=d: context_content(context_get(project_id=project_id, digest=d))) for d in old[:10]
     ]
     reads_stored = [
-        timed(lambda d=d: services.context_content(selectors.context_get(project_id=project_id, digest=d)))
+        timed(lambda d=d: context_content(context_get(project_id=project_id, digest=d)))
         for d in digests[len(old) :][:10]
     ]
     print(

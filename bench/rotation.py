@@ -32,8 +32,8 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from worlds import build_world  # noqa: E402  (bench/worlds.py, beside this script)
 
-from context_app.compilation import services  # noqa: E402
 from context_app.compilation.candidates import CANDIDATES  # noqa: E402
+from context_app.compilation.services.compiles import context_compile  # noqa: E402
 
 GOALS = int(os.environ.get("BENCH_GOALS", 4))
 ITEMS = int(os.environ.get("BENCH_ITEMS", 10_000))
@@ -63,7 +63,7 @@ def main() -> None:
 
     def compile_once(task_id: str) -> float:
         begun = time.perf_counter()
-        services.context_compile(project_id=world.project_id, task_id=task_id, model_word=WORD, actor="bench")
+        context_compile(project_id=world.project_id, task_id=task_id, model_word=WORD, actor="bench")
         return (time.perf_counter() - begun) * 1000
 
     first = str(world.tasks[0].id)

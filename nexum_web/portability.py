@@ -30,7 +30,7 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from context_app.compilation.models import CompileEvidence, ContextCompilation, StoredContext
-from context_app.compilation.services import context_replay
+from context_app.compilation.services.replays import context_replay
 from context_app.resolution.models import BundleContent, Resolve
 from context_app.world.artifacts import default_store
 from context_app.world.models import WorldItem

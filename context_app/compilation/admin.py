@@ -12,8 +12,16 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
-from context_app.compilation import selectors, services
 from context_app.compilation.models import CompactionFold, ContextCompilation, ContextUsage, StoredContext
+from context_app.compilation.selectors.contexts import (
+    context_diff,
+    iter_excluded,
+    previous_context,
+    section_rows,
+    task_compilations,
+)
+from context_app.compilation.selectors.usage import drift_per_card
+from context_app.compilation.services.replays import context_content, context_replay
 from nexum.core.errors import DomainError
 from nexum.eventstore.admin import ReadOnlyAdmin
 
@@ -56,19 +64,19 @@ class CompiledContextAdmin(ReadOnlyAdmin):
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
     ):  # type: ignore[no-untyped-def]
         context = get_object_or_404(StoredContext, pk=object_id)
-        previous = selectors.previous_context(context)
-        result = services.context_content(context)  # recompiled and verified when retention pruned it
-        excluded = list(selectors.iter_excluded(result))
+        previous = previous_context(context)
+        result = context_content(context)  # recompiled and verified when retention pruned it
+        excluded = list(iter_excluded(result))
         extra = {
             "compiled": context,
             "prompt_block": result.prompt_block,
-            "sections": selectors.section_rows(context),
+            "sections": section_rows(context),
             "excluded": excluded[:EXCLUDED_SHOWN],
             "excluded_total": len(excluded),
             "excluded_shown": min(len(excluded), EXCLUDED_SHOWN),
             "excluded_by_reason": result.exclusion_summary()["by_reason"],
             "truncated": result.truncated,
-            "compiles": selectors.task_compilations(project_id=context.project_id, task_id=context.task_id),
+            "compiles": task_compilations(project_id=context.project_id, task_id=context.task_id),
             "replay_url": reverse("admin:compilation_storedcontext_replay", args=[context.pk]),
             "diff_url": (
                 reverse("admin:compilation_storedcontext_diff", args=[previous.pk, context.pk])
@@ -83,7 +91,7 @@ class CompiledContextAdmin(ReadOnlyAdmin):
         context = get_object_or_404(StoredContext, pk=object_id)
         outcome, refusal = None, None
         try:
-            outcome = services.context_replay(project_id=str(context.project_id), digest=context.digest)
+            outcome = context_replay(project_id=str(context.project_id), digest=context.digest)
         except DomainError as error:  # e.g. the embedder it was compiled with cannot be loaded here
             refusal = error.message
         return TemplateResponse(
@@ -101,9 +109,7 @@ class CompiledContextAdmin(ReadOnlyAdmin):
     def diff_view(self, request: HttpRequest, object_id: str, other_id: str) -> HttpResponse:
         before = get_object_or_404(StoredContext, pk=object_id)
         after = get_object_or_404(StoredContext, pk=other_id, project_id=before.project_id)
-        diff = selectors.context_diff(
-            before_result=services.context_content(before), after_result=services.context_content(after)
-        )
+        diff = context_diff(before_result=context_content(before), after_result=context_content(after))
         return TemplateResponse(
             request,
             "admin/compilation/storedcontext/diff.html",
@@ -170,7 +176,6 @@ class ContextUsageAdmin(ReadOnlyAdmin):
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None):  # type: ignore[no-untyped-def]
         drifts = [
-            (drift, f"{drift.summary.p50:+.1%}", f"{drift.summary.p95:+.1%}")
-            for drift in selectors.drift_per_card()
+            (drift, f"{drift.summary.p50:+.1%}", f"{drift.summary.p95:+.1%}") for drift in drift_per_card()
         ]
         return super().changelist_view(request, {**(extra_context or {}), "card_drifts": drifts})

@@ -6,7 +6,8 @@ What is pruned, and what is kept because something still reads it:
 * a stored context whose last compile (its own, or a later compile that gave the same digest) finished before
   the cutoff loses its prompt block and exclusion runs; its digest, budget, inclusions, token counts and
   position stay, and so do the events and the compile evidence. A read of it recompiles it at its position
-  and shows it only when the digest matches (``services.context_content``); its replay works as before.
+  and shows it only when the digest matches (``services.replays.context_content``); its replay works as
+  before.
 * a bundle created before the cutoff loses its content unless a stored context was compiled from it (a
   replay of that context reads it), it is a task's latest (the next compile reads it), an escalation names
   it, or another project's resolve produced it too (its policy is its own).

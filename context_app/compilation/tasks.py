@@ -25,7 +25,8 @@ from nexum.work.worker import WorkTask, run_leased
 def compile_requested(self: WorkTask, request_id: str) -> str | None:
     """Answer the queued compile ``request_id``. A redelivered message (the request already answered)
     stores nothing and appends nothing. Returns the digest, or ``None`` when the compile was refused."""
-    from context_app.compilation.services import context_compile_run
+    # Imported here: the service imports this module to send its work (services -> tasks, one direction).
+    from context_app.compilation.services.requests import context_compile_run
 
     compiled = run_leased(self, COMPILE, request_id, lambda lease: context_compile_run(request_id=request_id))
     return compiled.digest or None if compiled is not None else None

@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from context_app.catalog import selectors, services
-from context_app.compilation import selectors as compilation_selectors
+from context_app.compilation.selectors.usage import CardDrift, drift_by_card
 from nexum.core.catalog.changes import MAX_TOKEN_COUNT
 from nexum.core.catalog.overlays import ContextWindowOverlay
 from nexum_web.api.auth import OperatorOnly
@@ -123,7 +123,7 @@ class DriftSerializer(serializers.Serializer):
     drifting = serializers.BooleanField(help_text="p95 above the threshold: raise the card's safety margin")
 
 
-def drift_data(drift: compilation_selectors.CardDrift) -> dict[str, Any]:
+def drift_data(drift: CardDrift) -> dict[str, Any]:
     summary = drift.summary
     return {
         "reports": summary.reports,
@@ -189,7 +189,7 @@ class ModelsView(APIView):
         project_id = request.user.project_id
         view = selectors.catalog_view(project_id)
         data = {**_catalog_data(view.version, view.document), "words": view.words}
-        drifts = compilation_selectors.drift_by_card(project_id=project_id)
+        drifts = drift_by_card(project_id=project_id)
         return Response(ModelsSerializer(data, context={"drifts": drifts}).data)
 
 
@@ -256,5 +256,5 @@ class ModelOverlayView(APIView):
             "previous": change.old,
             "model": selectors.word_view(request.user.project_id, change.word),
         }
-        drifts = compilation_selectors.drift_by_card(project_id=request.user.project_id)
+        drifts = drift_by_card(project_id=request.user.project_id)
         return Response(OverlayChangeSerializer(data, context={"drifts": drifts}).data)

@@ -19,8 +19,24 @@ from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
 from rest_framework.views import APIView
 
-from context_app.compilation import retention, selectors, services
+from context_app.compilation import retention
 from context_app.compilation.models import ContextCompilation, StoredContext
+from context_app.compilation.selectors.contexts import (
+    compile_request_get,
+    context_diff,
+    context_get,
+    task_compile_history,
+)
+from context_app.compilation.services.compile_settings import relevance_floor
+from context_app.compilation.services.compiles import context_compile
+from context_app.compilation.services.replays import context_content, context_replay
+from context_app.compilation.services.request_inputs import (
+    EVIDENCE_ID_MAX,
+    EVIDENCE_MAX_ITEMS,
+    FOCUS_MAX_CHARS,
+    request_id_for_key,
+)
+from context_app.compilation.services.requests import context_compile_request
 from nexum.core.compilation import events as compilation_events
 from nexum.core.compilation import rules as compilation_rules
 from nexum.core.compilation.compiler import REASON_CODES, CompiledContext, Truncation
@@ -45,7 +61,7 @@ class OverridesInput(StrictInput):
 
 class EvidenceInput(StrictInput):
     kind = serializers.ChoiceField(choices=compilation_rules.EVIDENCE_KINDS, default="code")
-    id = serializers.CharField(required=False, max_length=services.EVIDENCE_ID_MAX)
+    id = serializers.CharField(required=False, max_length=EVIDENCE_ID_MAX)
     text = serializers.CharField(max_length=TEXT_MAX, trim_whitespace=False)
     origin = serializers.CharField(required=False, allow_blank=True, max_length=SHORT_MAX)
     trust_class = CallerTrustField()
@@ -54,9 +70,7 @@ class EvidenceInput(StrictInput):
 class CompileInput(StrictInput):
     model = serializers.CharField(max_length=100, help_text="a catalog word: model word, alias or tier word")
     overrides = OverridesInput(required=False, help_text="explicit budget overrides (B3)")
-    evidence = serializers.ListField(
-        child=EvidenceInput(), required=False, max_length=services.EVIDENCE_MAX_ITEMS
-    )
+    evidence = serializers.ListField(child=EvidenceInput(), required=False, max_length=EVIDENCE_MAX_ITEMS)
     compaction = serializers.BooleanField(
         required=False, allow_null=True, default=None, help_text="this request's compaction choice (O6)"
     )
@@ -64,7 +78,7 @@ class CompileInput(StrictInput):
         required=False,
         allow_blank=True,
         default="",
-        max_length=services.FOCUS_MAX_CHARS,
+        max_length=FOCUS_MAX_CHARS,
         help_text="what the agent is working on right now: ranks the facts beside the step, is shown in the "
         "current step and recorded for replay",
     )
@@ -118,8 +132,8 @@ def context_json(context: StoredContext, *, excluded: str, result: CompiledConte
     ``excluded`` is ``full``, ``excluded``: every record, written by the compiler from its exclusion runs
     (``CompiledContext.excluded_json``), so a large world's tens of thousands of records cost no object
     each. ``result`` is the compiler's result for this context when the caller has it (no stored runs are
-    parsed then); without it, a context retention pruned is recompiled (``services.context_content``)."""
-    compiled = result if result is not None else services.context_content(context)
+    parsed then); without it, a context retention pruned is recompiled (``context_content``)."""
+    compiled = result if result is not None else context_content(context)
     body = _json({**context_fields(context, compiled), "exclusions": compiled.exclusion_summary()})
     if excluded == "full":
         body = _with_member(body, "excluded", compiled.excluded_json())
@@ -352,15 +366,15 @@ class TaskCompileView(APIView):
             "extra_evidence": [dict(entry) for entry in values.get("evidence", [])],
             "compaction": values.get("compaction"),
             "focus": values.get("focus", ""),
-            "request_id": services.request_id_for_key(project_id, key) if key else None,
+            "request_id": request_id_for_key(project_id, key) if key else None,
             "actor": request.user.actor,
         }
         if values["async"]:
-            queued = services.context_compile_request(**arguments)
+            queued = context_compile_request(**arguments)
             body = compile_request_data(queued)
             body["url"] = reverse("v1:compile-request", args=[body["request_id"]])
             return Response(body, status=status.HTTP_202_ACCEPTED)
-        outcome = services.context_compile(**arguments, min_position=min_position(request))
+        outcome = context_compile(**arguments, min_position=min_position(request))
         answer = _json({"request_id": outcome.request_id})
         context = context_json(outcome.context, excluded=excluded, result=outcome.result)
         return _json_response(_with_member(answer, "context", context))
@@ -376,10 +390,10 @@ class CompileRequestView(APIView):
     def get(self, request: Request, request_id: str) -> HttpResponse:
         excluded = excluded_view(request)
         project_id = request.user.project_id
-        row = selectors.compile_request_get(project_id=project_id, request_id=request_id)
+        row = compile_request_get(project_id=project_id, request_id=request_id)
         body = _json(compile_request_data(row))
         if row.status == compilation_events.REQUEST_DONE:
-            context = selectors.context_get(project_id=project_id, digest=row.digest)
+            context = context_get(project_id=project_id, digest=row.digest)
             body = _with_member(body, "context", context_json(context, excluded=excluded))
         return _json_response(body)
 
@@ -415,9 +429,7 @@ class TaskContextListView(APIView):
         return Response(
             log_page(
                 lambda after, count: list(
-                    selectors.task_compile_history(project_id=project_id, task_id=task.id, after=after)[
-                        :count
-                    ]
+                    task_compile_history(project_id=project_id, task_id=task.id, after=after)[:count]
                 ),
                 limit=request.query["limit"],
                 cursor=request.query.get("cursor"),
@@ -436,7 +448,7 @@ class ContextDetailView(APIView):
     )
     def get(self, request: Request, digest: str) -> HttpResponse:
         excluded = excluded_view(request)
-        context = selectors.context_get(project_id=request.user.project_id, digest=digest)
+        context = context_get(project_id=request.user.project_id, digest=digest)
         return _json_response(context_json(context, excluded=excluded))
 
 
@@ -448,17 +460,17 @@ class ContextExcludedView(APIView):
         responses={200: EXCLUDED_PAGE},
     )
     def get(self, request: Request, digest: str) -> HttpResponse:
-        context = selectors.context_get(project_id=request.user.project_id, digest=digest)
+        context = context_get(project_id=request.user.project_id, digest=digest)
         start, limit = _page_bounds(request, context.excluded_count)
         stop = start + limit
-        records = services.context_content(context).excluded_json(start, stop)
+        records = context_content(context).excluded_json(start, stop)
         next_cursor = str(stop) if stop < context.excluded_count else None
         return _json_response(f'{{"results":{records},"next_cursor":{_json(next_cursor)}}}')
 
 
 class ContextReplayView(APIView):
     def _replay(self, request: Request, digest: str) -> Response:
-        outcome = services.context_replay(project_id=request.user.project_id, digest=digest)
+        outcome = context_replay(project_id=request.user.project_id, digest=digest)
         return Response(
             {
                 "digest": outcome.digest,
@@ -492,11 +504,9 @@ class ContextDiffView(APIView):
     )
     def get(self, request: Request, digest: str, other: str) -> Response:
         project_id = request.user.project_id
-        before = selectors.context_get(project_id=project_id, digest=digest)
-        after = selectors.context_get(project_id=project_id, digest=other)
-        diff = selectors.context_diff(
-            before_result=services.context_content(before), after_result=services.context_content(after)
-        )
+        before = context_get(project_id=project_id, digest=digest)
+        after = context_get(project_id=project_id, digest=other)
+        diff = context_diff(before_result=context_content(before), after_result=context_content(after))
         return Response(
             {
                 "from": before.digest,
@@ -559,7 +569,7 @@ class ProjectCompileSettingsView(APIView):
         return Response(
             {
                 "relevance_floor": project.relevance_floor,
-                "effective_relevance_floor": services.relevance_floor(project_id),
+                "effective_relevance_floor": relevance_floor(project_id),
                 "version": project.version,
             }
         )

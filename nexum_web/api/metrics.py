@@ -34,7 +34,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from context_app.compilation.selectors import drift_per_card
+from context_app.compilation.selectors.usage import drift_per_card
 from nexum.adapters import metrics
 from nexum.core.errors import Forbidden
 from nexum.core.roles import OPERATOR

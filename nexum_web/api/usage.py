@@ -13,7 +13,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from context_app.compilation import selectors, services
+from context_app.compilation.selectors.usage import usage_totals
+from context_app.compilation.services.usage import context_usage_report
 from nexum.core.catalog.changes import MAX_TOKEN_COUNT
 from nexum.core.catalog.usage import COST_MAX, NAME_MAX
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
@@ -105,7 +106,7 @@ class ContextUsageView(APIView):
     def post(self, request: Request, digest: str) -> Response:
         payload = UsageInput(data=request.data)
         payload.is_valid(raise_exception=True)
-        report = services.context_usage_report(
+        report = context_usage_report(
             project_id=request.user.project_id,
             digest=digest,
             **payload.validated_data,
@@ -127,7 +128,7 @@ class UsageTotalsView(APIView):
         goal_id = str(query["goal"]) if "goal" in query else None
         task_id = str(query["task"]) if "task" in query else None
         project_id = request.user.project_id
-        totals, by_card = selectors.usage_totals(project_id=project_id, task_id=task_id, goal_id=goal_id)
+        totals, by_card = usage_totals(project_id=project_id, task_id=task_id, goal_id=goal_id)
         scope, scope_id = (
             ("task", task_id) if task_id else ("goal", goal_id) if goal_id else ("project", project_id)
         )

@@ -25,7 +25,8 @@ from django.conf import settings
 from context_app.catalog.models import CatalogCard, ModelOverlay
 from context_app.catalog.services import DEFAULT_CATALOG, model_catalog_replace, model_overlay_set
 from context_app.compilation.models import ContextUsage, StoredContext
-from context_app.compilation.services import context_compile, context_usage_report
+from context_app.compilation.services.compiles import context_compile
+from context_app.compilation.services.usage import context_usage_report
 from context_app.resolution import services as resolution
 from context_app.resolution.models import Grant, Source, TaskContext, TaskQuestions
 from context_app.world import services as world

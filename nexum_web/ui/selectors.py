@@ -8,8 +8,8 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from context_app.compilation import selectors as compilation_selectors
 from context_app.compilation.models import ContextCompilation, StoredContext
+from context_app.compilation.selectors.usage import CardDrift, drift_per_card
 from context_app.resolution import selectors as resolution_selectors
 from context_app.resolution.models import Escalation, Source
 from nexum.core.errors import DomainError
@@ -150,10 +150,10 @@ def grantable_sources(escalation: Escalation) -> QuerySet[Source]:
 # --- the admin dashboard ------------------------------------------------------------------------------------
 
 
-def drifting_cards() -> list[tuple[compilation_selectors.CardDrift, Project | None]]:
+def drifting_cards() -> list[tuple[CardDrift, Project | None]]:
     """Cards, in every project, whose provider counts more than Nexum past the drift threshold (issue 28),
     worst first, each with its project."""
-    drifting = [drift for drift in compilation_selectors.drift_per_card() if drift.drifting]
+    drifting = [drift for drift in drift_per_card() if drift.drifting]
     projects = Project.objects.in_bulk([drift.project_id for drift in drifting])
     drifting.sort(key=lambda drift: -drift.summary.p95)
     return [(drift, projects.get(uuid.UUID(drift.project_id))) for drift in drifting]

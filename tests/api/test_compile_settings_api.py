@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from context_app.compilation import services
 from context_app.compilation.models import StoredContext
+from context_app.compilation.services.replays import context_replay
 from context_app.world import services as world
 from nexum.core.compilation.compiler import DEFAULT_RELEVANCE_FLOOR
 from nexum.eventstore import store
@@ -91,7 +91,7 @@ def test_the_compile_uses_the_projects_floor_records_it_and_replays(api, operato
     assert lowered["exclusions"]["by_reason"].get("below_relevance", 0) == 0
     assert len(lowered["included"]) > len(before["included"])
     for digest in (before["digest"], lowered["digest"]):
-        assert services.context_replay(project_id=auth.project_id, digest=digest).matches
+        assert context_replay(project_id=auth.project_id, digest=digest).matches
     cleared = operator_api.put(URL, {"relevance_floor": None}, format="json").json()
     assert cleared["relevance_floor"] is None
     assert cleared["effective_relevance_floor"] == DEFAULT_RELEVANCE_FLOOR

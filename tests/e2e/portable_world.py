@@ -28,8 +28,10 @@ from django.core.serializers.json import DjangoJSONEncoder  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from context_app.compilation import retention  # noqa: E402
-from context_app.compilation import services as compilation  # noqa: E402
 from context_app.compilation.models import StoredContext  # noqa: E402
+from context_app.compilation.services.compiles import context_compile  # noqa: E402
+from context_app.compilation.services.replays import context_replay  # noqa: E402
+from context_app.compilation.services.usage import context_usage_report  # noqa: E402
 from context_app.world import services as world  # noqa: E402
 from nexum.eventstore import projections, store  # noqa: E402
 from tasks_app import selectors, services  # noqa: E402
@@ -50,9 +52,7 @@ def build(slug: str) -> None:
         actor="test",
     )
     for word in ("local", "local"):
-        compilation.context_compile(
-            project_id=auth.project_id, task_id=str(auth.task.id), model_word=word, actor="t"
-        )
+        context_compile(project_id=auth.project_id, task_id=str(auth.task.id), model_word=word, actor="t")
     services.project_retention_set(
         project_id=auth.project_id,
         policy={"context_days": 1, "bundle_days": None, "check_output_days": None},
@@ -61,10 +61,10 @@ def build(slug: str) -> None:
     two_days_on = timezone.now() + timedelta(days=2)
     assert retention.project_prune(project_id=auth.project_id, now=two_days_on).contexts.count == 1
     world.fact_record(scope=scope, text="The token check reads the clock", subject="auth", actor="test")
-    last = compilation.context_compile(
+    last = context_compile(
         project_id=auth.project_id, task_id=str(auth.task.id), model_word="local", actor="t"
     )
-    compilation.context_usage_report(
+    context_usage_report(
         project_id=auth.project_id,
         digest=last.context.digest,
         prompt_tokens=last.context.total_tokens + 12,
@@ -99,7 +99,7 @@ def snapshot(slug: str, until: str = "") -> None:
     head = store.project_head(project_id)
     position = int(until) if until else head[0]
     replays = {
-        digest: compilation.context_replay(project_id=project_id, digest=digest).matches
+        digest: context_replay(project_id=project_id, digest=digest).matches
         for digest in StoredContext.objects.filter(project_id=project_id).values_list("digest", flat=True)
     }
     with projections.state_as_of(position, project_id=project_id):

@@ -191,7 +191,7 @@ def test_supplying_a_fact_granting_a_source_and_cancelling_go_through_the_servic
 def test_keeping_the_docs_side_for_s2_settles_the_expiry_conflict_for_s3_too(demo_world, staff_client):
     """The demo's conflict is escalated on s2 (its input); s3 sees the same two claims. Keeping the docs'
     side in the UI applies to both: s3's next compile no longer carries the ticket's "60 minutes"."""
-    from context_app.compilation.services import context_compile
+    from context_app.compilation.services.compiles import context_compile
 
     s3 = demo_world.tasks["s3"]
 

@@ -9,8 +9,9 @@ import json
 
 import pytest
 
-from context_app.compilation import services as compilation
 from context_app.compilation.models import CompactionFold, StoredContext
+from context_app.compilation.services.compiles import context_compile
+from context_app.compilation.services.replays import context_replay
 from context_app.resolution import selectors as resolution_selectors
 from context_app.world.models import WorldItem
 from nexum.adapters.tokenization import counter_for
@@ -21,7 +22,7 @@ TRIED = "Tried comparing the expiry as a string"
 
 
 def compile_s3(demo_world, word: str):
-    return compilation.context_compile(
+    return context_compile(
         project_id=str(demo_world.project.id),
         task_id=str(demo_world.tasks["s3"].id),
         model_word=word,
@@ -74,7 +75,7 @@ def test_every_retrieved_item_carries_its_origin_line_and_budgets_hold(demo_worl
         counter = counter_for(context.encoding)
         assert counter.count(context.prompt_block) == context.prompt_tokens
         assert context.prompt_tokens + context.tool_tokens <= context.budget["context_tokens"]
-        replay = compilation.context_replay(project_id=str(context.project_id), digest=context.digest)
+        replay = context_replay(project_id=str(context.project_id), digest=context.digest)
         assert replay.matches
     assert retrieved_seen >= 4
     assert "- [auth-repo:tokens.py#L1-35 · observed just now]" in "\n".join(c.prompt_block for c in contexts)

@@ -9,14 +9,20 @@ import pytest
 from django.db import transaction
 
 from context_app.catalog.services import model_overlay_set
-from context_app.compilation import selectors, services
-from context_app.compilation.candidates import CANDIDATES, CandidateCache, task_items
+from context_app.compilation.candidate_rows import task_items
+from context_app.compilation.candidates import CANDIDATES, CandidateCache
 from context_app.compilation.models import (
     CompactionFold,
     ContextCompilation,
     FoldedItem,
     StoredContext,
 )
+from context_app.compilation.selectors import compile_input
+from context_app.compilation.selectors.contexts import compiled_result, context_diff, task_compilations
+from context_app.compilation.services import compiles
+from context_app.compilation.services.folds import task_compact
+from context_app.compilation.services.replays import context_replay
+from context_app.compilation.services.requests import context_compile_request
 from context_app.compilation.tasks import compile_requested
 from context_app.world import services as world
 from context_app.world.models import WorldItem
@@ -50,7 +56,7 @@ def auth(project):
 
 
 def compile_for(auth, word: str, **kwargs):
-    return services.context_compile(
+    return compiles.context_compile(
         project_id=auth.project_id, task_id=str(auth.task.id), model_word=word, actor="test", **kwargs
     )
 
@@ -89,7 +95,7 @@ def test_the_worked_example_for_a_small_a_standard_and_a_frontier_model(auth, se
     assert standard.budget["context_tokens"] == 24000
     assert frontier.budget["context_tokens"] == 48000
     assert small.excluded_count > standard.excluded_count >= frontier.excluded_count
-    excluded = selectors.compiled_result(small).excluded
+    excluded = compiled_result(small).excluded
     assert excluded and all(record.reason for record in excluded)
     assert len(small.tools) == 6
     assert any(r.kind == "tool" and "tool budget of 6 tools is full" in r.reason for r in excluded)
@@ -106,7 +112,7 @@ def test_same_digest_is_stored_once_and_each_compile_is_an_event(auth):
     assert first.context.digest == second.context.digest
     assert StoredContext.objects.filter(digest=first.context.digest).count() == 1
     assert compiled_events(auth) == 2
-    assert len(selectors.task_compilations(project_id=auth.project_id, task_id=auth.task.id)) == 2
+    assert len(task_compilations(project_id=auth.project_id, task_id=auth.task.id)) == 2
 
 
 def test_a_retried_request_id_writes_nothing(auth):
@@ -123,9 +129,9 @@ def test_replay_at_an_older_position_yields_the_older_digest(auth):
     newer = compile_for(auth, "local").context
     assert newer.digest != older.digest and newer.position > older.position
     live = projections.snapshot()
-    replay = services.context_replay(project_id=auth.project_id, digest=older.digest)
+    replay = context_replay(project_id=auth.project_id, digest=older.digest)
     assert replay.matches and replay.replayed_digest == older.digest and replay.position == older.position
-    assert services.context_replay(project_id=auth.project_id, digest=newer.digest).matches
+    assert context_replay(project_id=auth.project_id, digest=newer.digest).matches
     assert projections.snapshot() == live  # replay wrote nothing
 
 
@@ -145,19 +151,19 @@ def test_a_context_compiled_at_a_log_wide_head_replays_to_its_digest(auth):
     StoredContext.objects.filter(project_id=auth.project_id, digest=older.digest).update(
         position=foreign.positions[0]  # as a compile of before recorded it: the log's head then
     )
-    assert services.context_replay(project_id=auth.project_id, digest=older.digest).matches
+    assert context_replay(project_id=auth.project_id, digest=older.digest).matches
 
 
 def test_a_context_stored_by_the_previous_renderer_still_replays_to_its_digest(auth, monkeypatch):
     """Later versions render origin lines; a context version 1 stored replays with version 1's renderer."""
     with monkeypatch.context() as old:
-        old.setattr(services, "COMPILER_VERSION", 1)
+        old.setattr(compiles, "COMPILER_VERSION", 1)
         before = compile_for(auth, "frontier").context
     assert before.compiler_version == 1
     now = compile_for(auth, "frontier").context
-    assert now.compiler_version == services.COMPILER_VERSION and now.digest != before.digest
+    assert now.compiler_version == compiles.COMPILER_VERSION and now.digest != before.digest
     for context in (before, now):
-        assert services.context_replay(project_id=auth.project_id, digest=context.digest).matches
+        assert context_replay(project_id=auth.project_id, digest=context.digest).matches
 
 
 KITCHEN = "The office kitchen is cleaned on Fridays"
@@ -174,7 +180,7 @@ def test_an_unrelated_verified_fact_is_below_relevance_while_a_relevant_unverifi
     included = {tuple(pair) for pair in context.included}
     assert ("fact", str(seeded.id)) in included
     assert ("fact", str(kitchen.id)) not in included and "kitchen" not in context.prompt_block
-    result = selectors.compiled_result(context)
+    result = compiled_result(context)
     below = [record for record in result.excluded if record.reason == "below the relevance floor"]
     assert ("fact", str(kitchen.id)) in {(record.kind, record.id) for record in below}
     assert result.exclusion_summary()["by_reason"]["below_relevance"] == len(below)
@@ -193,7 +199,7 @@ def test_focus_changes_the_ranking_is_shown_and_replays(auth):
     recorded = EventRow.objects.filter(event_type="ContextCompiled", data__digest=focused.digest).get()
     assert recorded.data["focus_digest"] and "kitchen" not in str(recorded.data)  # events carry no text
     for context in (plain, focused):
-        assert services.context_replay(project_id=auth.project_id, digest=context.digest).matches
+        assert context_replay(project_id=auth.project_id, digest=context.digest).matches
 
 
 def test_focus_must_be_text_of_bounded_length(auth):
@@ -209,7 +215,7 @@ def test_a_context_stored_by_version_3_replays_with_its_ranking_and_the_floor_se
 ):
     """Version 3 ranked verified facts first and filled the budget; the recorded floor replays too."""
     with monkeypatch.context() as old:
-        old.setattr(services, "COMPILER_VERSION", 3)
+        old.setattr(compiles, "COMPILER_VERSION", 3)
         before = compile_for(auth, "frontier").context
     assert before.compiler_version == 3
     assert ("fact", auth.redis_fact_id) in {tuple(pair) for pair in before.included}
@@ -218,7 +224,7 @@ def test_a_context_stored_by_version_3_replays_with_its_ranking_and_the_floor_se
     unfloored = compile_for(auth, "frontier").context
     assert len({before.digest, now.digest, unfloored.digest}) == 3
     for context in (before, now, unfloored):
-        assert services.context_replay(project_id=auth.project_id, digest=context.digest).matches
+        assert context_replay(project_id=auth.project_id, digest=context.digest).matches
 
 
 def test_a_relevance_floor_setting_out_of_range_is_refused(auth, settings):
@@ -230,7 +236,7 @@ def test_a_relevance_floor_setting_out_of_range_is_refused(auth, settings):
 def test_replay_uses_the_recorded_budget_after_the_overlay_changed(auth):
     older = compile_for(auth, "local").context
     model_overlay_set(project_id=auth.project_id, word="local", overlay={"context_tokens": 16000}, actor="op")
-    assert services.context_replay(project_id=auth.project_id, digest=older.digest).matches
+    assert context_replay(project_id=auth.project_id, digest=older.digest).matches
 
 
 def test_an_overlay_lowered_between_two_compiles_reaches_the_second(auth):
@@ -246,7 +252,7 @@ def test_an_overlay_lowered_between_two_compiles_reaches_the_second(auth):
 
 def test_a_redelivered_compile_message_stores_and_appends_nothing_twice(auth):
     with transaction.atomic():
-        queued = services.context_compile_request(
+        queued = context_compile_request(
             project_id=auth.project_id, task_id=str(auth.task.id), model_word="quick", actor="test"
         )
     request_id = str(queued.request_id)
@@ -264,9 +270,9 @@ def test_a_refused_queued_compile_is_recorded_as_failed(auth, monkeypatch):
     def too_small(**kwargs):
         raise BudgetTooSmall("the pinned content needs 900 tokens even when cut; 10 left", field="budget")
 
-    monkeypatch.setattr(services, "compile_task", too_small)
+    monkeypatch.setattr(compiles, "compile_task", too_small)
     with transaction.atomic():  # in process (Celery eager) the request runs as soon as it is recorded
-        queued = services.context_compile_request(
+        queued = context_compile_request(
             project_id=auth.project_id, task_id=str(auth.task.id), model_word="quick", actor="test"
         )
     row = ContextCompilation.objects.get(request_id=queued.request_id)
@@ -303,7 +309,7 @@ def test_compaction_folds_the_oldest_progress_and_tool_calls(auth):
     # under the threshold now: a second compile folds nothing more
     compile_for(auth, "local")
     assert CompactionFold.objects.count() == 1
-    assert services.context_replay(project_id=auth.project_id, digest=outcome.context.digest).matches
+    assert context_replay(project_id=auth.project_id, digest=outcome.context.digest).matches
 
 
 def test_a_summary_is_as_trusted_as_the_least_trusted_entry_it_folds(project):
@@ -324,7 +330,7 @@ def test_a_summary_is_as_trusted_as_the_least_trusted_entry_it_folds(project):
     model_overlay_set(
         project_id=str(project.id), word="local", overlay={"auto_compact_tokens": 200}, actor="op"
     )
-    services.context_compile(project_id=str(project.id), task_id=str(task.id), model_word="local", actor="a")
+    compiles.context_compile(project_id=str(project.id), task_id=str(task.id), model_word="local", actor="a")
     fold = CompactionFold.objects.get(task_id=task.id)
     folded = set(WorldItem.objects.filter(id__in=fold.folded_ids).values_list("trust_class", flat=True))
     assert folded == {"agent_reported"}
@@ -380,7 +386,7 @@ def test_a_fold_the_summarizer_refuses_leaves_an_ordinary_compile_and_is_not_tri
     )
     REFUSALS.clear()
     folding: list[str] = []
-    monkeypatch.setattr(services, "task_compact", lambda **kwargs: folding.append(kwargs["task"].key))
+    monkeypatch.setattr(compiles, "task_compact", lambda **kwargs: folding.append(kwargs["task"].key))
     first = compile_for(auth, "local")
     assert REFUSALS and not folding and not CompactionFold.objects.exists()
     asked = len(REFUSALS)
@@ -416,14 +422,10 @@ def shout(entries, *, max_tokens, counter):
 def test_diff_shows_what_entered_and_left_with_reasons(auth):
     small = compile_for(auth, "quick").context
     frontier = compile_for(auth, "frontier").context
-    diff = selectors.context_diff(
-        before_result=selectors.compiled_result(small), after_result=selectors.compiled_result(frontier)
-    )
+    diff = context_diff(before_result=compiled_result(small), after_result=compiled_result(frontier))
     assert diff.entered and all(entry.reason for entry in diff.entered)
     assert any(entry.kind == "tool" for entry in diff.entered)
-    back = selectors.context_diff(
-        before_result=selectors.compiled_result(frontier), after_result=selectors.compiled_result(small)
-    )
+    back = context_diff(before_result=compiled_result(frontier), after_result=compiled_result(small))
     assert {(e.kind, e.id) for e in back.left} == {(e.kind, e.id) for e in diff.entered}
     assert all(entry.reason for entry in back.left)
 
@@ -431,7 +433,7 @@ def test_diff_shows_what_entered_and_left_with_reasons(auth):
 def test_another_projects_task_is_not_found_and_nothing_is_written(auth, other_project):
     events = EventRow.objects.count()
     with pytest.raises(NotFound):
-        services.context_compile(
+        compiles.context_compile(
             project_id=str(other_project.id), task_id=str(auth.task.id), model_word="local", actor="x"
         )
     assert EventRow.objects.count() == events and not StoredContext.objects.exists()
@@ -450,7 +452,7 @@ def test_another_projects_task_is_not_found_and_nothing_is_written(auth, other_p
 def test_bad_input_names_the_field_and_writes_nothing(auth, arguments, field):
     events = EventRow.objects.count()
     with pytest.raises(ValidationFailed) as caught:
-        services.context_compile(
+        compiles.context_compile(
             project_id=auth.project_id, task_id=str(auth.task.id), actor="x", **arguments
         )
     assert caught.value.field == field
@@ -460,7 +462,7 @@ def test_bad_input_names_the_field_and_writes_nothing(auth, arguments, field):
 def test_a_word_the_catalog_lacks_is_not_found_naming_the_model(auth):
     events = EventRow.objects.count()
     with pytest.raises(NotFound) as caught:
-        services.context_compile(
+        compiles.context_compile(
             project_id=auth.project_id, task_id=str(auth.task.id), model_word="gpt-unknown", actor="x"
         )
     assert (caught.value.code, caught.value.field) == ("unknown_model_word", "model")
@@ -473,7 +475,7 @@ def test_rebuild_reproduces_the_compile_history_and_keeps_the_contexts(auth):
     )
     compile_for(auth, "local")
     with transaction.atomic():
-        services.context_compile_request(
+        context_compile_request(
             project_id=auth.project_id, task_id=str(auth.task.id), model_word="quick", actor="test"
         )
     live = projections.snapshot()
@@ -492,7 +494,7 @@ def test_candidates_are_metadata_and_only_included_texts_are_loaded(auth):
         assert item.token_count == stored[item.id].token_counts["cl100k_base"]
     facts = [item for item in items if item.kind == "fact"]
     assert all(item.terms == tuple(stored[item.id].terms) for item in facts)
-    loaded = selectors.item_text_loader(items[:3])
+    loaded = compile_input.item_text_loader(items[:3])
     assert loaded == {(item.kind, item.id): stored[item.id].rendered for item in items[:3]}
 
 
@@ -533,10 +535,10 @@ def test_the_in_process_candidate_list_follows_every_change_of_the_world(auth):
     # A replay inside ``state_as_of`` sees the older world, and the live list is intact afterwards.
     with projections.state_as_of(older.position):
         assert candidates().keys() == first.keys()
-    assert services.context_replay(project_id=auth.project_id, digest=older.digest).matches
+    assert context_replay(project_id=auth.project_id, digest=older.digest).matches
     assert str(newer.id) not in candidates()
     # Folding leaves the folded items out and brings the summary in.
-    summary = services.task_compact(
+    summary = task_compact(
         task=auth.task, threshold=just_under(auth.task, encoding), encoding=encoding, actor="test"
     )
     assert summary is not None
@@ -599,7 +601,7 @@ def test_the_candidate_list_kept_up_to_date_equals_one_read_from_scratch(auth, m
     for note in ("Compared the signature with hmac.compare_digest; the old code used ==.", LONG_NOTE):
         world.progress_record(scope=task_scope, text=note, actor="test")
     threshold = just_under(task, encoding)
-    assert services.task_compact(task=task, threshold=threshold, encoding=encoding, actor="test") is not None
+    assert task_compact(task=task, threshold=threshold, encoding=encoding, actor="test") is not None
     check()
     settings.NEXUM_ITEM_ENCODINGS = []  # recorded without a stored count: counted from its text
     uncounted = world.fact_record(scope=task_scope, text="the cookie store is Redis", actor="test")
@@ -616,13 +618,13 @@ def test_a_list_read_inside_a_compile_that_failed_after_folding_is_not_kept(auth
     model_overlay_set(
         project_id=auth.project_id, word="local", overlay={"auto_compact_tokens": 1500}, actor="op"
     )
-    compile_task = services.compile_task
+    compile_task = compiles.compile_task
 
     def compiled_then_refused(**kwargs):
         compile_task(**kwargs)  # reads the candidates: the summary in, the folded items out
         raise BudgetTooSmall("the pinned content does not fit", field="budget")
 
-    monkeypatch.setattr(services, "compile_task", compiled_then_refused)
+    monkeypatch.setattr(compiles, "compile_task", compiled_then_refused)
     with pytest.raises(BudgetTooSmall):
         compile_for(auth, "local")
     monkeypatch.undo()
@@ -725,9 +727,9 @@ def test_a_compile_from_kept_rankings_equals_one_from_an_empty_cache(auth, monke
     task = Task.objects.get(id=auth.task.id)
 
     def digest() -> str:
-        result, _ = services.compile_task(task=task, budget=ModelBudget(**budget), encoding="cl100k_base")
+        result, _ = compiles.compile_task(task=task, budget=ModelBudget(**budget), encoding="cl100k_base")
         return result.digest
 
     kept = digest()
-    monkeypatch.setattr(selectors, "CANDIDATES", CandidateCache())
+    monkeypatch.setattr(compile_input, "CANDIDATES", CandidateCache())
     assert digest() == kept

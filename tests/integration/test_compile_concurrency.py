@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from context_app.compilation import services
+from context_app.compilation.services import compiles
+from context_app.compilation.services.replays import context_replay
 from context_app.world import services as world
 from nexum.eventstore.models import Event as EventRow
 from tasks_app.models import Task
@@ -65,8 +66,8 @@ def finished(thread: threading.Thread, outcome: Outcome) -> Any:
     return outcome.value
 
 
-def compile_of(auth: Any, task: Task) -> Callable[[], services.CompileOutcome]:
-    return lambda: services.context_compile(
+def compile_of(auth: Any, task: Task) -> Callable[[], compiles.CompileOutcome]:
+    return lambda: compiles.context_compile(
         project_id=auth.project_id, task_id=str(task.id), model_word="local", actor="test"
     )
 
@@ -95,14 +96,14 @@ def test_two_compiles_of_different_tasks_proceed_concurrently(auth, second_task,
     """Both compiles reach the barrier while each is inside its read and compile: neither waits for a lock
     the other holds. Both record their context."""
     barrier = threading.Barrier(2, timeout=WAIT)
-    compile_task = services.compile_task
+    compile_task = compiles.compile_task
 
     def compile_then_meet(**kwargs: Any) -> Any:
         result = compile_task(**kwargs)
         barrier.wait()
         return result
 
-    monkeypatch.setattr(services, "compile_task", compile_then_meet)
+    monkeypatch.setattr(compiles, "compile_task", compile_then_meet)
     first = in_thread(compile_of(auth, auth.task))
     second = in_thread(compile_of(auth, second_task))
     outcomes = [finished(*first), finished(*second)]
@@ -114,7 +115,7 @@ def test_two_compiles_of_different_tasks_proceed_concurrently(auth, second_task,
 def test_an_append_during_a_compile_is_not_blocked(auth, monkeypatch):
     """While a compile is inside its read, another connection records a progress note of the same task and
     commits. The compile does not see it: its recorded position is below the note's, and it replays."""
-    compile_task = services.compile_task
+    compile_task = compiles.compile_task
     appended: list[int] = []
 
     def compile_while_appending(**kwargs: Any) -> Any:
@@ -126,12 +127,12 @@ def test_an_append_during_a_compile_is_not_blocked(auth, monkeypatch):
         appended.append(finished(*in_thread(record)))  # joined before this compile goes on
         return compile_task(**kwargs)
 
-    monkeypatch.setattr(services, "compile_task", compile_while_appending)
+    monkeypatch.setattr(compiles, "compile_task", compile_while_appending)
     outcome = compile_of(auth, auth.task)()
     monkeypatch.undo()
     assert outcome.context.position < appended[0]
     assert "noted during the compile" not in outcome.context.prompt_block
-    assert services.context_replay(project_id=auth.project_id, digest=outcome.context.digest).matches
+    assert context_replay(project_id=auth.project_id, digest=outcome.context.digest).matches
     later = compile_of(auth, auth.task)()
     assert "noted during the compile" in later.context.prompt_block
 
@@ -158,4 +159,4 @@ def test_contexts_compiled_under_concurrent_appends_replay_to_their_digests(auth
     assert finished(*writer) > 0
     assert len({context.position for context in contexts}) > 1
     for context in contexts:
-        assert services.context_replay(project_id=auth.project_id, digest=context.digest).matches
+        assert context_replay(project_id=auth.project_id, digest=context.digest).matches

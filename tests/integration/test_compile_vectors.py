@@ -2,8 +2,8 @@
 vectors (read for changed rows only), a compile embeds its query and its request evidence, embeds once and
 stores the vectors of items stored before, records its embedder, and a replay ranks by the recorded one.
 
-Compiler version 5 is the first to rank by meaning (``selectors.VECTORS_FROM``); the tests that run the whole
-compile path lower it to the current version, whose digest does not cover the vectors."""
+Compiler version 5 is the first to rank by meaning (``compile_input.VECTORS_FROM``); the tests that run the
+whole compile path lower it to the current version, whose digest does not cover the vectors."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ import uuid
 
 import pytest
 
-from context_app.compilation import candidates, selectors, services
+from context_app.compilation import candidate_rows
 from context_app.compilation.candidates import CandidateCache
 from context_app.compilation.models import ContextCompilation, StoredContext
+from context_app.compilation.selectors import compile_input
+from context_app.compilation.services import compiles, folds
+from context_app.compilation.services.replays import context_replay
 from context_app.world import services as world
 from context_app.world.embedder import configured_embedder, configured_embedder_id
 from context_app.world.models import ItemVector, WorldItem
@@ -38,15 +41,15 @@ def auth(project):
 def cache(monkeypatch):
     """A candidate cache of the test's own, used by the selectors and the compile service."""
     fresh = CandidateCache()
-    monkeypatch.setattr(selectors, "CANDIDATES", fresh)
-    monkeypatch.setattr(services, "CANDIDATES", fresh)
+    monkeypatch.setattr(compile_input, "CANDIDATES", fresh)
+    monkeypatch.setattr(folds, "CANDIDATES", fresh)
     return fresh
 
 
 @pytest.fixture
 def ranked_by_meaning(monkeypatch, cache):
     """Compiles of the current version name their embedder, as version 5 will."""
-    monkeypatch.setattr(selectors, "VECTORS_FROM", COMPILER_VERSION)
+    monkeypatch.setattr(compile_input, "VECTORS_FROM", COMPILER_VERSION)
 
 
 class CountingEmbedder:
@@ -74,7 +77,7 @@ def counting_embedder(settings):
 
 
 def input_for(auth, version: int = 5, **kwargs):
-    return selectors.compile_input_for(
+    return compile_input.compile_input_for(
         task=auth.task,
         encoding=ENCODING,
         counter=counter_for(ENCODING),
@@ -85,7 +88,7 @@ def input_for(auth, version: int = 5, **kwargs):
 
 
 def compile_for(auth, **kwargs):
-    return services.context_compile(
+    return compiles.context_compile(
         project_id=auth.project_id, task_id=str(auth.task.id), model_word="quick", actor="test", **kwargs
     )
 
@@ -121,7 +124,7 @@ def test_vectors_are_read_for_the_rows_that_changed_only(auth, cache, monkeypatc
     """The stored vectors come with the changed rows, in the candidate query itself: every ranked item's on
     the first read, none when nothing changed, the new fact's alone after it is recorded."""
     read: list[dict[str, bool]] = []
-    changed_rows = candidates.changed_rows
+    changed_rows = candidate_rows.changed_rows
 
     def recording(*args, **kwargs):
         rows = changed_rows(*args, **kwargs)
@@ -153,7 +156,7 @@ def test_a_compile_embeds_items_stored_without_a_vector_once_and_stores_them(
     assert ItemVector.objects.filter(embedder="counting@1").count() == facts
     assert outcome.context.embedder == "counting@1"
     CountingEmbedder.calls.clear()
-    selectors.CANDIDATES.clear()  # a fresh process: the vectors are read, not made
+    compile_input.CANDIDATES.clear()  # a fresh process: the vectors are read, not made
     compile_for(auth)
     assert all(len(batch) < facts for batch in CountingEmbedder.calls)
 
@@ -167,7 +170,7 @@ def test_the_embedder_is_recorded_shown_and_replayed(auth, ranked_by_meaning, ap
     assert recorded.embedder == name
     body = api.get(f"/api/v1/contexts/{outcome.context.digest}").json()
     assert body["embedder"] == name
-    replay = services.context_replay(project_id=auth.project_id, digest=outcome.context.digest)
+    replay = context_replay(project_id=auth.project_id, digest=outcome.context.digest)
     assert replay.matches
 
 
@@ -176,7 +179,7 @@ def test_a_replay_whose_embedder_cannot_be_loaded_says_so(auth, ranked_by_meanin
     StoredContext.objects.filter(pk=outcome.context.pk).update(embedder="retired-model@7")
     settings.NEXUM_EMBEDDER = "none"
     with pytest.raises(PolicyRefused, match="retired-model@7") as refused:
-        services.context_replay(project_id=auth.project_id, digest=outcome.context.digest)
+        context_replay(project_id=auth.project_id, digest=outcome.context.digest)
     assert refused.value.code == "embedder_unavailable"
     answer = api.post(f"/api/v1/contexts/{outcome.context.digest}/replay")
     assert answer.status_code == 422 and answer.json()["error"]["code"] == "embedder_unavailable"
@@ -184,10 +187,10 @@ def test_a_replay_whose_embedder_cannot_be_loaded_says_so(auth, ranked_by_meanin
 
 def test_contexts_compiled_before_embedders_replay_by_words_alone(auth, cache, monkeypatch):
     with monkeypatch.context() as earlier:
-        earlier.setattr(services, "COMPILER_VERSION", 4)  # a compile of the release before embedders
+        earlier.setattr(compiles, "COMPILER_VERSION", 4)  # a compile of the release before embedders
         before = compile_for(auth)
     assert (before.context.embedder, before.context.compiler_version) == ("", 4)
-    assert services.context_replay(project_id=auth.project_id, digest=before.context.digest).matches
+    assert context_replay(project_id=auth.project_id, digest=before.context.digest).matches
 
 
 def test_with_no_embedder_the_compile_records_none_and_is_lexical(auth, ranked_by_meaning, settings, api):
@@ -195,14 +198,14 @@ def test_with_no_embedder_the_compile_records_none_and_is_lexical(auth, ranked_b
     outcome = compile_for(auth)
     assert outcome.context.embedder == ""
     assert api.get(f"/api/v1/contexts/{outcome.context.digest}").json()["embedder"] is None
-    assert services.context_replay(project_id=auth.project_id, digest=outcome.context.digest).matches
+    assert context_replay(project_id=auth.project_id, digest=outcome.context.digest).matches
 
 
 def test_evidence_and_the_query_are_embedded_in_one_call_and_not_again(auth, cache, counting_embedder):
     evidence = [{"kind": "diagnostic", "id": "lint", "text": "auth.rb:12 unused variable"}]
     input_for(auth)  # the candidates' vectors made (they were stored under the default embedder)
     CountingEmbedder.calls.clear()
-    selectors._EVIDENCE_VECTORS.clear()
+    compile_input._EVIDENCE_VECTORS.clear()
     first = input_for(auth, extra_evidence=evidence, focus="the unused variable").compile_input
     assert len(CountingEmbedder.calls) == 1
     assert CountingEmbedder.calls[0] == [query_text(first), "auth.rb:12 unused variable"]

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from django.db import transaction
 
-from context_app.compilation import services as compilation
+from context_app.compilation.services.compiles import context_compile
+from context_app.compilation.services.replays import context_replay
 from context_app.resolution import selectors, services
 from context_app.resolution.models import BundleItem, Escalation, Retrieval
 from nexum.adapters.tokenization import counter_for
@@ -429,7 +430,7 @@ def test_a_conflict_on_a_step_input_is_kept_whole_escalated_and_holds_the_task(p
 @pytest.mark.django_db
 def test_a_compile_uses_the_latest_bundle_without_the_rejected_side(project, tmp_path):
     """The compiler takes the bundle as input, records which one it used, and leaves out a rejected side."""
-    from context_app.compilation.services import context_compile
+    from context_app.compilation.services.compiles import context_compile
     from tests.integration.compile_world import load_catalog
 
     load_catalog(str(project.id))
@@ -482,7 +483,7 @@ def _sibling_tasks(project) -> dict[str, Any]:
 def test_a_side_picked_on_one_task_applies_to_every_task_of_the_goal_that_sees_the_subject(
     project, tmp_path, settings
 ):
-    from context_app.compilation.services import context_compile
+    from context_app.compilation.services.compiles import context_compile
 
     settings.NEXUM_RELEVANCE_FLOOR = 0  # the sibling's step ("Write the changelog") names no port
     load_catalog(str(project.id))
@@ -706,12 +707,12 @@ def test_a_stale_answer_for_a_low_risk_step_is_included_and_marked(project, http
 
     # the prompt says it in human time too, read from the bundle (never the clock): replay matches
     load_catalog(str(project.id))
-    context = compilation.context_compile(
+    context = context_compile(
         project_id=str(project.id), task_id=str(task.id), model_word="frontier", actor="agent:a"
     ).context
     origin = json.dumps(f"calendar:{item['locator']}")
     assert f"[untrusted data from {origin} · stale: {item['stale_reason']} — " in context.prompt_block
-    assert compilation.context_replay(project_id=str(project.id), digest=context.digest).matches
+    assert context_replay(project_id=str(project.id), digest=context.digest).matches
 
 
 # --- unreachable sources (R11) ------------------------------------------------------------------------------

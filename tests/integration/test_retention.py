@@ -11,7 +11,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from context_app.compilation import retention, services
+from context_app.compilation import retention
 from context_app.compilation.models import (
     RETENTION_DONE,
     ContextCompilation,
@@ -19,6 +19,8 @@ from context_app.compilation.models import (
     RetentionRun,
     StoredContext,
 )
+from context_app.compilation.services.compiles import context_compile
+from context_app.compilation.services.replays import context_replay
 from context_app.compilation.tasks import RETENTION
 from context_app.resolution.models import BundleContent
 from context_app.world import services as world
@@ -53,7 +55,7 @@ def auth(project):
 
 
 def compile_for(auth, word: str = "local"):
-    return services.context_compile(
+    return context_compile(
         project_id=auth.project_id, task_id=str(auth.task.id), model_word=word, actor="test"
     ).context
 
@@ -102,7 +104,7 @@ def test_an_old_context_is_pruned_to_its_digest_and_still_replays_and_reads_as_b
         "bytes_freed": summary.contexts.bytes_freed,
     }
     for context in (older, newer):
-        assert services.context_replay(project_id=auth.project_id, digest=context.digest).matches
+        assert context_replay(project_id=auth.project_id, digest=context.digest).matches
     after = api.get(f"/api/v1/contexts/{older.digest}?excluded=full").json()
     assert after.pop("pruned_at") is not None and before.pop("pruned_at") is None
     assert after == before  # recompiled at its position, verified by its digest
@@ -227,7 +229,7 @@ def test_a_bundle_is_pruned_only_when_no_context_and_no_task_reads_it(project, h
         _Routes.documents["/web"] = [{"subject": "deploy", "text": text}]
         bundles.append(resolve(project, task).resolve.bundle_digest)
         if len(bundles) == 1:  # a context is compiled from the first bundle only
-            context = services.context_compile(
+            context = context_compile(
                 project_id=str(project.id), task_id=str(task.id), model_word="local", actor="test"
             ).context
     assert len(set(bundles)) == 3 and context.bundle_digest == bundles[0]
@@ -242,7 +244,7 @@ def test_a_bundle_is_pruned_only_when_no_context_and_no_task_reads_it(project, h
     assert gone.status_code == 404 and gone.json()["error"]["code"] == "bundle_pruned"
     for kept in (bundles[0], bundles[2]):  # read by the context's replay; the task's latest
         assert api.get(f"/api/v1/bundles/{kept}").status_code == 200
-    assert services.context_replay(project_id=str(project.id), digest=context.digest).matches
+    assert context_replay(project_id=str(project.id), digest=context.digest).matches
 
 
 def test_the_admin_shows_a_pruned_context_recompiled_and_says_it_was_pruned(auth, admin_client):

@@ -10,7 +10,8 @@ import pytest
 
 from context_app.catalog import selectors as catalog_selectors
 from context_app.catalog.services import DEFAULT_CATALOG, model_catalog_replace
-from context_app.compilation import services as compilation
+from context_app.compilation.services.compiles import context_compile
+from context_app.compilation.services.replays import context_replay
 from context_app.world.models import Tool, WorldItem
 from nexum.adapters.tokenization import UnknownEncoding, counter_for, default_registry
 from nexum.core.compilation.compiler import SECTION_TITLES
@@ -70,7 +71,7 @@ def test_a_card_on_a_tokenizer_json_compiles_within_a_budget_counted_by_that_tok
     for item in WorldItem.objects.filter(project_id=auth.project_id):
         assert item.token_counts[ENCODING] == library_count(tokenizer_file, item.rendered), item.rendered
 
-    outcome = compilation.context_compile(
+    outcome = context_compile(
         project_id=auth.project_id,
         task_id=str(auth.task.id),
         model_word="tiny-llama",
@@ -95,7 +96,7 @@ def test_a_card_on_a_tokenizer_json_compiles_within_a_budget_counted_by_that_tok
     )
     # the same block in cl100k is a different number: the card's encoding, not cl100k, was used
     assert counter_for("cl100k_base").count(context.prompt_block) != block_tokens
-    replay = compilation.context_replay(project_id=auth.project_id, digest=context.digest)
+    replay = context_replay(project_id=auth.project_id, digest=context.digest)
     assert replay.matches
 
 
