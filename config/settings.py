@@ -327,9 +327,9 @@ CELERY_IMPORTS = ["context_app.resolution.tasks"]
 # Executables must be on the operator's allowlist (bare names found on the scrubbed PATH, or absolute paths),
 # comma-separated. Empty allowlist: no command check runs.
 NEXUM_WORKSPACE_ROOT = Path(os.environ.get("NEXUM_WORKSPACE_ROOT", DATA_DIR / "workspace"))
-# "bwrap": every command check runs inside bubblewrap (nexum/adapters/bubblewrap.py); where bwrap is missing,
-# checks fail with sandbox_unavailable. "none" runs them unsandboxed: for a development machine only, never
-# implied.
+# "bwrap": every command check runs inside bubblewrap (nexum/adapters/sandbox/bubblewrap.py); where bwrap is
+# missing, checks fail with sandbox_unavailable. "none" runs them unsandboxed: for a development machine only,
+# never implied.
 NEXUM_SANDBOX = os.environ.get("NEXUM_SANDBOX", "bwrap").strip().lower()
 # Extra host paths every check sees read-only (a toolchain outside /usr), comma-separated.
 NEXUM_SANDBOX_RO_PATHS = [

@@ -10,7 +10,8 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
-from nexum.adapters.sandbox import ISOLATIONS, UNSANDBOXED, SandboxPolicy, sandbox_unavailable
+from nexum.adapters.sandbox.policy import ISOLATIONS, UNSANDBOXED, SandboxPolicy
+from nexum.adapters.sandbox.probe import sandbox_unavailable
 from nexum.core.errors import ValidationFailed
 from verification_app.runner import hidden_paths
 

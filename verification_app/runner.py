@@ -23,7 +23,8 @@ from django.utils.module_loading import import_string
 
 from context_app.world.artifacts import default_store
 from context_app.world.models import WorldItem
-from nexum.adapters.sandbox import CheckRunner, SandboxPolicy
+from nexum.adapters.sandbox.policy import SandboxPolicy
+from nexum.adapters.sandbox.runner import CheckRunner
 from nexum.adapters.workspaces import project_workspace
 from nexum.core.errors import NotFound, ValidationFailed
 from tasks_app import selectors as task_selectors

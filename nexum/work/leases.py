@@ -45,7 +45,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from nexum.adapters import metrics
-from nexum.adapters.sandbox import kill_leftover_group, process_start_ticks
+from nexum.adapters.sandbox.groups import kill_leftover_group, process_start_ticks
 from nexum.work.kinds import WorkKind
 from nexum.work.models import Work
 

@@ -350,7 +350,7 @@ def test_project_a_cannot_see_or_write_project_b_workspace(project, other_projec
 def test_without_a_sandbox_a_command_check_fails_with_sandbox_unavailable(
     project, workspace, monkeypatch, settings
 ):
-    from nexum.adapters import bubblewrap
+    from nexum.adapters.sandbox import bubblewrap
 
     settings.NEXUM_SANDBOX = "bwrap"  # the default, whatever this machine's test run uses
     monkeypatch.setattr(bubblewrap, "find_bwrap", lambda: None)
@@ -368,7 +368,7 @@ def test_manage_py_check_says_when_checks_cannot_be_sandboxed(settings, monkeypa
 
     from django.core.management import call_command
 
-    from nexum.adapters import bubblewrap
+    from nexum.adapters.sandbox import bubblewrap
     from verification_app.checks import sandbox_ready
 
     settings.NEXUM_SANDBOX = "bwrap"
@@ -386,13 +386,13 @@ def test_manage_py_check_says_when_checks_cannot_be_sandboxed(settings, monkeypa
 def test_a_root_worker_without_a_host_user_says_so_at_start_and_runs_no_command_check(
     project, workspace, monkeypatch, settings
 ):
-    from nexum.adapters import sandbox
+    from nexum.adapters.sandbox import bubblewrap
     from verification_app.checks import sandbox_ready
 
     settings.NEXUM_SANDBOX = "bwrap"
-    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 0)  # as `make run` and CI as root are
-    monkeypatch.setattr(sandbox.bubblewrap, "probe", lambda bwrap, user=None: None)
-    monkeypatch.setattr(sandbox.bubblewrap, "find_bwrap", lambda: "/usr/bin/bwrap")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)  # as `make run` and CI as root are
+    monkeypatch.setattr(bubblewrap, "probe", lambda bwrap, user=None: None)
+    monkeypatch.setattr(bubblewrap, "find_bwrap", lambda: "/usr/bin/bwrap")
     assert sandbox_ready() == []  # the default host user (65534) is in place
     settings.NEXUM_SANDBOX_HOST_UID = None  # NEXUM_SANDBOX_HOST_UID=0: no user to drop to
     [warning] = sandbox_ready()

@@ -25,7 +25,7 @@ from kombu.exceptions import OperationalError as BrokerOperationalError
 from config.celery import app
 from context_app.compilation.tasks import COMPILE, compile_requested
 from context_app.resolution.tasks import resolve_context
-from nexum.adapters.sandbox import process_start_ticks
+from nexum.adapters.sandbox.groups import process_start_ticks
 from nexum.eventstore.models import Event as EventRow
 from nexum.work import leases
 from nexum.work.dispatch import dispatch_due

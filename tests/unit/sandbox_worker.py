@@ -14,7 +14,8 @@ from pathlib import Path
 request = json.loads(sys.argv[1])
 sys.path[:0] = request["paths"]
 
-from nexum.adapters.sandbox import SandboxPolicy, run_command  # noqa: E402
+from nexum.adapters.sandbox.commands import run_command  # noqa: E402
+from nexum.adapters.sandbox.policy import SandboxPolicy  # noqa: E402
 from nexum.core.verification.checks.command import CommandCheck  # noqa: E402  (after the paths above
 
 policy = SandboxPolicy(

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from nexum.adapters import bubblewrap, sandbox
-from nexum.adapters.bubblewrap import SandboxUnavailable, install_prefixes, plan_mounts
-from nexum.adapters.pids_cgroup import CgroupUnavailable, PidsCgroup, find_parent
-from nexum.adapters.sandbox import SandboxPolicy, run_command
+from nexum.adapters.sandbox import bubblewrap, probe
+from nexum.adapters.sandbox.bubblewrap import SandboxUnavailable, install_prefixes, plan_mounts
+from nexum.adapters.sandbox.commands import run_command
+from nexum.adapters.sandbox.pids_cgroup import CgroupUnavailable, PidsCgroup, find_parent
+from nexum.adapters.sandbox.policy import SandboxPolicy
 from nexum.core.errors import ValidationFailed
 from nexum.core.verification.checks.command import CommandCheck
 from tests.conftest import NEEDS_BWRAP
@@ -89,7 +90,7 @@ def test_without_bwrap_command_checks_are_refused_saying_how_to_fix_it(
     assert (result.passed, result.reason, result.exit_code) == (False, "sandbox_unavailable", None)
     assert "apt-get install bubblewrap" in result.output and "NEXUM_SANDBOX=none" in result.output
     assert not (tmp_path / "ran").exists()
-    assert sandbox.sandbox_unavailable(policy) == result.output
+    assert probe.sandbox_unavailable(policy) == result.output
 
 
 def test_a_bwrap_that_cannot_build_the_sandbox_is_reported_in_its_own_words(
@@ -126,8 +127,8 @@ def test_a_root_worker_without_a_pids_cgroup_refuses_checks_unless_the_limit_is_
     def no_cgroup(configured: str | None = None) -> Path:
         raise CgroupUnavailable("no cgroup hierarchy with the pids controller is mounted")
 
-    monkeypatch.setattr(sandbox, "find_parent", no_cgroup)
-    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(probe, "find_parent", no_cgroup)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(bubblewrap, "probe", lambda bwrap, user=None: None)
     monkeypatch.setattr(bubblewrap, "find_bwrap", lambda: "/usr/bin/bwrap")
     policy = SandboxPolicy(workspace_root=tmp_path, allowed_executables=frozenset({"sh"}))
@@ -138,7 +139,7 @@ def test_a_root_worker_without_a_pids_cgroup_refuses_checks_unless_the_limit_is_
     unlimited = SandboxPolicy(
         workspace_root=tmp_path, allowed_executables=frozenset({"sh"}), max_processes=None
     )
-    assert sandbox.sandbox_unavailable(unlimited) is None
+    assert probe.sandbox_unavailable(unlimited) is None
 
 
 @NEEDS_BWRAP

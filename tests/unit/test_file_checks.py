@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from nexum.adapters import sandbox
-from nexum.adapters.sandbox import CheckRunner, SandboxPolicy
+from nexum.adapters.sandbox.policy import SandboxPolicy
+from nexum.adapters.sandbox.runner import CheckRunner
+from nexum.core.verification.checks.base import CheckResult
 from nexum.core.verification.checks.file_exists import FileExistsCheck
 from nexum.core.verification.checks.file_matches import FileMatchesCheck
 
@@ -30,7 +31,9 @@ DECIDED_WITHIN_S = 60.0  # for all the tries together; each takes well under a m
 @pytest.fixture(params=["openat2", "component walk"])
 def resolution(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Both ways of resolving beneath the workspace: the kernel's openat2, and the walk used without it."""
-    monkeypatch.setattr(sandbox, "_openat2_missing", request.param == "component walk")
+    monkeypatch.setattr(
+        "nexum.adapters.sandbox.workspace._openat2_missing", request.param == "component walk"
+    )
     return str(request.param)
 
 
@@ -68,7 +71,7 @@ def test_a_swapped_path_is_never_read_outside_the_workspace_and_every_check_is_d
         FileMatchesCheck(name="matches", path="race.md", pattern="OUTSIDE-SECRET|inside"),
         FileExistsCheck(name="exists", path="race.md"),
     ]
-    results: list[sandbox.CheckResult] = []
+    results: list[CheckResult] = []
 
     def run_checks() -> None:
         for attempt in range(TRIES):
@@ -100,7 +103,8 @@ def test_a_path_swapped_right_after_it_was_looked_at_is_not_opened_through(
 ) -> None:
     """The worst interleaving, every time: the walk looks at ``race.md`` (a regular file), then another check
     swaps it before the open. The open (``O_NOFOLLOW``, non-blocking) of what is there now decides."""
-    monkeypatch.setattr(sandbox, "_openat2_missing", True)  # openat2 looks and opens in one step
+    # openat2 looks and opens in one step
+    monkeypatch.setattr("nexum.adapters.sandbox.workspace._openat2_missing", True)
     workspace, outside = tmp_path / "ws", tmp_path / "shadow"
     workspace.mkdir()
     outside.write_text(OUTSIDE_SECRET + "\n")
@@ -120,7 +124,7 @@ def test_a_path_swapped_right_after_it_was_looked_at_is_not_opened_through(
             }[swapped_in]()
         return found
 
-    monkeypatch.setattr(sandbox.os, "stat", stat_then_swap)
+    monkeypatch.setattr(os, "stat", stat_then_swap)
     result = CheckRunner(SandboxPolicy(workspace_root=workspace))(
         FileMatchesCheck(name="m", path="race.md", pattern="OUTSIDE-SECRET|inside")
     )

@@ -25,8 +25,15 @@ from pathlib import Path
 import pytest
 
 from nexum.adapters import sandbox
-from nexum.adapters.sandbox import CheckRunner, SandboxPolicy, run_command
+from nexum.adapters.sandbox import launch
+from nexum.adapters.sandbox.commands import run_command
+from nexum.adapters.sandbox.groups import kill_leftover_group, process_start_ticks
+from nexum.adapters.sandbox.policy import DEFAULT_HOST_ID, SandboxPolicy
+from nexum.adapters.sandbox.probe import sandbox_unavailable
+from nexum.adapters.sandbox.runner import CheckRunner
+from nexum.adapters.sandbox.sweep import sweep_workspace
 from nexum.core.verification.checks.artifact_matches import ArtifactMatchesCheck
+from nexum.core.verification.checks.base import CheckResult
 from nexum.core.verification.checks.callable import CallableCheck
 from nexum.core.verification.checks.command import CommandCheck
 from nexum.core.verification.checks.file_exists import FileExistsCheck
@@ -41,7 +48,7 @@ pytestmark = [
 
 VENV_PYTHON = str(Path(sys.executable).parent / "python")
 REPOSITORY = Path(__file__).resolve().parents[2]
-SANDBOX_USER = sandbox.DEFAULT_HOST_ID  # what a root worker runs its sandboxes as, the default policy's
+SANDBOX_USER = DEFAULT_HOST_ID  # what a root worker runs its sandboxes as, the default policy's
 
 
 def give_to_sandbox(*paths: Path) -> None:
@@ -92,10 +99,10 @@ def wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
     return condition()
 
 
-def run_watching(marker: str, run: Callable[[], sandbox.CheckResult]) -> tuple[sandbox.CheckResult, int]:
+def run_watching(marker: str, run: Callable[[], CheckResult]) -> tuple[CheckResult, int]:
     """Run a check in a thread while counting, from the host, its live ``sleep <marker>`` processes; returns
     the result and the most seen at once (so a test shows they existed before showing they are gone)."""
-    results: list[sandbox.CheckResult] = []
+    results: list[CheckResult] = []
     worker = threading.Thread(target=lambda: results.append(run()))
     worker.start()
     most = 0
@@ -226,11 +233,11 @@ def test_on_start_names_the_check_so_kill_leftover_group_ends_all_of_it(tmp_path
 
     def record_then_kill(pid: int) -> None:
         program = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-        started.append((pid, sandbox.process_start_ticks(pid), program))
+        started.append((pid, process_start_ticks(pid), program))
 
         def supervisor() -> None:
             wait_until(lambda: len(live_sleepers(marker)) == 2, timeout_s=20)
-            assert sandbox.kill_leftover_group(pid, started[0][1]) == []
+            assert kill_leftover_group(pid, started[0][1]) == []
             remaining.append(live_sleepers(marker))
 
         threading.Thread(target=supervisor, daemon=True).start()
@@ -245,7 +252,7 @@ def test_on_start_names_the_check_so_kill_leftover_group_ends_all_of_it(tmp_path
     [(pid, _, program)] = started
     assert program.endswith(b"bwrap")  # the sandbox's outermost process, leader of its own group
     assert wait_until(lambda: remaining != [], timeout_s=5) and remaining == [[]]
-    assert sandbox.kill_leftover_group(pid, 12345) == []  # a pid with another start time is left alone
+    assert kill_leftover_group(pid, 12345) == []  # a pid with another start time is left alone
 
 
 def test_the_cpu_limit_ends_a_busy_loop_as_a_timeout(tmp_path: Path) -> None:
@@ -654,22 +661,22 @@ def test_the_sweep_never_follows_a_symlink_out_of_the_workspace(tmp_path: Path) 
     (workspace / "to-file").symlink_to(outside / "setuid-elsewhere")
     (workspace / "mine").write_text("")
     (workspace / "mine").chmod(0o2755)
-    swept = sandbox.sweep_workspace(str(workspace))
+    swept = sweep_workspace(str(workspace))
     assert (swept.cleared, swept.removed) == (["mine"], [])
     assert (outside / "setuid-elsewhere").stat().st_mode & 0o7777 == 0o4755
-    assert sandbox.sweep_workspace(str(workspace), max_entries=1).incomplete
+    assert sweep_workspace(str(workspace), max_entries=1).incomplete
 
 
 def test_a_root_worker_without_a_host_user_runs_no_command_check(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 0)  # as CI and `make run` as root are
+    monkeypatch.setattr(os, "geteuid", lambda: 0)  # as CI and `make run` as root are
     for unset in ({"host_uid": None}, {"host_gid": None}):
         policy = policy_for(tmp_path, "sh", **unset)
         result = run_command(check("sh", "-c", "touch ran"), policy)
         assert (result.passed, result.reason) == (False, "sandbox_unavailable")
         assert "NEXUM_SANDBOX_HOST_UID" in result.output and "host root" in result.output
-        assert sandbox.sandbox_unavailable(policy) == result.output
+        assert sandbox_unavailable(policy) == result.output
         assert not (tmp_path / "ran").exists()
 
 
@@ -686,7 +693,7 @@ def test_a_root_worker_refuses_an_executable_its_sandbox_user_cannot_read(tmp_pa
         result = run_command(check(*argv), policy)
         assert result.reason == "sandbox_unavailable", result.output
         assert f"{closed} is closed to the host user the sandbox runs as (uid {SANDBOX_USER}" in result.output
-    assert sandbox.sandbox_unavailable(policy) == result.output
+    assert sandbox_unavailable(policy) == result.output
     assert not (workspace / "ran").exists()
     theirs = tmp_path / "theirs"  # root's, as a folder the service did not create would be
     theirs.mkdir()
@@ -740,7 +747,7 @@ def test_a_worker_that_cannot_bind_mounts_back_in_place_says_so(
     def no_mount_namespace(staged: object) -> None:
         raise PermissionError(1, "Operation not permitted")
 
-    monkeypatch.setattr(sandbox, "_stage", no_mount_namespace)
+    monkeypatch.setattr(launch, "stage", no_mount_namespace)
     result = run_command(check("sh", "-c", "touch ran"), policy_for(workspace, "sh"))
     assert result.reason == "sandbox_unavailable", result.output
     assert "cannot be searched by the host user" in result.output and "CAP_SYS_ADMIN" in result.output
@@ -856,11 +863,11 @@ def test_artifact_and_callable_checks(tmp_path: Path) -> None:
 
 
 def test_the_sandbox_imports_no_framework() -> None:
-    tree = ast.parse(Path(sandbox.__file__).read_text())
     imported: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            imported.add(node.module.split(".")[0])
+    for module in Path(sandbox.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module.split(".")[0])
     assert not imported & {"django", "rest_framework", "celery", "tiktoken"}

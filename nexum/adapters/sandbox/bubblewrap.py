@@ -1,7 +1,7 @@
 """The bubblewrap (``bwrap``) sandbox a command check runs in: what it mounts and its command line.
 
-Framework-free: no Django, no Celery. ``nexum/adapters/sandbox.py`` decides what runs; this module builds the
-world it runs in:
+Framework-free: no Django, no Celery. The rest of ``nexum/adapters/sandbox/`` decides what runs; this module
+builds the world it runs in:
 
 - namespaces: user, PID, network (loopback only, nothing listening), IPC, UTS and cgroup; no capabilities;
   no further user namespaces (``--disable-userns``); uid and gid ``SANDBOX_UID`` inside, mapped to the user
