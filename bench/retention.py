@@ -37,8 +37,9 @@ from worlds import build_world  # noqa: E402  (bench/worlds.py, beside this scri
 
 from context_app.compilation import selectors, services  # noqa: E402
 from context_app.compilation.models import ContextCompilation, StoredContext  # noqa: E402
-from context_app.world.services import progress_record, scope_resolve  # noqa: E402
-from tasks_app.services import project_retention_set  # noqa: E402
+from context_app.world.services.records import progress_record  # noqa: E402
+from context_app.world.services.scopes import scope_resolve  # noqa: E402
+from tasks_app.services.projects import project_retention_set  # noqa: E402
 
 TABLE = StoredContext._meta.db_table
 

@@ -5,7 +5,7 @@ it when Django starts, in every process (web, worker, management command).
 
 from __future__ import annotations
 
-from context_app.resolution.services import plan_gate_check
+from context_app.resolution.services.plan_gate import plan_gate_check
 from nexum.core.verification.approvals import BEFORE_START
 from tasks_app import hooks
 from tasks_app import selectors as task_selectors

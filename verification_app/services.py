@@ -93,8 +93,8 @@ from nexum.eventstore import store
 from nexum.eventstore.models import Event as EventRow
 from nexum.work.dispatch import send_on_commit
 from tasks_app import selectors as task_selectors
-from tasks_app import services as task_services
 from tasks_app.models import Project, Task
+from tasks_app.services.lifecycle import task_record_gate_decision
 from verification_app import runner, selectors
 from verification_app.models import Approval, CheckRun, CompletionRequest
 from verification_app.models import Contract as ContractRow
@@ -524,7 +524,7 @@ def _decide(request: CompletionRequest, decision: GateDecision, lease: Lease | N
                 lease.fence()
             _append_decision(request, decision.outcome, decision.reason, decision.failing_checks)
             if decision.outcome != "skipped":
-                task_services.task_record_gate_decision(
+                task_record_gate_decision(
                     task_id=str(request.task_id),
                     outcome=decision.outcome,
                     decision_id=request_id,

@@ -52,7 +52,8 @@ from context_app.compilation.candidates import CANDIDATES
 from context_app.compilation.models import CompileEvidence, ContextCompilation, ContextUsage, StoredContext
 from context_app.world.embedder import configured_embedder, embedder_setting
 from context_app.world.models import WorldItem
-from context_app.world.services import Scope, progress_record
+from context_app.world.services.records import progress_record
+from context_app.world.services.scopes import Scope
 from context_app.world.vectors import NewVector, store_vectors
 from nexum.adapters import metrics, telemetry
 from nexum.adapters.embedding import DEFAULT_EMBEDDER, Embedder, embedder_id, embedder_named
