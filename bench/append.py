@@ -33,11 +33,13 @@ from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from context_app.world import services as world  # noqa: E402
 from context_app.world.embedder import configured_embedder, configured_embedder_id  # noqa: E402
+from context_app.world.services.facts import fact_record  # noqa: E402
+from context_app.world.services.scopes import Scope, scope_resolve  # noqa: E402
 from nexum.core.tasks.projects import AgentTokenIssued, HealthPinged, project_stream  # noqa: E402
 from nexum.eventstore import projections, store  # noqa: E402
-from tasks_app.services import goal_create, project_create  # noqa: E402
+from tasks_app.services.goals import goal_create  # noqa: E402
+from tasks_app.services.projects import project_create  # noqa: E402
 
 SINGLE = int(os.environ.get("BENCH_SINGLE", 2000))
 BATCHES = int(os.environ.get("BENCH_BATCHES", 100))
@@ -121,7 +123,7 @@ def bench_service_batches() -> float:
     return rate(BATCHES * BATCH_SIZE, time.perf_counter() - start)
 
 
-def fact_scope(embedder: str) -> world.Scope:
+def fact_scope(embedder: str) -> Scope:
     """A goal of its own for the fact appends under ``embedder``, the embedder loaded before timing."""
     settings.NEXUM_EMBEDDER = embedder
     configured_embedder()
@@ -132,7 +134,7 @@ def fact_scope(embedder: str) -> world.Scope:
         tasks=[{"key": "s1", "objective": "Find where the keyring lives"}],
         actor="bench",
     )
-    return world.scope_resolve(project_id=str(project.id), goal_id=str(goal.id))
+    return scope_resolve(project_id=str(project.id), goal_id=str(goal.id))
 
 
 def bench_fact_single(embedders: tuple[str, ...]) -> dict[str, float]:
@@ -146,9 +148,7 @@ def bench_fact_single(embedders: tuple[str, ...]) -> dict[str, float]:
             settings.NEXUM_EMBEDDER = embedder
             began = time.perf_counter()
             for index in range(start, min(FACTS, start + FACT_ROUND)):
-                world.fact_record(
-                    scope=scope, subject="session", text=FACT_TEXT.format(index=index), actor="bench"
-                )
+                fact_record(scope=scope, subject="session", text=FACT_TEXT.format(index=index), actor="bench")
             seconds[embedder] += time.perf_counter() - began
     return {embedder: rate(FACTS, spent) for embedder, spent in seconds.items()}
 

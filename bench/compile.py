@@ -70,7 +70,8 @@ from context_app.compilation.selectors import compile_input  # noqa: E402
 from context_app.compilation.services.compiles import compile_task, context_compile  # noqa: E402
 from context_app.world.embedder import configured_embedder_id  # noqa: E402
 from context_app.world.models import WorldItem  # noqa: E402
-from context_app.world.services import progress_record, scope_resolve, tool_call_record  # noqa: E402
+from context_app.world.services.records import progress_record, tool_call_record  # noqa: E402
+from context_app.world.services.scopes import scope_resolve  # noqa: E402
 from nexum.adapters import telemetry  # noqa: E402
 from nexum.adapters.tokenization import counter_for, default_registry  # noqa: E402
 from nexum.core.compilation.compiler import COMPILER_VERSION, CompileInput, ContextItem  # noqa: E402

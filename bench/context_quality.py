@@ -60,7 +60,9 @@ from nexum.core.world.items import DEFAULT_TRUST_CLASS, FactRecorded, item_terms
 from nexum.core.world.relevance import terms_of  # noqa: E402
 from nexum.eventstore import store  # noqa: E402
 from tasks_app.models import Task  # noqa: E402
-from tasks_app.services import goal_create, project_create, task_start  # noqa: E402
+from tasks_app.services.goals import goal_create  # noqa: E402
+from tasks_app.services.lifecycle import task_start  # noqa: E402
+from tasks_app.services.projects import project_create  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "context_quality"
 KINDS = ("shared_words", "other_wording", "entity_hop", "with_another")

@@ -41,8 +41,10 @@ from nexum.eventstore.models import Event as EventRow  # noqa: E402
 from nexum_web.api import metrics as metrics_view  # noqa: E402
 from nexum_web.webhooks.models import WebhookDelivery  # noqa: E402
 from nexum_web.webhooks.services import deliveries_record, webhook_register  # noqa: E402
-from tasks_app import services as task_services  # noqa: E402
 from tasks_app.models import Task  # noqa: E402
+from tasks_app.services.goals import goal_create  # noqa: E402
+from tasks_app.services.lifecycle import task_start  # noqa: E402
+from tasks_app.services.projects import project_create  # noqa: E402
 from verification_app.models import CompletionRequest  # noqa: E402
 from verification_app.services.completions import completion_request  # noqa: E402
 from verification_app.tasks import run_completion  # noqa: E402
@@ -61,12 +63,12 @@ def build() -> None:
     run_completion.apply_async = lambda *args, **kwargs: None  # sent to a broker that no worker reads
     per_project = TASKS // PROJECTS
     for index in range(PROJECTS):
-        project = task_services.project_create(slug=f"bench-{index}", name=f"Bench {index}", actor="bench")
+        project = project_create(slug=f"bench-{index}", name=f"Bench {index}", actor="bench")
         project_id = str(project.id)
         webhook_register(project_id=project_id, url=HOOK_URL, actor="bench")
         for first in range(0, per_project, GOAL_SIZE):
             keys = [f"t{n}" for n in range(first, min(first + GOAL_SIZE, per_project))]
-            task_services.goal_create(
+            goal_create(
                 project_id=project_id,
                 objective=f"Goal {first}",
                 tasks=[{"key": key, "objective": f"Step {key}"} for key in keys],
@@ -75,7 +77,7 @@ def build() -> None:
         tasks = list(Task.objects.filter(project_id=project_id, is_goal=False).values_list("id", flat=True))
         asked = int(len(tasks) * PENDING_SHARE)
         for task_id in tasks[:asked]:
-            task_services.task_start(project_id=project_id, task_id=str(task_id), actor="agent")
+            task_start(project_id=project_id, task_id=str(task_id), actor="agent")
             completion_request(project_id=project_id, task_id=str(task_id), answer="done", actor="agent")
         elapsed = time.perf_counter() - started
         print(f"  project {index + 1}/{PROJECTS}: {len(tasks)} tasks, {asked} pending ({elapsed:.0f} s)")

@@ -39,8 +39,9 @@ from context_app.compilation.models import ContextCompilation, StoredContext  # 
 from context_app.compilation.selectors.contexts import context_get  # noqa: E402
 from context_app.compilation.services.compiles import context_compile  # noqa: E402
 from context_app.compilation.services.replays import context_content, context_replay  # noqa: E402
-from context_app.world.services import progress_record, scope_resolve  # noqa: E402
-from tasks_app.services import project_retention_set  # noqa: E402
+from context_app.world.services.records import progress_record  # noqa: E402
+from context_app.world.services.scopes import scope_resolve  # noqa: E402
+from tasks_app.services.projects import project_retention_set  # noqa: E402
 
 TABLE = StoredContext._meta.db_table
 

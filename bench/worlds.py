@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from django.db import connection
 
 from context_app.catalog.services import DEFAULT_CATALOG, model_catalog_replace
-from context_app.world.services import tool_define
+from context_app.world.services.tools import tool_define
 from nexum.adapters.tokenization import counter_for
 from nexum.core.events import Event
 from nexum.core.world.items import (
@@ -37,7 +37,10 @@ from nexum.core.world.items import (
 )
 from nexum.eventstore import store
 from tasks_app.models import Task
-from tasks_app.services import agent_token_issue, goal_create, project_create, task_start
+from tasks_app.services.goals import goal_create
+from tasks_app.services.lifecycle import task_start
+from tasks_app.services.projects import project_create
+from tasks_app.services.tokens import agent_token_issue
 
 BATCH = 1000
 MIX = [("fact", 30), ("progress", 25), ("tool_call", 15), ("artifact", 12), ("decision", 10), ("failure", 8)]

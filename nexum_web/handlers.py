@@ -4,7 +4,7 @@ are in ``tasks_app/hooks.py``): each hands the message to the service that answe
 
 from __future__ import annotations
 
-from context_app.resolution.services import plan_gate_check
+from context_app.resolution.services.plan_gate import plan_gate_check
 from nexum.core.verification.approvals import BEFORE_START
 from tasks_app import selectors as task_selectors
 from tasks_app.hooks import GoalContractsGiven, TaskStartDecided, TaskStarting

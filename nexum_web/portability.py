@@ -40,8 +40,8 @@ from nexum.core.errors import ValidationFailed
 from nexum.eventstore import store
 from nexum.eventstore.models import Event as EventRow
 from nexum.eventstore.verification import chained_events
-from tasks_app import services as task_services
 from tasks_app.models import AgentToken, Project
+from tasks_app.services.tokens import agent_token_revoke
 from verification_app.models import CheckRun, CompletionRequest
 
 FORMAT = "nexum.project-export"
@@ -416,9 +416,7 @@ def _revoke_tokens(project_id: str) -> int:
         AgentToken.objects.filter(project_id=project_id, revoked_at__isnull=True).values_list("id", flat=True)
     )
     for token_id in live:
-        task_services.agent_token_revoke(
-            token_id=str(token_id), reason=TOKEN_REVOKE_REASON, actor=IMPORT_ACTOR
-        )
+        agent_token_revoke(token_id=str(token_id), reason=TOKEN_REVOKE_REASON, actor=IMPORT_ACTOR)
     return len(live)
 
 

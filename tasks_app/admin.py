@@ -1,7 +1,7 @@
 """Admin of the task graph and of API tokens. Tasks and goals mirror the log and are read-only. Tokens are
-issued and revoked here through ``tasks_app.services`` (each an event, acting as ``admin:<user>``); an issued
-key is shown once, on the response page, and is never stored, put in a message or shown again. Projects are
-created in ``context_app.catalog.admin`` (a new project gets the default model catalog)."""
+issued and revoked here through ``tasks_app.services.tokens`` (each an event, acting as ``admin:<user>``); an
+issued key is shown once, on the response page, and is never stored, put in a message or shown again.
+Projects are created in ``context_app.catalog.admin`` (a new project gets the default model catalog)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ from django.utils.safestring import SafeString
 
 from nexum.core.tasks.projects import check_token_name
 from nexum.eventstore.admin import ReadOnlyAdmin, ReadOnlyInline, admin_actor, checked_by
-from tasks_app import selectors, services
+from tasks_app import selectors
 from tasks_app.models import AgentToken, Goal, Task, TaskTransition
+from tasks_app.services.tokens import agent_token_issue, agent_token_revoke
 
 
 class TokenIssueForm(forms.ModelForm):
@@ -53,7 +54,7 @@ class AgentTokenAdmin(ReadOnlyAdmin):
         return issue if obj is None else (*issue, "key_prefix", "issued_at", "revoked_at")
 
     def save_model(self, request: HttpRequest, obj: AgentToken, form: Any, change: bool) -> None:
-        issued = services.agent_token_issue(
+        issued = agent_token_issue(
             project_id=str(obj.project_id), name=obj.name, role=obj.role, actor=admin_actor(request)
         )
         obj.pk = issued.token.pk
@@ -83,7 +84,7 @@ class AgentTokenAdmin(ReadOnlyAdmin):
     def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[AgentToken]) -> None:
         revoked = 0
         for token in queryset.filter(revoked_at__isnull=True):
-            services.agent_token_revoke(
+            agent_token_revoke(
                 token_id=str(token.id), reason="revoked in the admin", actor=admin_actor(request)
             )
             revoked += 1

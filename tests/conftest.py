@@ -59,14 +59,14 @@ def workspace(tmp_path, settings):
 
 @pytest.fixture
 def project(db):
-    from tasks_app.services import project_create
+    from tasks_app.services.projects import project_create
 
     return project_create(slug="acme", name="Acme", actor="test")
 
 
 @pytest.fixture
 def other_project(db):
-    from tasks_app.services import project_create
+    from tasks_app.services.projects import project_create
 
     return project_create(slug="globex", name="Globex", actor="test")
 
@@ -74,7 +74,7 @@ def other_project(db):
 def _client_for(project, name: str, role: str = "agent"):
     from rest_framework.test import APIClient
 
-    from tasks_app.services import agent_token_issue
+    from tasks_app.services.tokens import agent_token_issue
 
     issued = agent_token_issue(project_id=str(project.id), name=name, role=role, actor="test")
     client = APIClient()

@@ -22,8 +22,8 @@ from nexum.core.catalog.changes import decide_overlay_set
 from nexum.core.errors import DomainError
 from nexum.core.tasks.projects import check_project_name, check_relevance_floor, check_slug
 from nexum.eventstore.admin import ReadOnlyAdmin, admin_actor, checked_by
-from tasks_app import services as task_services
 from tasks_app.models import Project
+from tasks_app.services.projects import project_relevance_floor_set
 
 ADMIN_WHERE = "admin"
 OVERLAY_FIELDS = ("context_tokens", "auto_compact_tokens", "enabled")
@@ -92,7 +92,7 @@ class ProjectAdmin(ReadOnlyAdmin):
 
     def save_model(self, request: HttpRequest, obj: Project, form: Any, change: bool) -> None:
         if change:
-            task_services.project_relevance_floor_set(
+            project_relevance_floor_set(
                 project_id=str(obj.pk),
                 relevance_floor=form.cleaned_data["relevance_floor"],
                 actor=admin_actor(request),

@@ -30,7 +30,7 @@ from nexum.core.errors import ConcurrencyError, NotFound
 from nexum.core.events import Event
 from nexum.eventstore import store
 from tasks_app.models import Project
-from tasks_app.services import project_create
+from tasks_app.services.projects import project_create
 
 DEFAULT_CATALOG = Path(__file__).resolve().parent / "fixtures" / "default_model_catalog.json"
 
@@ -80,8 +80,9 @@ def model_catalog_replace(
 def project_setup(
     *, slug: str, name: str, description: str = "", actor: str
 ) -> tuple[Project, CatalogChange]:
-    """Create a project (``tasks_app.services.project_create``: a taken or malformed slug, a blank name are
-    refused) and load the default model catalog into it, in one transaction: both events or neither."""
+    """Create a project (``tasks_app.services.projects.project_create``: a taken or malformed slug, a blank
+    name are refused) and load the default model catalog into it, in one transaction: both events or
+    neither."""
     with transaction.atomic():
         project = project_create(slug=slug, name=name, description=description, actor=actor)
         catalog = model_catalog_replace(

@@ -28,9 +28,10 @@ from django.db.models import Q
 from django.utils import timezone
 
 from context_app.resolution.models import Grant, Source
-from context_app.resolution.services import grant_issue
-from context_app.world import services as world_services
+from context_app.resolution.services.grants import grant_issue
 from context_app.world.models import Tool, ToolScope, WorldItem
+from context_app.world.services.scopes import Scope
+from context_app.world.services.tools import tool_scope_set
 from nexum.adapters.gc_pause import collection_paused
 from nexum.core.errors import PolicyRefused, ValidationFailed
 from nexum.core.ids import FORK_IDS
@@ -58,7 +59,7 @@ from nexum.eventstore.models import Event as EventRow
 from nexum.eventstore.projections import Row
 from tasks_app import selectors as task_selectors
 from tasks_app.models import Task
-from tasks_app.services import goal_fork_create
+from tasks_app.services.goals import goal_fork_create
 from verification_app.models import Contract
 from verification_app.services.contracts import contract_register
 
@@ -397,8 +398,8 @@ def _carry_tool_scopes(
     for row in scopes:
         task_id = new_scope[str(row["id"])]
         allowed = None if row["allowed"] is None else [name for name in row["allowed"] if name in registered]
-        world_services.tool_scope_set(
-            scope=world_services.Scope(project_id, fork_id, task_id),
+        tool_scope_set(
+            scope=Scope(project_id, fork_id, task_id),
             allowed=allowed,
             pinned=[name for name in row["pinned"] if name in registered],
             expected_version=0,

@@ -11,8 +11,9 @@ from django.contrib import admin, messages
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
-from context_app.resolution import selectors, services
+from context_app.resolution import selectors
 from context_app.resolution.models import Escalation, Grant, Resolve, Retrieval, Source, TaskContext
+from context_app.resolution.services.plan_gate import plan_gate_override
 from nexum.core.durations import human_duration
 from nexum.core.errors import DomainError, NotFound
 from nexum.eventstore.admin import ReadOnlyAdmin
@@ -178,7 +179,7 @@ class EscalationAdmin(ReadOnlyAdmin):
     def override_plan_gate(self, request: HttpRequest, queryset: Any) -> None:
         for task_id, project_id in sorted({(e.task_id, e.project_id) for e in queryset}):
             try:
-                services.plan_gate_override(
+                plan_gate_override(
                     project_id=str(project_id),
                     task_id=str(task_id),
                     reason=f"operator override from the admin by {request.user.get_username()}",

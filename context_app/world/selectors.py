@@ -99,7 +99,7 @@ def context_items(items: Iterable[WorldItem], *, encoding: str) -> list[ContextI
     """The compiler's view of ``items``: stored token counts in ``encoding`` and the rendered text inline.
 
     An item without a stored count in ``encoding`` is counted here (in memory); run
-    ``services.item_token_counts_ensure`` to store such counts once.
+    ``services.token_counts.item_token_counts_ensure`` to store such counts once.
     """
     result = []
     for item in items:

@@ -28,8 +28,8 @@ from nexum_web.api.auth import OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.pagination import ListQuery, keyset_page, page_schema
 from nexum_web.api.strict import StrictInput
-from tasks_app import services as task_services
 from tasks_app.selectors import project_get
+from tasks_app.services.projects import project_high_risk_approval_set
 from verification_app import selectors
 from verification_app.models import Approval
 from verification_app.services.approvals import approval_decide, approval_request
@@ -192,7 +192,7 @@ class ProjectApprovalSettingsView(APIView):
     def put(self, request: Request) -> Response:
         payload = ApprovalSettingsInput(data=request.data)
         payload.is_valid(raise_exception=True)
-        task_services.project_high_risk_approval_set(
+        project_high_risk_approval_set(
             project_id=request.user.project_id,
             high_risk_approval=payload.validated_data["high_risk_approval"],
             actor=request.user.actor,

@@ -21,7 +21,7 @@ from nexum.core.roles import AGENT, actor_of, caller_trust, require_operator
 from nexum.core.trust import TrustClass
 from nexum_web.api.declarations import declared_for
 from tasks_app.models import AgentToken
-from tasks_app.services import hash_key
+from tasks_app.services.tokens import hash_key
 
 TRUST_CLASS_CHOICES: tuple[str, ...] = tuple(trust.name for trust in TrustClass)
 """The trust classes a body may name, lowest first (``TrustClass``'s order)."""

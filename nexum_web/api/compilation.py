@@ -48,8 +48,8 @@ from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.pagination import LogListQuery, log_page, page_schema
 from nexum_web.api.positions import MIN_POSITION_PARAMETER, min_position
 from nexum_web.api.strict import StrictInput, StrictQuery
-from tasks_app import services as task_services
 from tasks_app.selectors import project_get, task_get
+from tasks_app.services.projects import project_relevance_floor_set, project_retention, project_retention_set
 
 # --- input ------------------------------------------------------------------------------------------------
 
@@ -557,7 +557,7 @@ class ProjectCompileSettingsView(APIView):
     def put(self, request: Request) -> Response:
         payload = CompileSettingsInput(data=request.data, context={"request": request})
         payload.is_valid(raise_exception=True)
-        task_services.project_relevance_floor_set(
+        project_relevance_floor_set(
             project_id=request.user.project_id,
             relevance_floor=request.data.get("relevance_floor"),
             actor=request.user.actor,
@@ -649,7 +649,7 @@ class ProjectRetentionView(APIView):
     def put(self, request: Request) -> Response:
         payload = RetentionInput(data=request.data, context={"request": request})
         payload.is_valid(raise_exception=True)
-        task_services.project_retention_set(
+        project_retention_set(
             project_id=request.user.project_id,
             policy={field: request.data.get(field) for field in POLICY_FIELDS.values()},
             actor=request.user.actor,
@@ -661,7 +661,7 @@ class ProjectRetentionView(APIView):
         pruned = retention.pruned_totals(project_id=project_id)
         return Response(
             {
-                "policy": task_services.project_retention(project),
+                "policy": project_retention(project),
                 "effective": retention.effective_policy(project),
                 "pruned": pruned,
                 "version": project.version,

@@ -15,8 +15,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from context_app.resolution import selectors, services
+from context_app.resolution import selectors
 from context_app.resolution.models import Escalation, Grant, Resolve, Source, TaskContext, TaskQuestions
+from context_app.resolution.services.escalations import escalation_resolve
+from context_app.resolution.services.grants import grant_issue
+from context_app.resolution.services.plan_gate import plan_gate_override
+from context_app.resolution.services.questions import questions_set
+from context_app.resolution.services.resolves import bundle_resolve, bundle_resolve_request, default_budget
+from context_app.resolution.services.sources import source_register
 from nexum.core.resolution import events as resolution_events
 from nexum.core.resolution.checks import MAX_QUESTION_CHARS, MAX_QUESTIONS, MAX_SCOPES, SOURCE_NAME
 from nexum.core.resolution.model import ResolveBudget
@@ -273,7 +279,7 @@ class SourceListCreateView(APIView):
     def post(self, request: Request) -> Response:
         body = SourceCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        source = services.source_register(
+        source = source_register(
             project_id=request.user.project_id, actor=request.user.actor, **body.validated_data
         )
         return Response(SourceSerializer(source).data, status=status.HTTP_201_CREATED)
@@ -304,7 +310,7 @@ class _GrantView(APIView):
     def post(self, request: Request, scope_id: str) -> Response:
         body = GrantCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        grant = services.grant_issue(
+        grant = grant_issue(
             project_id=request.user.project_id,
             actor=request.user.actor,
             idempotency_key=idempotency_key(request),
@@ -364,7 +370,7 @@ class TaskQuestionsView(APIView):
     def put(self, request: Request, task_id: str) -> Response:
         body = QuestionsSetSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        row = services.questions_set(
+        row = questions_set(
             project_id=request.user.project_id,
             task_id=task_id,
             actor=request.user.actor,
@@ -393,13 +399,13 @@ class TaskResolveView(APIView):
         request_id = idempotency_key(request) or str(uuid.uuid4())
         custom = {key: data[key] for key in ("sources", "query") if key in data}
         if "max_items" in data or "max_tokens" in data:
-            default = services.default_budget()
+            default = default_budget()
             custom["budget"] = ResolveBudget(
                 max_items=data.get("max_items", default.max_items),
                 max_tokens=data.get("max_tokens", default.max_tokens),
             )
         if data["async"] and not custom:
-            services.bundle_resolve_request(
+            bundle_resolve_request(
                 project_id=str(request.user.project_id),
                 task_id=str(task.id),
                 request_id=request_id,
@@ -409,7 +415,7 @@ class TaskResolveView(APIView):
                 {"request_id": request_id, "task_id": str(task.id)}, status=status.HTTP_202_ACCEPTED
             )
         # Request-specific options are not ids: such a resolve always runs here, synchronously.
-        outcome = services.bundle_resolve(
+        outcome = bundle_resolve(
             project_id=request.user.project_id,
             task_id=str(task.id),
             actor=request.user.actor,
@@ -432,7 +438,7 @@ class PlanGateOverrideView(APIView):
     def post(self, request: Request, task_id: str) -> Response:
         body = PlanGateOverrideSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        head = services.plan_gate_override(
+        head = plan_gate_override(
             project_id=request.user.project_id,
             task_id=task_id,
             actor=request.user.actor,
@@ -501,7 +507,7 @@ class EscalationResolveView(APIView):
     def post(self, request: Request, escalation_id: str) -> Response:
         body = EscalationResolveSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        escalation = services.escalation_resolve(
+        escalation = escalation_resolve(
             project_id=request.user.project_id,
             escalation_id=escalation_id,
             actor=request.user.actor,

@@ -29,7 +29,7 @@ from rest_framework.request import Request
 from nexum_web.api.auth import ProjectAgent
 from nexum_web.models import StreamTicket
 from tasks_app.models import AgentToken
-from tasks_app.services import hash_key
+from tasks_app.services.tokens import hash_key
 
 TICKET_PARAMETER = "ticket"
 TICKET_PREFIX = "nxst_"

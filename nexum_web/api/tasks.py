@@ -20,8 +20,10 @@ from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.pagination import ListQuery, keyset_page, page_schema
 from nexum_web.api.strict import StrictInput
 from nexum_web.api.verification import ContractField
-from tasks_app import selectors, services
+from tasks_app import selectors
 from tasks_app.models import Task
+from tasks_app.services.goals import goal_create
+from tasks_app.services.lifecycle import task_block, task_cancel, task_fail, task_start, task_unblock
 
 # --- requests ---
 
@@ -223,7 +225,7 @@ class GoalListCreateView(GenericAPIView):  # type: ignore[type-arg]
     def post(self, request: Request) -> Response:
         body = GoalCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        goal = services.goal_create(
+        goal = goal_create(
             project_id=request.user.project_id,
             actor=request.user.actor,
             idempotency_key=idempotency_key(request),
@@ -296,11 +298,11 @@ class TaskTransitionView(GenericAPIView):  # type: ignore[type-arg]
     serializer_class = TaskDetailSerializer
     command: ClassVar[str] = ""
     services_by_command: ClassVar[dict[str, Any]] = {
-        "start": services.task_start,
-        "fail": services.task_fail,
-        "block": services.task_block,
-        "unblock": services.task_unblock,
-        "cancel": services.task_cancel,
+        "start": task_start,
+        "fail": task_fail,
+        "block": task_block,
+        "unblock": task_unblock,
+        "cancel": task_cancel,
     }
 
     def post(self, request: Request, task_id: str) -> Response:

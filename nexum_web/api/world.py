@@ -22,9 +22,19 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from context_app.world import selectors, services
+from context_app.world import selectors
 from context_app.world.artifacts import default_store
 from context_app.world.models import Tool, WorldItem
+from context_app.world.services.facts import fact_record, fact_retract, fact_supersede, fact_verify
+from context_app.world.services.records import (
+    artifact_record,
+    decision_record,
+    failure_record,
+    progress_record,
+    tool_call_record,
+)
+from context_app.world.services.scopes import Scope, scope_resolve
+from context_app.world.services.tools import tool_define, tool_remove, tool_scope_set
 from nexum.core.errors import ValidationFailed
 from nexum.core.world.items import ITEM_KINDS, SHORT_MAX, TEXT_MAX, TOOL_NAME
 from nexum_web.api.auth import CallerTrustField, OperatorOnly
@@ -281,8 +291,8 @@ SCOPE_TOOLS = inline_serializer(
 # --- recording items --------------------------------------------------------------------------------------
 
 
-def _scope(request: Request, *, goal_id: str | None = None, task_id: str | None = None) -> services.Scope:
-    return services.scope_resolve(project_id=request.user.project_id, goal_id=goal_id, task_id=task_id)
+def _scope(request: Request, *, goal_id: str | None = None, task_id: str | None = None) -> Scope:
+    return scope_resolve(project_id=request.user.project_id, goal_id=goal_id, task_id=task_id)
 
 
 class _RecordItem(APIView):
@@ -292,7 +302,7 @@ class _RecordItem(APIView):
     input_serializer: ClassVar[type[serializers.Serializer]]
     scope_kind: ClassVar[str]  # "goal" | "task"
 
-    def record(self, scope: services.Scope, values: dict[str, Any], actor: str, key: str | None) -> WorldItem:
+    def record(self, scope: Scope, values: dict[str, Any], actor: str, key: str | None) -> WorldItem:
         raise NotImplementedError
 
     def post(self, request: Request, scope_id: str) -> Response:
@@ -330,29 +340,29 @@ def _record_view(
     return View
 
 
-def _fact(scope: services.Scope, values: dict[str, Any], actor: str, key: str | None) -> WorldItem:
-    return services.fact_record(scope=scope, **values, actor=actor, idempotency_key=key)
+def _fact(scope: Scope, values: dict[str, Any], actor: str, key: str | None) -> WorldItem:
+    return fact_record(scope=scope, **values, actor=actor, idempotency_key=key)
 
 
-def _decision(scope: services.Scope, values: dict[str, Any], actor: str, key: str | None) -> WorldItem:
-    return services.decision_record(scope=scope, **values, actor=actor, idempotency_key=key)
+def _decision(scope: Scope, values: dict[str, Any], actor: str, key: str | None) -> WorldItem:
+    return decision_record(scope=scope, **values, actor=actor, idempotency_key=key)
 
 
-def _failure(scope: services.Scope, values: dict[str, Any], actor: str, key: str | None) -> WorldItem:
-    return services.failure_record(scope=scope, **values, actor=actor, idempotency_key=key)
+def _failure(scope: Scope, values: dict[str, Any], actor: str, key: str | None) -> WorldItem:
+    return failure_record(scope=scope, **values, actor=actor, idempotency_key=key)
 
 
-def _progress(scope: services.Scope, values: dict[str, Any], actor: str, key: str | None) -> WorldItem:
-    return services.progress_record(scope=scope, **values, actor=actor, idempotency_key=key)
+def _progress(scope: Scope, values: dict[str, Any], actor: str, key: str | None) -> WorldItem:
+    return progress_record(scope=scope, **values, actor=actor, idempotency_key=key)
 
 
-def _tool_call(scope: services.Scope, values: dict[str, Any], actor: str, key: str | None) -> WorldItem:
+def _tool_call(scope: Scope, values: dict[str, Any], actor: str, key: str | None) -> WorldItem:
     if "arguments" not in values and "arguments_digest" not in values:
         values["arguments"] = {}
-    return services.tool_call_record(scope=scope, **values, actor=actor, idempotency_key=key)
+    return tool_call_record(scope=scope, **values, actor=actor, idempotency_key=key)
 
 
-def _artifact(scope: services.Scope, values: dict[str, Any], actor: str, key: str | None) -> WorldItem:
+def _artifact(scope: Scope, values: dict[str, Any], actor: str, key: str | None) -> WorldItem:
     content = None
     if "content_text" in values:
         content = values.pop("content_text").encode("utf-8")
@@ -365,7 +375,7 @@ def _artifact(scope: services.Scope, values: dict[str, Any], actor: str, key: st
             content = base64.b64decode(encoded, validate=True)
         except (binascii.Error, ValueError):
             raise ValidationFailed("content_base64 is not valid base64", field="content_base64") from None
-    return services.artifact_record(scope=scope, **values, content=content, actor=actor, idempotency_key=key)
+    return artifact_record(scope=scope, **values, content=content, actor=actor, idempotency_key=key)
 
 
 GoalFactView = _record_view("fact", "goal", FactInput, _fact)
@@ -405,7 +415,7 @@ class FactVerifyView(APIView):
     def post(self, request: Request, fact_id: str) -> Response:
         payload = FactVerifyInput(data=request.data)
         payload.is_valid(raise_exception=True)
-        fact = services.fact_verify(
+        fact = fact_verify(
             project_id=request.user.project_id,
             fact_id=fact_id,
             **payload.validated_data,
@@ -429,7 +439,7 @@ class FactRetractView(APIView):
     def post(self, request: Request, fact_id: str) -> Response:
         payload = FactRetractInput(data=request.data)
         payload.is_valid(raise_exception=True)
-        fact = services.fact_retract(
+        fact = fact_retract(
             project_id=request.user.project_id,
             fact_id=fact_id,
             **payload.validated_data,
@@ -452,7 +462,7 @@ class FactSupersedeView(APIView):
     def post(self, request: Request, fact_id: str) -> Response:
         payload = FactSupersedeInput(data=request.data, context={"request": request})
         payload.is_valid(raise_exception=True)
-        fact = services.fact_supersede(
+        fact = fact_supersede(
             project_id=request.user.project_id,
             fact_id=fact_id,
             **payload.validated_data,
@@ -569,7 +579,7 @@ class ToolListView(APIView):
     def post(self, request: Request) -> Response:
         payload = ToolCreateInput(data=request.data)
         payload.is_valid(raise_exception=True)
-        tool = services.tool_define(
+        tool = tool_define(
             project_id=request.user.project_id,
             **payload.validated_data,
             create_only=True,
@@ -602,7 +612,7 @@ class ToolDetailView(APIView):
     def put(self, request: Request, name: str) -> Response:
         payload = ToolInput(data=request.data)
         payload.is_valid(raise_exception=True)
-        tool = services.tool_define(
+        tool = tool_define(
             project_id=request.user.project_id,
             name=name,
             **payload.validated_data,
@@ -615,7 +625,7 @@ class ToolDetailView(APIView):
         summary="Remove a tool from the registry", parameters=[TOOL_NAME_IN_PATH], responses={204: None}
     )
     def delete(self, request: Request, name: str) -> Response:
-        services.tool_remove(
+        tool_remove(
             project_id=request.user.project_id,
             name=name,
             expected_version=request.query.get("expected_version"),
@@ -628,7 +638,7 @@ class _ScopeToolsView(APIView):
     scope_kind: ClassVar[str]
     operator_only = {"PUT": OperatorOnly(TOOL_SCOPE)}
 
-    def _response(self, scope: services.Scope) -> Response:
+    def _response(self, scope: Scope) -> Response:
         scope_row = selectors.tool_scope_get(scope_id=scope.scope_id)
         tools = selectors.tools_for_scope(
             project_id=scope.project_id, goal_id=scope.goal_id, task_id=scope.task_id
@@ -652,9 +662,7 @@ class _ScopeToolsView(APIView):
         payload.is_valid(raise_exception=True)
         key = idempotency_key(request)
         scope = _scope(request, **{f"{self.scope_kind}_id": scope_id})
-        services.tool_scope_set(
-            scope=scope, **payload.validated_data, actor=request.user.actor, idempotency_key=key
-        )
+        tool_scope_set(scope=scope, **payload.validated_data, actor=request.user.actor, idempotency_key=key)
         return self._response(scope)
 
 

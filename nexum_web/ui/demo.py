@@ -27,16 +27,30 @@ from context_app.catalog.services import DEFAULT_CATALOG, model_catalog_replace,
 from context_app.compilation.models import ContextUsage, StoredContext
 from context_app.compilation.services.compiles import context_compile
 from context_app.compilation.services.usage import context_usage_report
-from context_app.resolution import services as resolution
 from context_app.resolution.models import Grant, Source, TaskContext, TaskQuestions
-from context_app.world import services as world
+from context_app.resolution.services.grants import grant_issue
+from context_app.resolution.services.questions import questions_set
+from context_app.resolution.services.resolves import bundle_resolve
+from context_app.resolution.services.sources import source_register
 from context_app.world.models import Tool, ToolScope, WorldItem
+from context_app.world.services.facts import fact_record, fact_verify
+from context_app.world.services.records import (
+    artifact_record,
+    decision_record,
+    failure_record,
+    progress_record,
+    tool_call_record,
+)
+from context_app.world.services.scopes import scope_resolve
+from context_app.world.services.tools import tool_define, tool_scope_set
 from nexum.adapters.workspaces import project_published, project_workspace
 from nexum.core import roles
 from nexum.core.roles import actor_of, caller_trust
 from nexum.eventstore.verification import verify_log
 from tasks_app.models import Project, Task
-from tasks_app.services import goal_create, project_create, task_start
+from tasks_app.services.goals import goal_create
+from tasks_app.services.lifecycle import task_start
+from tasks_app.services.projects import project_create
 from verification_app.models import CompletionRequest
 from verification_app.runner import workspace_folder
 from verification_app.services.completion_runs import completion_run
@@ -138,7 +152,7 @@ def _tools(project_id: str, log: Callable[[str], None]) -> None:
     for name, description, properties, pinned in TOOLS:
         if Tool.objects.filter(project_id=project_id, name=name).exists():
             continue
-        world.tool_define(
+        tool_define(
             project_id=project_id,
             name=name,
             description=description,
@@ -261,9 +275,9 @@ def _goal(project_id: str, log: Callable[[str], None]) -> Task:
 def _world_items(project_id: str, goal: Task, tasks: dict[str, Task], log: Callable[[str], None]) -> None:
     if WorldItem.objects.filter(project_id=project_id).exists():
         return
-    goal_scope = world.scope_resolve(project_id=project_id, goal_id=str(goal.id))
-    s3_scope = world.scope_resolve(project_id=project_id, task_id=str(tasks["s3"].id))
-    signing = world.fact_record(
+    goal_scope = scope_resolve(project_id=project_id, goal_id=str(goal.id))
+    s3_scope = scope_resolve(project_id=project_id, task_id=str(tasks["s3"].id))
+    signing = fact_record(
         scope=goal_scope,
         text="Tokens are signed with HMAC-SHA256 over subject and expiry",
         source="examples/auth-service/docs/auth.md",
@@ -271,8 +285,8 @@ def _world_items(project_id: str, goal: Task, tasks: dict[str, Task], log: Calla
         trust_class=AGENT_TRUST,
         actor=AGENT,
     )
-    world.fact_verify(project_id=project_id, fact_id=str(signing.id), note="read the code", actor=AGENT)
-    world.fact_record(
+    fact_verify(project_id=project_id, fact_id=str(signing.id), note="read the code", actor=AGENT)
+    fact_record(
         scope=goal_scope,
         text="Sessions live in Redis; the auth service never writes to the database schema",
         source="examples/auth-service/docs/auth.md",
@@ -280,14 +294,14 @@ def _world_items(project_id: str, goal: Task, tasks: dict[str, Task], log: Calla
         trust_class=AGENT_TRUST,
         actor=AGENT,
     )
-    world.decision_record(
+    decision_record(
         scope=goal_scope,
         text="Keep tokens signed with HMAC; fix only the expiry check",
         rationale="the mobile app verifies signatures and must keep working",
         trust_class=AGENT_TRUST,
         actor=AGENT,
     )
-    world.artifact_record(
+    artifact_record(
         scope=goal_scope,
         uri="file://examples/auth-service/tests/test_tokens.py",
         summary="the failing spec: test_an_expired_token_is_rejected",
@@ -302,8 +316,8 @@ def _world_items(project_id: str, goal: Task, tasks: dict[str, Task], log: Calla
         "Ran the suite: 2 passed, 1 failed (test_an_expired_token_is_rejected)",
         "Tried comparing the expiry as a string; the spec still fails",
     ):
-        world.progress_record(scope=s3_scope, text=note, trust_class=AGENT_TRUST, actor=AGENT)
-    world.tool_call_record(
+        progress_record(scope=s3_scope, text=note, trust_class=AGENT_TRUST, actor=AGENT)
+    tool_call_record(
         scope=s3_scope,
         tool="run_tests",
         arguments={"path": "tests/test_tokens.py"},
@@ -342,12 +356,10 @@ def _sources_and_grants(
     }
     for name, (kind, config) in sources.items():
         if not Source.objects.filter(project_id=project_id, name=name).exists():
-            resolution.source_register(
-                project_id=project_id, name=name, kind=kind, config=config, actor=OPERATOR
-            )
+            source_register(project_id=project_id, name=name, kind=kind, config=config, actor=OPERATOR)
             log(f"source: {name} ({kind})")
     if not Grant.objects.filter(project_id=project_id, goal_id=goal.id).exists():
-        resolution.grant_issue(
+        grant_issue(
             project_id=project_id,
             goal_id=str(goal.id),
             sources={"auth-repo": ["*"], "auth-docs": ["*"], "tickets": ["*"]},
@@ -361,17 +373,15 @@ def _sources_and_grants(
     }
     for key, asked in questions.items():
         if not TaskQuestions.objects.filter(task_id=tasks[key].id).exists():
-            resolution.questions_set(
-                project_id=project_id, task_id=str(tasks[key].id), questions=asked, actor=OPERATOR
-            )
+            questions_set(project_id=project_id, task_id=str(tasks[key].id), questions=asked, actor=OPERATOR)
 
 
 def _tool_scope(project_id: str, tasks: dict[str, Task], log: Callable[[str], None]) -> None:
     """s2 only reads: it may use the read tools, with search_code pinned."""
     if ToolScope.objects.filter(project_id=project_id, task_id=tasks["s2"].id).exists():
         return
-    world.tool_scope_set(
-        scope=world.scope_resolve(project_id=project_id, task_id=str(tasks["s2"].id)),
+    tool_scope_set(
+        scope=scope_resolve(project_id=project_id, task_id=str(tasks["s2"].id)),
         allowed=["read_file", "search_code"],
         pinned=["search_code"],
         actor=OPERATOR,
@@ -396,8 +406,8 @@ def _run_gate(project_id: str, tasks: dict[str, Task], log: Callable[[str], None
         decided = CompletionRequest.objects.get(task_id=task.id)
         log(f"gate: {key} {decided.outcome} ({decided.reason or 'all checks passed'})")
         if key == "s3" and decided.outcome == "failed":
-            world.failure_record(
-                scope=world.scope_resolve(project_id=project_id, task_id=str(task.id)),
+            failure_record(
+                scope=scope_resolve(project_id=project_id, task_id=str(task.id)),
                 text=f"The gate refused the completion: {decided.reason}; the expired token still verifies",
                 trust_class=AGENT_TRUST,
                 actor=AGENT,
@@ -408,7 +418,7 @@ def _resolve(project_id: str, tasks: dict[str, Task], log: Callable[[str], None]
     for key in ("s2", "s3", "s4"):
         if TaskContext.objects.filter(task_id=tasks[key].id).exists():
             continue
-        outcome = resolution.bundle_resolve(project_id=project_id, task_id=str(tasks[key].id), actor=AGENT)
+        outcome = bundle_resolve(project_id=project_id, task_id=str(tasks[key].id), actor=AGENT)
         log(
             f"resolve: {key} complete={outcome.resolve.complete} stop={outcome.resolve.stop_reason} "
             f"escalations={len(outcome.bundle.get('escalations', []))}"

@@ -125,7 +125,7 @@ def settlement_reach(escalation: Escalation) -> Reach | None:
 
 def gate_status(task: Task) -> GateStatus:
     """Whether the plan gate lets the task start now (R9), in words."""
-    from context_app.resolution.services import plan_gate_check
+    from context_app.resolution.services.plan_gate import plan_gate_check
 
     try:
         plan_gate_check(project_id=str(task.project_id), task_id=str(task.id))

@@ -1,7 +1,7 @@
 """The escalation UI (SPEC I5): server-rendered pages for staff. Each action calls
-``context_app.resolution.services.escalation_resolve``, so it is an event like any other and the plan gate
-reads it; the views only shape input and show what the service said. The approvals page (issue 28 item 4)
-lists what waits for a human's yes and decides through
+``context_app.resolution.services.escalations.escalation_resolve``, so it is an event like any other and the
+plan gate reads it; the views only shape input and show what the service said. The approvals page (issue 28
+item 4) lists what waits for a human's yes and decides through
 ``verification_app.services.approvals.approval_decide``."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from context_app.resolution import services as resolution
 from context_app.resolution.models import Escalation
+from context_app.resolution.services import escalations
 from nexum.core.errors import DomainError
 from nexum.core.resolution.events import SETTLING_ACTIONS
 from nexum_web.api.errors import STATUS_BY_KIND
@@ -168,7 +168,7 @@ def escalation_resolve(request: HttpRequest, escalation_id: str) -> HttpResponse
     elif action == "grant_source":
         arguments.update(source=data["source"], scopes=form.scope_list() or None)
     try:
-        resolution.escalation_resolve(
+        escalations.escalation_resolve(
             project_id=str(escalation.project_id),
             escalation_id=str(escalation.id),
             action=action,

@@ -7,7 +7,8 @@ import pytest
 
 from context_app.compilation.models import StoredContext
 from context_app.compilation.services.replays import context_replay
-from context_app.world import services as world
+from context_app.world.services.facts import fact_record
+from context_app.world.services.scopes import scope_resolve
 from nexum.core.compilation.compiler import DEFAULT_RELEVANCE_FLOOR
 from nexum.eventstore import store
 from nexum.eventstore.models import Event as EventRow
@@ -73,10 +74,8 @@ def test_an_unknown_member_or_a_missing_floor_is_refused(operator_api, project):
 
 
 def test_the_compile_uses_the_projects_floor_records_it_and_replays(api, operator_api, auth, project):
-    scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
-    world.fact_record(
-        scope=scope, text="Make auth_spec.rb pass: spec/auth_spec.rb fails at line 48", actor="test"
-    )
+    scope = scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    fact_record(scope=scope, text="Make auth_spec.rb pass: spec/auth_spec.rb fails at line 48", actor="test")
     before = compile_quick(api, auth)
     assert recorded_floor(before["digest"]) == DEFAULT_RELEVANCE_FLOOR
     assert before["exclusions"]["by_reason"].get("below_relevance", 0) > 0

@@ -19,12 +19,14 @@ from django.core.signals import request_finished
 from django.db import close_old_connections, connection
 from rest_framework.test import APIClient
 
-from context_app.world.services import progress_record, scope_resolve
+from context_app.world.services.records import progress_record
+from context_app.world.services.scopes import scope_resolve
 from nexum.eventstore import store
 from nexum_web.api import stream_slots
 from tasks_app.models import AgentToken
 from tasks_app.selectors import goal_tasks
-from tasks_app.services import agent_token_issue, goal_create
+from tasks_app.services.goals import goal_create
+from tasks_app.services.tokens import agent_token_issue
 from tests.integration.test_worker import ROOT, database_url_for_worker, wait_for
 
 STREAM = "/api/v1/events/stream"

@@ -9,14 +9,18 @@ from django.db.models import Max
 
 from context_app.compilation.models import StoredContext
 from context_app.resolution.models import Grant
-from context_app.resolution.services import grant_issue, grant_revoke, source_register
-from context_app.world import services as world
+from context_app.resolution.services.grants import grant_issue, grant_revoke
+from context_app.resolution.services.sources import source_register
 from context_app.world.models import WorldItem
+from context_app.world.services.facts import fact_record, fact_supersede
+from context_app.world.services.records import failure_record, progress_record
+from context_app.world.services.scopes import scope_resolve
+from context_app.world.services.tools import tool_scope_set
 from nexum.eventstore import projections
 from nexum.eventstore.models import Event as EventRow
 from nexum.eventstore.verification import verify_log
 from tasks_app.models import Task
-from tasks_app.services import task_fail
+from tasks_app.services.lifecycle import task_fail
 from tests.integration.compile_world import build_auth_world
 from verification_app.models import Contract
 from verification_app.services.contracts import contract_register
@@ -41,10 +45,10 @@ def forked_world(project, api):
     auth = build_auth_world(project, filler=30)
     context = compile_prompt(api, auth.task.id)
     position = StoredContext.objects.get(digest=context["digest"]).position
-    task_scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
-    goal_scope = world.scope_resolve(project_id=auth.project_id, goal_id=str(auth.goal.id))
-    world.failure_record(scope=task_scope, text="second try failed at line 52", actor="test")
-    world.fact_supersede(
+    task_scope = scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    goal_scope = scope_resolve(project_id=auth.project_id, goal_id=str(auth.goal.id))
+    failure_record(scope=task_scope, text="second try failed at line 52", actor="test")
+    fact_supersede(
         project_id=auth.project_id,
         fact_id=auth.redis_fact_id,
         text="Redis is optional",
@@ -54,8 +58,8 @@ def forked_world(project, api):
         role="operator",
     )
     for index in range(5):
-        world.fact_record(scope=goal_scope, text=f"Later observation {index}", subject="auth", actor="test")
-        world.progress_record(scope=task_scope, text=f"Later step {index}", actor="test")
+        fact_record(scope=goal_scope, text=f"Later observation {index}", subject="auth", actor="test")
+        progress_record(scope=task_scope, text=f"Later step {index}", actor="test")
     return auth, context, position
 
 
@@ -198,8 +202,8 @@ def test_a_fork_carries_the_contract_grants_and_tool_scope_as_they_stood(
         ]
     }
     contract_register(project_id=auth.project_id, task_id=str(auth.task.id), contract=contract, actor="op")
-    world.tool_scope_set(
-        scope=world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id)),
+    tool_scope_set(
+        scope=scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id)),
         allowed=["tool_00", "tool_01"],
         pinned=["tool_01"],
         actor="op",

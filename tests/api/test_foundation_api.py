@@ -7,7 +7,7 @@ from rest_framework.test import APIClient
 
 from nexum.core.tasks.projects import HealthPinged
 from nexum.eventstore import store
-from tasks_app.services import agent_token_revoke
+from tasks_app.services.tokens import agent_token_revoke
 
 pytestmark = pytest.mark.django_db
 
@@ -41,7 +41,7 @@ def test_malformed_authorization_header_is_401():
 
 
 def test_revoked_token_is_401(project):
-    from tasks_app.services import agent_token_issue
+    from tasks_app.services.tokens import agent_token_issue
 
     issued = agent_token_issue(project_id=str(project.id), name="short-lived", actor="test")
     agent_token_revoke(token_id=str(issued.token.id), reason="rotated", actor="test")

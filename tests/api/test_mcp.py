@@ -20,7 +20,7 @@ from nexum.eventstore.models import Event as EventRow
 from nexum_web.mcp.calls import Caller
 from nexum_web.mcp.server import calling_as, server
 from nexum_web.mcp.tools import compile_summary
-from tasks_app.services import agent_token_issue
+from tasks_app.services.tokens import agent_token_issue
 from tests.api.test_verification_api import echo_check
 from tests.integration.compile_world import load_catalog
 
@@ -318,7 +318,7 @@ def test_a_token_revoked_mid_session_is_refused_on_the_next_call(project, planne
     from asgiref.sync import sync_to_async
 
     from tasks_app.models import AgentToken
-    from tasks_app.services import agent_token_revoke
+    from tasks_app.services.tokens import agent_token_revoke
 
     caller = token(project)
     token_id = str(AgentToken.objects.get(name="mcp-agent").id)

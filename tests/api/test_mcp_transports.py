@@ -16,7 +16,8 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from tasks_app.selectors import goal_tasks
-from tasks_app.services import agent_token_issue, goal_create
+from tasks_app.services.goals import goal_create
+from tasks_app.services.tokens import agent_token_issue
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 

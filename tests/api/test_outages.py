@@ -187,7 +187,7 @@ def test_an_mcp_tool_call_while_the_database_is_gone_is_an_error_result_to_send_
 
     from nexum_web.mcp.calls import Caller
     from nexum_web.mcp.server import calling_as, server
-    from tasks_app.services import agent_token_issue
+    from tasks_app.services.tokens import agent_token_issue
 
     key = agent_token_issue(project_id=str(project.id), name="outage", role="agent", actor="test").key
 

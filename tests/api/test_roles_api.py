@@ -20,14 +20,20 @@ import pytest
 from rest_framework.test import APIClient
 
 from context_app.catalog.services import DEFAULT_CATALOG, model_overlay_set
-from context_app.resolution import services as resolution
 from context_app.resolution.models import Escalation
-from context_app.world import services as world_services
+from context_app.resolution.services.grants import grant_issue
+from context_app.resolution.services.resolves import bundle_resolve
+from context_app.resolution.services.sources import source_register
+from context_app.world.services.facts import fact_record
+from context_app.world.services.scopes import scope_resolve
+from context_app.world.services.tools import tool_define
 from nexum.core.errors import ValidationFailed
 from nexum.eventstore import store
 from nexum.eventstore.models import Event as EventRow
-from tasks_app import services as task_services
 from tasks_app.models import AgentToken, Task
+from tasks_app.services.goals import goal_create
+from tasks_app.services.lifecycle import task_block, task_start
+from tasks_app.services.tokens import agent_token_issue
 from tests.api.test_foundation_api import assert_error
 from tests.integration.compile_world import load_catalog
 
@@ -64,16 +70,16 @@ def world(project, tmp_path, settings) -> World:
     project_id, operator = str(project.id), "operator:planner"
     load_catalog(project_id)
     model_overlay_set(project_id=project_id, word="local", overlay={"context_tokens": 32_000}, actor=operator)
-    world_services.tool_define(project_id=project_id, name="shell", description="run", actor=operator)
+    tool_define(project_id=project_id, name="shell", description="run", actor=operator)
     for name, port in (("ops", 8080), ("wiki", 9090)):
-        resolution.source_register(
+        source_register(
             project_id=project_id,
             name=name,
             kind="tickets_json",
             config={"path": _tickets(tmp_path, name, f"The deploy port is {port}.")},
             actor=operator,
         )
-    goal = task_services.goal_create(
+    goal = goal_create(
         project_id=project_id,
         objective="Ship the release",
         tasks=[
@@ -84,12 +90,12 @@ def world(project, tmp_path, settings) -> World:
         actor=operator,
     )
     tasks = {task.key: str(task.id) for task in Task.objects.filter(goal=goal, is_goal=False)}
-    resolution.grant_issue(
+    grant_issue(
         project_id=project_id, task_id=tasks["s1"], sources={"ops": ["*"], "wiki": ["*"]}, actor=operator
     )
-    resolution.bundle_resolve(project_id=project_id, task_id=tasks["s1"], actor="agent:agent-1")
-    task_services.task_start(project_id=project_id, task_id=tasks["s2"], actor="agent:agent-1")
-    task_services.task_block(project_id=project_id, task_id=tasks["s2"], actor="agent:agent-1")
+    bundle_resolve(project_id=project_id, task_id=tasks["s1"], actor="agent:agent-1")
+    task_start(project_id=project_id, task_id=tasks["s2"], actor="agent:agent-1")
+    task_block(project_id=project_id, task_id=tasks["s2"], actor="agent:agent-1")
     return World(
         project_id=project_id,
         goal=str(goal.id),
@@ -300,8 +306,8 @@ ITEM_WRITES: dict[str, Callable[[World], tuple[str, dict[str, Any]]]] = {
 
 def _agents_fact(world: World) -> str:
     """A fact both roles may supersede (at the agent's ceiling)."""
-    scope = world_services.scope_resolve(project_id=world.project_id, goal_id=world.goal)
-    fact = world_services.fact_record(
+    scope = scope_resolve(project_id=world.project_id, goal_id=world.goal)
+    fact = fact_record(
         scope=scope, text="The port is 8080.", trust_class="agent_reported", actor="agent:agent-1"
     )
     return str(fact.id)
@@ -342,8 +348,8 @@ FACT_CHANGES: dict[str, tuple[dict[str, Any], int, str]] = {
 
 
 def _fact_of(world: World, trust_class: str) -> str:
-    scope = world_services.scope_resolve(project_id=world.project_id, goal_id=world.goal)
-    fact = world_services.fact_record(
+    scope = scope_resolve(project_id=world.project_id, goal_id=world.goal)
+    fact = fact_record(
         scope=scope, text="Deploys need a second reviewer.", trust_class=trust_class, actor="test"
     )
     return str(fact.id)
@@ -556,7 +562,7 @@ def test_a_token_carries_its_role_into_the_actor(api, operator_api, project, wor
     }
     before = EventRow.objects.count()
     with pytest.raises(ValidationFailed) as error:
-        task_services.agent_token_issue(project_id=str(project.id), name="x", role="planner", actor="test")
+        agent_token_issue(project_id=str(project.id), name="x", role="planner", actor="test")
     assert (error.value.code, error.value.field) == ("invalid_role", "role")
     assert EventRow.objects.count() == before
 

@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from nexum.eventstore import store
 from tasks_app.models import AgentToken
-from tasks_app.services import agent_token_revoke
+from tasks_app.services.tokens import agent_token_revoke
 from tests.api.test_event_stream import STREAM, parse, read
 
 TICKETS = "/api/v1/events/stream/tickets"

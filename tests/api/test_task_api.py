@@ -12,8 +12,9 @@ from django.db import connections
 from rest_framework.test import APIClient
 
 from nexum.eventstore.models import Event as EventRow
-from tasks_app import services
 from tasks_app.models import Task
+from tasks_app.services.goals import goal_create
+from tasks_app.services.tokens import agent_token_issue
 from tests.api.test_foundation_api import assert_error
 
 pytestmark = pytest.mark.django_db
@@ -287,8 +288,8 @@ def test_every_api_reads_the_idempotency_key_header_one_way(api, operator_api, k
 
 @pytest.mark.django_db(transaction=True)
 def test_two_concurrent_start_requests_exactly_one_succeeds(project):
-    issued = services.agent_token_issue(project_id=str(project.id), name="racer", actor="test")
-    goal = services.goal_create(
+    issued = agent_token_issue(project_id=str(project.id), name="racer", actor="test")
+    goal = goal_create(
         project_id=str(project.id), objective="Race", tasks=[{"key": "s1", "objective": "x"}], actor="t"
     )
     s1 = str(Task.objects.get(goal=goal, key="s1").id)

@@ -10,7 +10,7 @@ import tiktoken
 from context_app.world.models import WorldItem
 from nexum.eventstore.models import Event as EventRow
 from tasks_app import selectors as task_selectors
-from tasks_app.services import goal_create
+from tasks_app.services.goals import goal_create
 
 pytestmark = pytest.mark.django_db
 

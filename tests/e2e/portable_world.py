@@ -32,19 +32,23 @@ from context_app.compilation.models import StoredContext  # noqa: E402
 from context_app.compilation.services.compiles import context_compile  # noqa: E402
 from context_app.compilation.services.replays import context_replay  # noqa: E402
 from context_app.compilation.services.usage import context_usage_report  # noqa: E402
-from context_app.world import services as world  # noqa: E402
+from context_app.world.services.facts import fact_record  # noqa: E402
+from context_app.world.services.records import artifact_record  # noqa: E402
+from context_app.world.services.scopes import scope_resolve  # noqa: E402
 from nexum.eventstore import projections, store  # noqa: E402
-from tasks_app import selectors, services  # noqa: E402
+from tasks_app import selectors  # noqa: E402
+from tasks_app.services.projects import project_create, project_retention_set  # noqa: E402
+from tasks_app.services.tokens import agent_token_issue  # noqa: E402
 from tests.integration.compile_world import build_auth_world  # noqa: E402
 from verification_app.services.approvals import approval_decide, approval_request  # noqa: E402
 
 
 def build(slug: str) -> None:
-    project = services.project_create(slug=slug, name=slug.title(), actor="test")
+    project = project_create(slug=slug, name=slug.title(), actor="test")
     auth = build_auth_world(project, filler=4, tools=3)
-    services.agent_token_issue(project_id=auth.project_id, name="agent-1", role="agent", actor="test")
-    scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
-    world.artifact_record(
+    agent_token_issue(project_id=auth.project_id, name="agent-1", role="agent", actor="test")
+    scope = scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    artifact_record(
         scope=scope,
         uri="artifact://log/1",
         summary="the failing run's log",
@@ -53,14 +57,14 @@ def build(slug: str) -> None:
     )
     for word in ("local", "local"):
         context_compile(project_id=auth.project_id, task_id=str(auth.task.id), model_word=word, actor="t")
-    services.project_retention_set(
+    project_retention_set(
         project_id=auth.project_id,
         policy={"context_days": 1, "bundle_days": None, "check_output_days": None},
         actor="test",
     )
     two_days_on = timezone.now() + timedelta(days=2)
     assert retention.project_prune(project_id=auth.project_id, now=two_days_on).contexts.count == 1
-    world.fact_record(scope=scope, text="The token check reads the clock", subject="auth", actor="test")
+    fact_record(scope=scope, text="The token check reads the clock", subject="auth", actor="test")
     last = context_compile(
         project_id=auth.project_id, task_id=str(auth.task.id), model_word="local", actor="t"
     )

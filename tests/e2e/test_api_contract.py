@@ -46,7 +46,7 @@ from django.test import Client, override_settings
 from rest_framework.test import APIClient
 
 from nexum_web.webhooks.services import webhook_register
-from tasks_app.services import agent_token_issue
+from tasks_app.services.tokens import agent_token_issue
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

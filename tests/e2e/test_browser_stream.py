@@ -18,9 +18,11 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from context_app.world.services import progress_record, scope_resolve
+from context_app.world.services.records import progress_record
+from context_app.world.services.scopes import scope_resolve
 from nexum.eventstore import store
-from tasks_app.services import agent_token_issue, goal_create
+from tasks_app.services.goals import goal_create
+from tasks_app.services.tokens import agent_token_issue
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

@@ -74,7 +74,8 @@ def test_every_admin_page_and_the_escalation_ui_answer_without_error(
     assert roles == {"demo-agent": "agent", "demo-operator": "operator"}
 
     # The demo has no webhook (it would need a receiver on the allowlist): one with a delivery recorded.
-    from context_app.world.services import progress_record, scope_resolve
+    from context_app.world.services.records import progress_record
+    from context_app.world.services.scopes import scope_resolve
     from nexum_web.webhooks.services import deliveries_record, webhook_register
 
     settings.NEXUM_SOURCE_HTTP_ALLOW = ["127.0.0.1:9"]
@@ -180,9 +181,9 @@ def test_supplying_a_fact_granting_a_source_and_cancelling_go_through_the_servic
     assert "grant_source" in page
 
     s3 = demo_world.tasks["s3"]
-    from context_app.resolution import services as resolution
+    from context_app.resolution.services.resolves import bundle_resolve
 
-    resolution.bundle_resolve(project_id=str(s3.project_id), task_id=str(s3.id), actor="agent:x")
+    bundle_resolve(project_id=str(s3.project_id), task_id=str(s3.id), actor="agent:x")
     s4 = demo_world.tasks["s4"]
     assert not Escalation.objects.filter(task_id=s4.id, state="open").exists()
     assert Task.objects.get(id=s4.id).state == "pending"

@@ -25,7 +25,7 @@ from drf_spectacular.openapi import AutoSchema
 
 from nexum_web.api.schema import OPERATION_IDS, RoleAwareSchema
 from nexum_web.api.verification import check_component
-from tasks_app.services import agent_token_issue
+from tasks_app.services.tokens import agent_token_issue
 
 PACKAGE = "nexum_generated_client"
 CHECK_KINDS = ("artifact_matches", "callable", "command", "file_exists", "file_matches")

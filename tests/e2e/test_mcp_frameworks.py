@@ -31,7 +31,7 @@ MODEL_CALLS = 5  # start, the slip, the correction, the completion request, the 
 def world(live_server, workspace, project) -> dict[str, Any]:
     """The agent's token, the MCP endpoint, and a started task the operator planned with a contract the
     gate passes (a command check in the test's workspace)."""
-    from tasks_app.services import agent_token_issue
+    from tasks_app.services.tokens import agent_token_issue
 
     agent = agent_token_issue(project_id=str(project.id), name="mcp-framework", actor="test").key
     operator = agent_token_issue(

@@ -240,7 +240,7 @@ def test_the_edge_answers_json_through_the_real_server(production_server):
 @pytest.mark.django_db(transaction=True)
 def test_a_body_over_the_limit_is_refused_before_the_server_reads_it(production_server, project):
     """The request declares a gigabyte and sends a few bytes: the answer comes without the rest."""
-    from tasks_app.services import agent_token_issue
+    from tasks_app.services.tokens import agent_token_issue
 
     key = agent_token_issue(project_id=str(project.id), name="big-sender", actor="test").key
     before = EventRow.objects.count()

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_an_mcp_session_and_an_event_stream_through_gunicorn(production_server, project):
-    from tasks_app.services import agent_token_issue
+    from tasks_app.services.tokens import agent_token_issue
 
     key = agent_token_issue(project_id=str(project.id), name="remote", actor="test").key
     headers = {"Authorization": f"Bearer {key}", "X-Forwarded-Proto": "https"}

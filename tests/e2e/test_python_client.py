@@ -33,7 +33,7 @@ def world(settings, tmp_path, project):
     """The project with the default model catalog, a workspace where this interpreter may run, and the
     agent's and the operator's tokens."""
     from context_app.catalog.services import DEFAULT_CATALOG, model_catalog_replace
-    from tasks_app.services import agent_token_issue
+    from tasks_app.services.tokens import agent_token_issue
 
     settings.NEXUM_WORKSPACE_ROOT = tmp_path / "workspace"
     settings.NEXUM_ARTIFACT_ROOT = tmp_path / "artifacts"

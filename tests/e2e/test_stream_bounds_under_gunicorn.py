@@ -98,7 +98,7 @@ def timed_get(base_url: str, path: str, key: str) -> tuple[int, float]:
 def test_streams_past_the_shares_are_refused_and_other_projects_are_served_meanwhile(
     server, project, other_project
 ):
-    from tasks_app.services import agent_token_issue
+    from tasks_app.services.tokens import agent_token_issue
 
     def key(project, name: str) -> str:
         return agent_token_issue(project_id=str(project.id), name=name, actor="test").key
@@ -139,7 +139,7 @@ def test_streams_past_the_shares_are_refused_and_other_projects_are_served_meanw
 def test_the_bounds_follow_the_thread_count_gunicorn_really_runs_with(tmp_path, project):
     """Threads given on gunicorn's command line (GUNICORN_CMD_ARGS), not in NEXUM_WEB_THREADS: each worker
     still knows them (deploy/gunicorn.conf.py's post_fork), so a worker of 3 threads serves 2 streams."""
-    from tasks_app.services import agent_token_issue
+    from tasks_app.services.tokens import agent_token_issue
 
     keys = [agent_token_issue(project_id=str(project.id), name=f"t{n}", actor="test").key for n in range(3)]
     streams: list[Stream] = []

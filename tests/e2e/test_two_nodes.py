@@ -36,8 +36,9 @@ from context_app.compilation.tasks import COMPILE
 from nexum.adapters.workspaces import project_workspace
 from nexum.eventstore.models import Event as EventRow
 from nexum.work.dispatch import send
-from tasks_app import services as task_services
 from tasks_app.models import Task
+from tasks_app.services.goals import goal_create
+from tasks_app.services.lifecycle import task_start
 from tests.integration.compile_world import load_catalog
 from tests.integration.test_faults import EVERY_QUEUE, FAST, Processes, folders, processes, worker_argv
 from tests.integration.test_worker import ROOT, database_url_for_worker, wait_for
@@ -119,7 +120,7 @@ class Nodes:
 @pytest.fixture
 def nodes(project, folders, processes: Processes) -> Iterator[Nodes]:
     """Two gunicorn nodes and two workers on the test database and the test broker."""
-    from tasks_app.services import agent_token_issue
+    from tasks_app.services.tokens import agent_token_issue
 
     load_catalog(str(project.id))
     env = {
@@ -156,7 +157,7 @@ def nodes(project, folders, processes: Processes) -> Iterator[Nodes]:
 
 def started_tasks(project, count: int) -> list[Task]:
     """``count`` running tasks whose contract passes once ``report.md`` is in the workspace."""
-    goal = task_services.goal_create(
+    goal = goal_create(
         project_id=str(project.id),
         objective="Ship the release report",
         tasks=[{"key": f"t{index}", "objective": f"Write report part {index}"} for index in range(count)],
@@ -167,7 +168,7 @@ def started_tasks(project, count: int) -> list[Task]:
         actor="planner",
     )
     return [
-        task_services.task_start(project_id=str(project.id), task_id=str(task.id), actor="agent")
+        task_start(project_id=str(project.id), task_id=str(task.id), actor="agent")
         for task in Task.objects.filter(goal=goal, is_goal=False).order_by("key")
     ]
 

@@ -6,9 +6,19 @@ import json
 from dataclasses import dataclass
 
 from context_app.catalog.services import DEFAULT_CATALOG, model_catalog_replace
-from context_app.world import services as world
+from context_app.world.services.facts import fact_record, fact_verify
+from context_app.world.services.records import (
+    artifact_record,
+    decision_record,
+    failure_record,
+    progress_record,
+    tool_call_record,
+)
+from context_app.world.services.scopes import scope_resolve
+from context_app.world.services.tools import tool_define
 from tasks_app.models import Task
-from tasks_app.services import goal_create, task_start
+from tasks_app.services.goals import goal_create
+from tasks_app.services.lifecycle import task_start
 
 FILLER = (
     "The session middleware refreshes the signed token on every request and writes the rotated value back "
@@ -54,42 +64,40 @@ def build_auth_world(project, *, filler: int = 100, tools: int = 16) -> AuthWorl
     )
     task = Task.objects.get(goal_id=goal.id, key="s3")
     task_start(project_id=project_id, task_id=str(task.id), actor="test")
-    goal_scope = world.scope_resolve(project_id=project_id, goal_id=str(goal.id))
-    task_scope = world.scope_resolve(project_id=project_id, task_id=str(task.id))
-    failure = world.failure_record(
+    goal_scope = scope_resolve(project_id=project_id, goal_id=str(goal.id))
+    task_scope = scope_resolve(project_id=project_id, task_id=str(task.id))
+    failure = failure_record(
         scope=task_scope, text="patched token check; spec still fails at line 48", actor="test"
     )
-    redis = world.fact_record(
+    redis = fact_record(
         scope=goal_scope, text="Redis is required", source="docs/arch.md", subject="redis", actor="test"
     )
-    world.fact_verify(project_id=project_id, fact_id=str(redis.id), actor="test")
-    artifact = world.artifact_record(
+    fact_verify(project_id=project_id, fact_id=str(redis.id), actor="test")
+    artifact = artifact_record(
         scope=task_scope,
         uri="artifact://test-results/456",
         summary="37 passed, 2 failed",
         excerpt="auth_spec.rb:48",
         actor="test",
     )
-    call = world.tool_call_record(
+    call = tool_call_record(
         scope=task_scope,
         tool="rspec",
         arguments={"path": "spec/auth_spec.rb"},
         result_summary="Failure/Error: expect(token).to be_valid (spec/auth_spec.rb:48)",
         actor="test",
     )
-    world.decision_record(
+    decision_record(
         scope=goal_scope,
         text="Keep tokens signed with HMAC",
         rationale="the mobile app verifies them",
         actor="t",
     )
     for index in range(filler):
-        world.fact_record(
-            scope=goal_scope, text=f"Observation {index}: {FILLER}", subject="auth", actor="test"
-        )
-        world.progress_record(scope=task_scope, text=f"Step {index}: {FILLER}", actor="test")
+        fact_record(scope=goal_scope, text=f"Observation {index}: {FILLER}", subject="auth", actor="test")
+        progress_record(scope=task_scope, text=f"Step {index}: {FILLER}", actor="test")
     for index in range(tools):
-        world.tool_define(
+        tool_define(
             project_id=project_id,
             name=f"tool_{index:02d}",
             description=f"Tool number {index} for working on the auth spec and tokens",

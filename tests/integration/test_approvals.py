@@ -9,8 +9,10 @@ import pytest
 
 from nexum.core.errors import DomainError
 from nexum.eventstore import projections
-from tasks_app import services as task_services
 from tasks_app.models import Project, Task
+from tasks_app.services.goals import goal_create
+from tasks_app.services.lifecycle import task_start
+from tasks_app.services.projects import project_high_risk_approval_set
 from tests.api.test_approvals_api import planned
 from tests.integration.test_webhooks import dispatch_until_delivered, register
 from tests.integration.test_webhooks import receiver as webhook_receiver
@@ -30,10 +32,10 @@ def refused_code(call) -> tuple[str, dict]:
 @pytest.mark.django_db
 def test_rebuilt_approvals_and_the_projects_default_equal_the_live_ones(project):
     project_id = str(project.id)
-    task_services.project_high_risk_approval_set(
+    project_high_risk_approval_set(
         project_id=project_id, high_risk_approval="before_start", actor="operator:o"
     )
-    goal = task_services.goal_create(
+    goal = goal_create(
         project_id=project_id,
         objective="Ship",
         tasks=[{"key": "deploy", "objective": "Deploy", "risk": "high"}],
@@ -41,7 +43,7 @@ def test_rebuilt_approvals_and_the_projects_default_equal_the_live_ones(project)
         actor="operator:o",
     )
     task_id = str(Task.objects.get(goal_id=goal.id, key="deploy").id)
-    task_services.task_start(project_id=project_id, task_id=task_id, actor="agent:a")
+    task_start(project_id=project_id, task_id=task_id, actor="agent:a")
 
     def complete():
         return completion_request(project_id=project_id, task_id=task_id, answer="ok", actor="agent:a")

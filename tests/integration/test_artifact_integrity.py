@@ -13,7 +13,8 @@ import pytest
 from django.core import checks
 
 from context_app.world.artifacts import INTEGRITY_ALARM_TEXT, ArtifactIntegrityError, default_store
-from context_app.world.services import Scope, artifact_record
+from context_app.world.services.records import artifact_record
+from context_app.world.services.scopes import Scope
 from tests.integration.compile_world import build_auth_world
 from verification_app.models import CheckRun
 from verification_app.services.completions import completion_request

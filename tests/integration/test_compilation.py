@@ -24,8 +24,16 @@ from context_app.compilation.services.folds import task_compact
 from context_app.compilation.services.replays import context_replay
 from context_app.compilation.services.requests import context_compile_request
 from context_app.compilation.tasks import compile_requested
-from context_app.world import services as world
 from context_app.world.models import WorldItem
+from context_app.world.services.facts import fact_record, fact_retract, fact_supersede, fact_verify
+from context_app.world.services.records import (
+    decision_record,
+    failure_record,
+    progress_record,
+    tool_call_record,
+)
+from context_app.world.services.scopes import scope_resolve
+from context_app.world.services.token_counts import item_token_counts_ensure
 from nexum.adapters.tokenization import counter_for
 from nexum.core.catalog.budgets import ModelBudget
 from nexum.core.compilation.compiler import BudgetTooSmall, ContextItem, Query, rank_section
@@ -35,7 +43,7 @@ from nexum.core.tasks.projects import HealthPinged
 from nexum.eventstore import projections, store
 from nexum.eventstore.models import Event as EventRow
 from tasks_app.models import Task
-from tasks_app.services import goal_create
+from tasks_app.services.goals import goal_create
 from tests.integration.compile_world import build_auth_world
 
 pytestmark = pytest.mark.django_db
@@ -124,8 +132,8 @@ def test_a_retried_request_id_writes_nothing(auth):
 
 def test_replay_at_an_older_position_yields_the_older_digest(auth):
     older = compile_for(auth, "local").context
-    scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
-    world.failure_record(scope=scope, text="second attempt: the cookie store drops the token", actor="test")
+    scope = scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    failure_record(scope=scope, text="second attempt: the cookie store drops the token", actor="test")
     newer = compile_for(auth, "local").context
     assert newer.digest != older.digest and newer.position > older.position
     live = projections.snapshot()
@@ -145,8 +153,8 @@ def test_a_context_compiled_at_a_log_wide_head_replays_to_its_digest(auth):
         expected_version=0,
         project_id=str(uuid.uuid4()),
     )
-    scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
-    world.failure_record(scope=scope, text="second attempt: the cookie store drops the token", actor="test")
+    scope = scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    failure_record(scope=scope, text="second attempt: the cookie store drops the token", actor="test")
     assert compile_for(auth, "local").context.digest != older.digest
     StoredContext.objects.filter(project_id=auth.project_id, digest=older.digest).update(
         position=foreign.positions[0]  # as a compile of before recorded it: the log's head then
@@ -170,12 +178,12 @@ KITCHEN = "The office kitchen is cleaned on Fridays"
 
 
 def test_an_unrelated_verified_fact_is_below_relevance_while_a_relevant_unverified_one_is_included(auth):
-    scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
-    seeded = world.fact_record(
+    scope = scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    seeded = fact_record(
         scope=scope, text="The authentication specs need a seeded user with a signed token", actor="test"
     )
-    kitchen = world.fact_record(scope=scope, text=KITCHEN, actor="test")
-    world.fact_verify(project_id=auth.project_id, fact_id=str(kitchen.id), actor="test")
+    kitchen = fact_record(scope=scope, text=KITCHEN, actor="test")
+    fact_verify(project_id=auth.project_id, fact_id=str(kitchen.id), actor="test")
     context = compile_for(auth, "frontier").context
     included = {tuple(pair) for pair in context.included}
     assert ("fact", str(seeded.id)) in included
@@ -188,8 +196,8 @@ def test_an_unrelated_verified_fact_is_below_relevance_while_a_relevant_unverifi
 
 
 def test_focus_changes_the_ranking_is_shown_and_replays(auth):
-    scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
-    kitchen = world.fact_record(scope=scope, text=KITCHEN, actor="test")
+    scope = scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    kitchen = fact_record(scope=scope, text=KITCHEN, actor="test")
     plain = compile_for(auth, "frontier").context
     focused = compile_for(auth, "frontier", focus="  checking who cleans the office kitchen  ").context
     assert ("fact", str(kitchen.id)) not in {tuple(pair) for pair in plain.included}
@@ -321,12 +329,10 @@ def test_a_summary_is_as_trusted_as_the_least_trusted_entry_it_folds(project):
         project_id=str(project.id), objective="Fix it", tasks=[{"key": "s1", "objective": "x"}], actor="t"
     )
     task = Task.objects.get(goal=goal, key="s1")
-    scope = world.scope_resolve(project_id=str(project.id), task_id=str(task.id))
+    scope = scope_resolve(project_id=str(project.id), task_id=str(task.id))
     for n in range(6):
         trust = "untrusted_retrieved" if n == 5 else "agent_reported"
-        world.progress_record(
-            scope=scope, text=f"note {n}: " + "tried again " * 30, trust_class=trust, actor="a"
-        )
+        progress_record(scope=scope, text=f"note {n}: " + "tried again " * 30, trust_class=trust, actor="a")
     model_overlay_set(
         project_id=str(project.id), word="local", overlay={"auto_compact_tokens": 200}, actor="op"
     )
@@ -392,8 +398,8 @@ def test_a_fold_the_summarizer_refuses_leaves_an_ordinary_compile_and_is_not_tri
     asked = len(REFUSALS)
     assert compile_for(auth, "local").context.digest == first.context.digest
     assert len(REFUSALS) == asked
-    world.progress_record(
-        scope=world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id)),
+    progress_record(
+        scope=scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id)),
         text="one more note",
         actor="test",
     )
@@ -508,17 +514,17 @@ def test_the_in_process_candidate_list_follows_every_change_of_the_world(auth):
         items = candidate_items(task=auth.task, encoding=encoding, counter=counter)
         return {item.id: item for item in items}
 
-    scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    scope = scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
     older = compile_for(auth, "local").context
     first = candidates()
     served = CANDIDATES.refresh(task=auth.task, encoding=encoding, counter=counter)
     assert CANDIDATES.refresh(task=auth.task, encoding=encoding, counter=counter) is served
-    fact = world.fact_record(scope=scope, text="the session cookie is signed with HS256", actor="test")
+    fact = fact_record(scope=scope, text="the session cookie is signed with HS256", actor="test")
     after_record = candidates()
     assert str(fact.id) in after_record and not after_record[str(fact.id)].verified
-    world.fact_verify(project_id=auth.project_id, fact_id=str(fact.id), actor="test")
+    fact_verify(project_id=auth.project_id, fact_id=str(fact.id), actor="test")
     assert candidates()[str(fact.id)].verified
-    newer = world.fact_supersede(
+    newer = fact_supersede(
         project_id=auth.project_id,
         fact_id=str(fact.id),
         text="the session cookie uses RS256",
@@ -527,7 +533,7 @@ def test_the_in_process_candidate_list_follows_every_change_of_the_world(auth):
     )
     after_supersede = candidates()
     assert str(fact.id) not in after_supersede and str(newer.id) in after_supersede
-    world.fact_retract(
+    fact_retract(
         project_id=auth.project_id, fact_id=str(newer.id), reason="wrong", role="operator", actor="test"
     )
     assert str(newer.id) not in candidates()
@@ -562,9 +568,9 @@ def test_the_candidate_list_kept_up_to_date_equals_one_read_from_scratch(auth, m
     )
     task, sibling = (Task.objects.get(goal_id=goal.id, key=key) for key in ("code", "docs"))
     goal = Task.objects.get(id=goal.id)
-    goal_scope = world.scope_resolve(project_id=auth.project_id, goal_id=str(goal.id))
-    task_scope = world.scope_resolve(project_id=auth.project_id, task_id=str(task.id))
-    sibling_scope = world.scope_resolve(project_id=auth.project_id, task_id=str(sibling.id))
+    goal_scope = scope_resolve(project_id=auth.project_id, goal_id=str(goal.id))
+    task_scope = scope_resolve(project_id=auth.project_id, task_id=str(task.id))
+    sibling_scope = scope_resolve(project_id=auth.project_id, task_id=str(sibling.id))
 
     def read(task, cache=CANDIDATES):
         entry = cache.refresh(task=task, encoding=encoding, counter=counter)
@@ -578,36 +584,36 @@ def test_the_candidate_list_kept_up_to_date_equals_one_read_from_scratch(auth, m
             assert read(viewer, CandidateCache()) == kept  # read whole
 
     check()
-    fact = world.fact_record(scope=goal_scope, text="tokens are signed with HS256", actor="test")
-    world.progress_record(scope=task_scope, text="read the middleware", actor="test")
-    world.progress_record(scope=sibling_scope, text="wrote the docs", actor="test")
+    fact = fact_record(scope=goal_scope, text="tokens are signed with HS256", actor="test")
+    progress_record(scope=task_scope, text="read the middleware", actor="test")
+    progress_record(scope=sibling_scope, text="wrote the docs", actor="test")
     check()
-    world.fact_verify(project_id=auth.project_id, fact_id=str(fact.id), actor="test")
+    fact_verify(project_id=auth.project_id, fact_id=str(fact.id), actor="test")
     check()
-    newer = world.fact_supersede(
+    newer = fact_supersede(
         project_id=auth.project_id,
         fact_id=str(fact.id),
         text="tokens are signed with RS256",
         role="operator",
         actor="test",
     )
-    world.tool_call_record(scope=task_scope, tool="rspec", result_summary="2 failures", actor="test")
+    tool_call_record(scope=task_scope, tool="rspec", result_summary="2 failures", actor="test")
     check()
-    world.fact_retract(
+    fact_retract(
         project_id=auth.project_id, fact_id=str(newer.id), reason="wrong", role="operator", actor="test"
     )
-    world.decision_record(scope=goal_scope, text="keep HS256", rationale="compatibility", actor="test")
+    decision_record(scope=goal_scope, text="keep HS256", rationale="compatibility", actor="test")
     check()
     for note in ("Compared the signature with hmac.compare_digest; the old code used ==.", LONG_NOTE):
-        world.progress_record(scope=task_scope, text=note, actor="test")
+        progress_record(scope=task_scope, text=note, actor="test")
     threshold = just_under(task, encoding)
     assert task_compact(task=task, threshold=threshold, encoding=encoding, actor="test") is not None
     check()
     settings.NEXUM_ITEM_ENCODINGS = []  # recorded without a stored count: counted from its text
-    uncounted = world.fact_record(scope=task_scope, text="the cookie store is Redis", actor="test")
+    uncounted = fact_record(scope=task_scope, text="the cookie store is Redis", actor="test")
     check()
     assert read(task)[0]["fact"][str(uncounted.id)].token_count == counter.count(uncounted.rendered)
-    assert world.item_token_counts_ensure(project_id=auth.project_id, encoding=encoding) == 1
+    assert item_token_counts_ensure(project_id=auth.project_id, encoding=encoding) == 1
     check()
 
 
@@ -629,9 +635,9 @@ def test_a_list_read_inside_a_compile_that_failed_after_folding_is_not_kept(auth
         compile_for(auth, "local")
     monkeypatch.undo()
     assert not CompactionFold.objects.exists()
-    task_scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    task_scope = scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
     for step in range(3):
-        world.progress_record(scope=task_scope, text=f"step {step} of the fix", actor="test")
+        progress_record(scope=task_scope, text=f"step {step} of the fix", actor="test")
     encoding, counter = "cl100k_base", counter_for("cl100k_base")
     items = candidate_items(task=auth.task, encoding=encoding, counter=counter)
     seen = {str(item_id) for item_id in task_items(auth.task).values_list("id", flat=True)}
@@ -642,14 +648,14 @@ def test_a_list_read_inside_a_transaction_that_rolled_back_is_not_kept(auth):
     """Items recorded and read inside a transaction that then rolls back never reach a later read, whether
     the next event reuses the rolled-back position (SQLite) or takes the next one (PostgreSQL)."""
     encoding, counter = "cl100k_base", counter_for("cl100k_base")
-    task_scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    task_scope = scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
     candidate_items(task=auth.task, encoding=encoding, counter=counter)
     with pytest.raises(RuntimeError), transaction.atomic():
-        phantom = world.progress_record(scope=task_scope, text="never happened", actor="test")
+        phantom = progress_record(scope=task_scope, text="never happened", actor="test")
         items = candidate_items(task=auth.task, encoding=encoding, counter=counter)
         assert str(phantom.id) in {item.id for item in items}
         raise RuntimeError("rolled back")
-    real = world.progress_record(scope=task_scope, text="happened", actor="test")
+    real = progress_record(scope=task_scope, text="happened", actor="test")
     items = {item.id for item in candidate_items(task=auth.task, encoding=encoding, counter=counter)}
     assert str(real.id) in items and str(phantom.id) not in items
     assert items == {str(item_id) for item_id in task_items(auth.task).values_list("id", flat=True)}
@@ -675,10 +681,10 @@ def test_rankings_are_kept_per_task_while_the_section_and_its_joined_items_stay(
     first = ranked("Redis is required.")
     assert ranked("Redis is required.") is first and len(calls) == 1
     assert ranked("Redis is required!") is not first and len(calls) == 2  # equal items, another text
-    scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
-    world.progress_record(scope=scope, text="a progress note leaves the facts as they were", actor="test")
+    scope = scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    progress_record(scope=scope, text="a progress note leaves the facts as they were", actor="test")
     assert ranked("Redis is required!") is not None and len(calls) == 2
-    world.fact_record(scope=scope, text="the cookie store is Redis", actor="test")
+    fact_record(scope=scope, text="the cookie store is Redis", actor="test")
     ranked("Redis is required!")
     assert len(calls) == 3
 
@@ -716,13 +722,13 @@ def test_the_cache_evicts_the_least_recently_used_tasks_by_memory(auth):
 def test_a_compile_from_kept_rankings_equals_one_from_an_empty_cache(auth, monkeypatch):
     """After notes, tool calls and a new fact, the compile served from kept candidates and rankings has the
     digest of one computed from nothing."""
-    scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    scope = scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
     budget = compile_for(auth, "local").context.budget
     for step in range(3):
-        world.progress_record(scope=scope, text=f"step {step}: rotated the token", actor="test")
-        world.tool_call_record(scope=scope, tool="rspec", result_summary=f"run {step}: 1 fail", actor="t")
+        progress_record(scope=scope, text=f"step {step}: rotated the token", actor="test")
+        tool_call_record(scope=scope, tool="rspec", result_summary=f"run {step}: 1 fail", actor="t")
         compile_for(auth, "local")
-    world.fact_record(scope=scope, text="the cookie store is Redis", actor="test")
+    fact_record(scope=scope, text="the cookie store is Redis", actor="test")
     compile_for(auth, "local")
     task = Task.objects.get(id=auth.task.id)
 

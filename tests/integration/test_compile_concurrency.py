@@ -18,10 +18,12 @@ from django.db import connection
 
 from context_app.compilation.services import compiles
 from context_app.compilation.services.replays import context_replay
-from context_app.world import services as world
+from context_app.world.services.records import progress_record, tool_call_record
+from context_app.world.services.scopes import scope_resolve
 from nexum.eventstore.models import Event as EventRow
 from tasks_app.models import Task
-from tasks_app.services import goal_create, task_start
+from tasks_app.services.goals import goal_create
+from tasks_app.services.lifecycle import task_start
 from tests.integration.compile_world import build_auth_world
 
 pytestmark = [
@@ -87,8 +89,8 @@ def second_task(auth):
     )
     task = Task.objects.get(goal_id=goal.id, key="rotate")
     task_start(project_id=auth.project_id, task_id=str(task.id), actor="test")
-    scope = world.scope_resolve(project_id=auth.project_id, task_id=str(task.id))
-    world.progress_record(scope=scope, text="listed the keys in use", actor="test")
+    scope = scope_resolve(project_id=auth.project_id, task_id=str(task.id))
+    progress_record(scope=scope, text="listed the keys in use", actor="test")
     return task
 
 
@@ -120,8 +122,8 @@ def test_an_append_during_a_compile_is_not_blocked(auth, monkeypatch):
 
     def compile_while_appending(**kwargs: Any) -> Any:
         def record() -> int:
-            scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
-            world.progress_record(scope=scope, text="noted during the compile", actor="test")
+            scope = scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+            progress_record(scope=scope, text="noted during the compile", actor="test")
             return EventRow.objects.order_by("-position").values_list("position", flat=True).first()
 
         appended.append(finished(*in_thread(record)))  # joined before this compile goes on
@@ -141,13 +143,13 @@ def test_contexts_compiled_under_concurrent_appends_replay_to_their_digests(auth
     """A writer keeps recording notes and tool calls of the task while it is compiled again and again; every
     stored context replays, as of its recorded position, to the same digest."""
     stop = threading.Event()
-    scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    scope = scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
 
     def keep_writing() -> int:
         written = 0
         while not stop.is_set() and written < 400:
-            world.progress_record(scope=scope, text=f"step {written} of the fix", actor="test")
-            world.tool_call_record(scope=scope, tool="rspec", result_summary=f"run {written}", actor="test")
+            progress_record(scope=scope, text=f"step {written} of the fix", actor="test")
+            tool_call_record(scope=scope, tool="rspec", result_summary=f"run {written}", actor="test")
             written += 1
         return written
 

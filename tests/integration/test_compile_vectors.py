@@ -17,9 +17,10 @@ from context_app.compilation.models import ContextCompilation, StoredContext
 from context_app.compilation.selectors import compile_input
 from context_app.compilation.services import compiles, folds
 from context_app.compilation.services.replays import context_replay
-from context_app.world import services as world
 from context_app.world.embedder import configured_embedder, configured_embedder_id
 from context_app.world.models import ItemVector, WorldItem
+from context_app.world.services.facts import fact_record
+from context_app.world.services.scopes import scope_resolve
 from nexum.adapters.embedding import embedder_named
 from nexum.adapters.tokenization import counter_for
 from nexum.core.compilation.compiler import COMPILER_VERSION, query_text
@@ -138,8 +139,8 @@ def test_vectors_are_read_for_the_rows_that_changed_only(auth, cache, monkeypatc
     read.clear()
     input_for(auth)
     assert read == []  # nothing changed: nothing read
-    scope = world.scope_resolve(project_id=auth.project_id, goal_id=str(auth.goal.id))
-    fact = world.fact_record(scope=scope, text="Tokens expire after 15 minutes", actor="test")
+    scope = scope_resolve(project_id=auth.project_id, goal_id=str(auth.goal.id))
+    fact = fact_record(scope=scope, text="Tokens expire after 15 minutes", actor="test")
     facts = input_for(auth).compile_input.facts
     assert read == [{str(fact.id): True}]
     assert next(item for item in facts if item.id == str(fact.id)).vector is not None

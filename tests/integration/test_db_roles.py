@@ -16,8 +16,10 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from nexum.eventstore.models import Event as EventRow
-from tasks_app import services as task_services
 from tasks_app.models import Task
+from tasks_app.services.goals import goal_create
+from tasks_app.services.lifecycle import task_start
+from tasks_app.services.projects import project_create
 
 ON_POSTGRES = "postgresql" in settings.DATABASES["default"]["ENGINE"]
 pytestmark = pytest.mark.postgres
@@ -72,7 +74,7 @@ def _refused(runtime: psycopg.Connection, sql: str) -> str:
 
 
 def _some_events() -> int:
-    task_services.project_create(slug="acme", name="Acme", actor="test")
+    project_create(slug="acme", name="Acme", actor="test")
     return EventRow.objects.count()
 
 
@@ -147,8 +149,8 @@ def test_the_service_appends_and_updates_projections_as_the_runtime_role(runtime
         with connection.cursor() as cursor:
             cursor.execute("SELECT current_user")
             assert cursor.fetchone() == (runtime_role,)
-        project = task_services.project_create(slug="acme", name="Acme", actor="test")
-        goal = task_services.goal_create(  # an append under an idempotency key: the lock is taken first
+        project = project_create(slug="acme", name="Acme", actor="test")
+        goal = goal_create(  # an append under an idempotency key: the lock is taken first
             project_id=str(project.id),
             objective="Ship",
             tasks=[{"key": "s1", "objective": "Build"}],
@@ -156,7 +158,7 @@ def test_the_service_appends_and_updates_projections_as_the_runtime_role(runtime
             idempotency_key="plan-1",
         )
         task = Task.objects.get(goal=goal, key="s1")
-        started = task_services.task_start(project_id=str(project.id), task_id=str(task.id), actor="agent")
+        started = task_start(project_id=str(project.id), task_id=str(task.id), actor="agent")
         assert (started.state, started.version) == ("running", 2)  # a read-model row updated
     finally:
         connection.close()

@@ -26,7 +26,7 @@ from django.utils import timezone
 from config.celery import app
 from nexum.work import embedded
 from nexum.work.models import Work
-from tasks_app.services import agent_token_issue
+from tasks_app.services.tokens import agent_token_issue
 from tests.integration.test_faults import (
     FAST,
     Processes,

@@ -41,8 +41,9 @@ from django.conf import settings as django_settings
 
 from nexum.eventstore.models import Event as EventRow
 from nexum.work.models import Work
-from tasks_app import services as task_services
 from tasks_app.models import Task
+from tasks_app.services.goals import goal_create
+from tasks_app.services.lifecycle import task_start
 from tests.integration.compile_world import load_catalog
 from tests.integration.test_worker import ROOT, database_url_for_worker, wait_for
 from verification_app.models import CheckRun, CompletionRequest
@@ -211,7 +212,7 @@ def manage(*args: str) -> list[str]:
 
 
 def started_tasks(project, keys: list[str], check: str) -> list[Task]:
-    goal = task_services.goal_create(
+    goal = goal_create(
         project_id=str(project.id),
         objective="Survive faults",
         tasks=[{"key": key, "objective": f"Build {key}"} for key in keys],
@@ -220,7 +221,7 @@ def started_tasks(project, keys: list[str], check: str) -> list[Task]:
         actor="planner",
     )  # fmt: skip
     return [
-        task_services.task_start(project_id=str(project.id), task_id=str(task.id), actor="agent")
+        task_start(project_id=str(project.id), task_id=str(task.id), actor="agent")
         for task in Task.objects.filter(goal=goal, is_goal=False).order_by("key")
     ]
 
@@ -267,7 +268,7 @@ def test_requests_accepted_while_the_broker_is_down_each_end_with_one_decision(
     project, folders, redis, processes
 ):
     from context_app.compilation.models import ContextCompilation
-    from tasks_app.services import agent_token_issue
+    from tasks_app.services.tokens import agent_token_issue
 
     load_catalog(str(project.id))
     tasks = started_tasks(project, [f"t{i}" for i in range(7)], "sleep 1; echo ok")
@@ -477,7 +478,9 @@ def postgres() -> Iterator[PrivatePostgres]:
 SETUP_AND_REQUEST = """
 import json
 from tasks_app.models import Task
-from tasks_app.services import goal_create, project_create, task_start
+from tasks_app.services.goals import goal_create
+from tasks_app.services.lifecycle import task_start
+from tasks_app.services.projects import project_create
 from verification_app.services.completions import completion_request
 project = project_create(slug="faults", name="Faults", actor="test")
 check = {"kind": "command", "name": "slow", "argv": ["sh", "-c", %r]}
@@ -537,7 +540,9 @@ def test_a_database_outage_while_a_check_runs_still_ends_with_one_decision(
 SETUP_AGENT = """
 import json
 from tasks_app.models import Task
-from tasks_app.services import agent_token_issue, goal_create, project_create
+from tasks_app.services.goals import goal_create
+from tasks_app.services.projects import project_create
+from tasks_app.services.tokens import agent_token_issue
 project = project_create(slug="outage", name="Outage", actor="test")
 goal = goal_create(project_id=str(project.id), objective="Ship", tasks=[{"key": "a", "objective": "Build"}],
                    actor="planner")
@@ -641,14 +646,14 @@ def test_a_projects_flood_of_completions_holds_its_cap_of_the_queue_and_another_
     flood = started_tasks(project, [f"f{i}" for i in range(8)], "sleep 1")
     (workspace / other_project.slug).mkdir()
     (workspace / other_project.slug / "report.txt").write_text("done\n")
-    goal = task_services.goal_create(
+    goal = goal_create(
         project_id=str(other_project.id),
         objective="Pass the flood",
         tasks=[{"key": "q", "objective": "Report"}],
         contracts={"q": {"checks": [{"kind": "file_exists", "name": "report", "path": "report.txt"}]}},
         actor="planner",
     )
-    quiet = task_services.task_start(
+    quiet = task_start(
         project_id=str(other_project.id),
         task_id=str(Task.objects.get(goal=goal, key="q").id),
         actor="agent",

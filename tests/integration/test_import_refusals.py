@@ -9,14 +9,16 @@ import json
 
 import pytest
 
-from context_app.world import services as world
 from context_app.world.artifacts import default_store
+from context_app.world.services.records import artifact_record
+from context_app.world.services.scopes import scope_resolve
 from nexum.core.digests import canonical_json, sha256_hex
 from nexum.eventstore.models import Event as EventRow
 from nexum.eventstore.store import ImportCollision
 from nexum_web.portability import ImportRefused, export_lines, import_lines
-from tasks_app import services as task_services
 from tasks_app.models import Task
+from tasks_app.services.goals import goal_create
+from tasks_app.services.tokens import agent_token_issue
 
 pytestmark = pytest.mark.postgres
 SECRET_BYTES = b"the artifact's bytes\n"
@@ -24,13 +26,13 @@ SECRET_BYTES = b"the artifact's bytes\n"
 
 @pytest.fixture
 def export(project) -> list[dict]:
-    goal = task_services.goal_create(
+    goal = goal_create(
         project_id=str(project.id), objective="ship it", tasks=[{"key": "a", "objective": "do a"}], actor="t"
     )
     task = Task.objects.get(goal_id=goal.id, key="a")
-    scope = world.scope_resolve(project_id=str(project.id), task_id=str(task.id))
-    world.artifact_record(scope=scope, uri="artifact://x", summary="log", content=SECRET_BYTES, actor="t")
-    task_services.agent_token_issue(project_id=str(project.id), name="bot", role="agent", actor="t")
+    scope = scope_resolve(project_id=str(project.id), task_id=str(task.id))
+    artifact_record(scope=scope, uri="artifact://x", summary="log", content=SECRET_BYTES, actor="t")
+    agent_token_issue(project_id=str(project.id), name="bot", role="agent", actor="t")
     return [json.loads(line) for line in export_lines(project)]
 
 

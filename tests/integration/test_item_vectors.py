@@ -9,13 +9,15 @@ from django.core import checks
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from context_app.world import services as world
 from context_app.world.embedder import configured_embedder, configured_embedder_id
 from context_app.world.models import ItemVector, WorldItem
+from context_app.world.services.facts import fact_record
+from context_app.world.services.records import progress_record, tool_call_record
+from context_app.world.services.scopes import scope_resolve
 from nexum.adapters.embedding import UnknownEmbedder, embedder_named
 from nexum.core.world.entities import entities_of
 from nexum.eventstore import projections
-from tasks_app.services import goal_create
+from tasks_app.services.goals import goal_create
 
 pytestmark = pytest.mark.django_db
 
@@ -48,7 +50,7 @@ def scope(project):
         tasks=[{"key": "s1", "objective": "Find the keyring"}],
         actor="test",
     )
-    return world.scope_resolve(project_id=str(project.id), goal_id=str(goal.id))
+    return scope_resolve(project_id=str(project.id), goal_id=str(goal.id))
 
 
 def vector_of(item_id, embedder_id: str) -> bytes | None:
@@ -57,13 +59,13 @@ def vector_of(item_id, embedder_id: str) -> bytes | None:
 
 
 def test_a_fact_and_a_tool_call_get_their_vector_and_entities_when_recorded(scope):
-    fact = world.fact_record(
+    fact = fact_record(
         scope=scope, subject="keyring", text="SESSION_KEYRING lives in secret/web/keyring", actor="test"
     )
-    call = world.tool_call_record(
+    call = tool_call_record(
         scope=scope, tool="vault_read", arguments={"path": "x"}, result_summary="read app.crypto", actor="t"
     )
-    note = world.progress_record(scope=scope, text="Looked at secret/web/keyring", actor="test")
+    note = progress_record(scope=scope, text="Looked at secret/web/keyring", actor="test")
     name = configured_embedder_id()
     assert name.startswith("wordllama-")
     embedder = configured_embedder()
@@ -83,7 +85,7 @@ def test_the_events_of_one_batch_are_embedded_in_one_call(scope, settings):
     settings.NEXUM_EMBEDDER = COUNTING
     embedder_named.cache_clear()
     CountingEmbedder.calls.clear()
-    world.fact_record(scope=scope, text="one fact", actor="test")
+    fact_record(scope=scope, text="one fact", actor="test")
     assert CountingEmbedder.calls == [1]
     CountingEmbedder.calls.clear()
     projections.rebuild()
@@ -94,7 +96,7 @@ def test_the_events_of_one_batch_are_embedded_in_one_call(scope, settings):
 
 def test_a_rebuild_recreates_vectors_and_entities_exactly(scope):
     for index in range(5):
-        world.fact_record(
+        fact_record(
             scope=scope, subject=f"svc-{index}", text=f"billing-api v{index} reads otp_secrets", actor="t"
         )
     before = projections.snapshot()
@@ -105,14 +107,14 @@ def test_a_rebuild_recreates_vectors_and_entities_exactly(scope):
 
 def test_with_no_embedder_items_get_entities_and_no_vectors(scope, settings):
     settings.NEXUM_EMBEDDER = "none"
-    fact = world.fact_record(scope=scope, text="AdminUser owns --dry-run", actor="test")
+    fact = fact_record(scope=scope, text="AdminUser owns --dry-run", actor="test")
     assert not ItemVector.objects.exists()
     assert WorldItem.objects.get(id=fact.id).entities_text == "--dry-run adminuser"
 
 
 def test_the_fill_command_embeds_items_stored_before_and_keeps_the_other_embedders_vectors(scope, settings):
     settings.NEXUM_EMBEDDER = "none"
-    facts = [world.fact_record(scope=scope, text=f"fact {i} about app/auth.py", actor="t") for i in range(3)]
+    facts = [fact_record(scope=scope, text=f"fact {i} about app/auth.py", actor="t") for i in range(3)]
     WorldItem.objects.update(entities_text="")  # rows stored before entities existed
     settings.NEXUM_EMBEDDER = COUNTING
     embedder_named.cache_clear()

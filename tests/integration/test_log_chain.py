@@ -15,13 +15,13 @@ from nexum.core import chain
 from nexum.eventstore.models import Event as EventRow
 from nexum.eventstore.models import LogVerification
 from nexum.eventstore.verification import chained_events
-from tasks_app import services as task_services
+from tasks_app.services.goals import goal_create
 
 pytestmark = pytest.mark.postgres
 
 
 def _goal(project, key: str):
-    return task_services.goal_create(
+    return goal_create(
         project_id=str(project.id),
         objective=f"goal {key}",
         tasks=[{"key": "a", "objective": "first"}, {"key": "b", "objective": "second", "depends_on": ["a"]}],

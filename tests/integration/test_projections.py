@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from nexum.core.roles import ROLES
 from nexum.eventstore import projections, store
 from tasks_app.models import AgentToken, Project
-from tasks_app.services import agent_token_issue, agent_token_revoke, project_create
+from tasks_app.services.projects import project_create
+from tasks_app.services.tokens import agent_token_issue, agent_token_revoke
 
 # A random world: create projects, issue agents' and operators' tokens in any project so far, revoke any
 # token so far.

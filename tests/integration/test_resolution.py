@@ -18,8 +18,14 @@ from django.db import transaction
 
 from context_app.compilation.services.compiles import context_compile
 from context_app.compilation.services.replays import context_replay
-from context_app.resolution import selectors, services
+from context_app.resolution import selectors
 from context_app.resolution.models import BundleItem, Escalation, Retrieval
+from context_app.resolution.services.escalations import escalation_resolve
+from context_app.resolution.services.grants import grant_issue
+from context_app.resolution.services.plan_gate import plan_gate_override
+from context_app.resolution.services.questions import questions_set
+from context_app.resolution.services.resolves import bundle_resolve
+from context_app.resolution.services.sources import source_register
 from nexum.adapters.tokenization import counter_for
 from nexum.core.catalog.budgets import ModelBudget
 from nexum.core.compilation.compiler import CompileInput, ContextItem, Step, compile_context
@@ -29,7 +35,8 @@ from nexum.core.resolution.model import ResolveBudget
 from nexum.core.trust import TrustClass, sign_item
 from nexum.eventstore import projections
 from nexum.eventstore.models import Event as EventRow
-from tasks_app import services as task_services
+from tasks_app.services.goals import goal_create
+from tasks_app.services.lifecycle import task_start
 from tests.integration.compile_world import load_catalog
 from tests.unit.test_trust import INJECTIONS
 
@@ -85,7 +92,7 @@ def http(settings) -> Iterator[str]:
 
 
 def make_task(project, *, risk: str = "medium", inputs=(), criteria=()) -> Any:
-    goal = task_services.goal_create(
+    goal = goal_create(
         project_id=str(project.id),
         objective="Ship the release",
         tasks=[
@@ -105,13 +112,11 @@ def make_task(project, *, risk: str = "medium", inputs=(), criteria=()) -> Any:
 
 
 def register(project, name: str, kind: str, **config: Any):
-    return services.source_register(
-        project_id=str(project.id), name=name, kind=kind, config=config, actor="op"
-    )
+    return source_register(project_id=str(project.id), name=name, kind=kind, config=config, actor="op")
 
 
 def grant(project, task, *sources: str, **kwargs: Any):
-    return services.grant_issue(
+    return grant_issue(
         project_id=str(project.id),
         task_id=str(task.id),
         sources={name: ["*"] for name in sources},
@@ -122,13 +127,11 @@ def grant(project, task, *sources: str, **kwargs: Any):
 
 def resolve(project, task, **kwargs: Any):
     kwargs.setdefault("now", NOW)
-    return services.bundle_resolve(
-        project_id=str(project.id), task_id=str(task.id), actor="agent:a", **kwargs
-    )
+    return bundle_resolve(project_id=str(project.id), task_id=str(task.id), actor="agent:a", **kwargs)
 
 
 def start(project, task):
-    return task_services.task_start(project_id=str(project.id), task_id=str(task.id), actor="agent:a")
+    return task_start(project_id=str(project.id), task_id=str(task.id), actor="agent:a")
 
 
 def event_counts() -> Counter[str]:
@@ -260,7 +263,7 @@ def test_an_injection_corpus_changes_no_authority_and_is_rendered_as_quoted_data
         grant(project, task, "web", derived_from=digests)
     assert refused.value.code == "untrusted_content"
     with pytest.raises(PolicyRefused):
-        services.source_register(
+        source_register(
             project_id=str(project.id),
             name="other",
             kind="http_json",
@@ -269,7 +272,7 @@ def test_an_injection_corpus_changes_no_authority_and_is_rendered_as_quoted_data
             derived_from=digests,
         )
     with pytest.raises(PolicyRefused):
-        services.plan_gate_override(
+        plan_gate_override(
             project_id=str(project.id),
             task_id=str(task.id),
             reason="the page says so",
@@ -277,7 +280,7 @@ def test_an_injection_corpus_changes_no_authority_and_is_rendered_as_quoted_data
             derived_from=digests,
         )
     with pytest.raises(PolicyRefused):
-        services.grant_issue(
+        grant_issue(
             project_id=str(project.id),
             task_id=str(task.id),
             sources={"web": ["*"]},
@@ -406,7 +409,7 @@ def test_a_conflict_on_a_step_input_is_kept_whole_escalated_and_holds_the_task(p
     assert task.state == "pending"
 
     chosen = next(e["digest"] for e in escalation.evidence if e["source"] == "ops")
-    resolved = services.escalation_resolve(
+    resolved = escalation_resolve(
         project_id=str(project.id),
         escalation_id=str(escalation.id),
         action="pick_side",
@@ -440,7 +443,7 @@ def test_a_compile_uses_the_latest_bundle_without_the_rejected_side(project, tmp
     resolve(project, task, query="deploy port")
     escalation = Escalation.objects.get()
     chosen = next(e["digest"] for e in escalation.evidence if e["source"] == "ops")
-    services.escalation_resolve(
+    escalation_resolve(
         project_id=str(project.id),
         escalation_id=str(escalation.id),
         action="pick_side",
@@ -463,7 +466,7 @@ def _sibling_tasks(project) -> dict[str, Any]:
     port (the conflict escalates on each), ``b`` only sees it (no escalation)."""
     from tasks_app.selectors import goal_tasks
 
-    goal = task_services.goal_create(
+    goal = goal_create(
         project_id=str(project.id),
         objective="Ship the release",
         tasks=[
@@ -473,7 +476,7 @@ def _sibling_tasks(project) -> dict[str, Any]:
         ],
         actor="test",
     )
-    services.grant_issue(
+    grant_issue(
         project_id=str(project.id), goal_id=str(goal.id), sources={"ops": ["*"], "wiki": ["*"]}, actor="op"
     )
     return {task.key: task for task in goal_tasks(goal=goal)}
@@ -506,7 +509,7 @@ def test_a_side_picked_on_one_task_applies_to_every_task_of_the_goal_that_sees_t
 
     chosen = next(e["digest"] for e in first.evidence if e["source"] == "ops")
     rejected = next(e["digest"] for e in first.evidence if e["source"] == "wiki")
-    services.escalation_resolve(
+    escalation_resolve(
         project_id=str(project.id),
         escalation_id=str(first.id),
         action="pick_side",
@@ -555,7 +558,7 @@ def test_a_settlement_stays_within_its_goal_and_its_subject(project, tmp_path):
     resolve(project, tasks["a"], query="deploy port")
     resolve(project, other, query="deploy port")
     first = Escalation.objects.get(task_id=tasks["a"].id)
-    services.escalation_resolve(
+    escalation_resolve(
         project_id=str(project.id),
         escalation_id=str(first.id),
         action="pick_side",
@@ -571,9 +574,7 @@ def test_a_settlement_stays_within_its_goal_and_its_subject(project, tmp_path):
         "tickets_json",
         path=tickets(tmp_path, "chat", [{"id": "3", "subject": "deploy port", "text": "The port is 7070."}]),
     )
-    services.grant_issue(
-        project_id=str(project.id), task_id=str(tasks["c"].id), sources={"chat": ["*"]}, actor="op"
-    )
+    grant_issue(project_id=str(project.id), task_id=str(tasks["c"].id), sources={"chat": ["*"]}, actor="op")
     resolve(project, tasks["c"], query="deploy port")
     reopened = Escalation.objects.get(task_id=tasks["c"].id)
     assert reopened.state == "open" and len(reopened.evidence) == 3
@@ -590,7 +591,7 @@ def test_a_fact_supplied_for_a_conflict_is_the_goals_and_settles_it_for_every_ta
     for task in tasks.values():
         resolve(project, task, query="deploy port")
     first = Escalation.objects.get(task_id=tasks["a"].id)
-    resolved = services.escalation_resolve(
+    resolved = escalation_resolve(
         project_id=str(project.id),
         escalation_id=str(first.id),
         action="supply_fact",
@@ -621,9 +622,7 @@ def test_an_operator_override_opens_the_gate_and_is_recorded(project, tmp_path):
     with pytest.raises(PlanGateClosed):
         start(project, task)
 
-    services.plan_gate_override(
-        project_id=str(project.id), task_id=str(task.id), reason="known", actor="op:ann"
-    )
+    plan_gate_override(project_id=str(project.id), task_id=str(task.id), reason="known", actor="op:ann")
 
     assert EventRow.objects.filter(event_type="PlanGateOverridden").count() == 1
     assert start(project, task).state == "running"
@@ -654,7 +653,7 @@ def _stale_source(project, http) -> None:
 def test_a_stale_only_answer_escalates_for_a_high_risk_step(project, http):
     _stale_source(project, http)
     task = make_task(project, risk="high")
-    services.questions_set(
+    questions_set(
         project_id=str(project.id),
         task_id=str(task.id),
         questions=[{"question": "When is the release?", "subjects": ["release date"]}],
@@ -670,7 +669,7 @@ def test_a_stale_only_answer_escalates_for_a_high_risk_step(project, http):
     assert "stale" in escalation.why
     with pytest.raises(PlanGateClosed):
         start(project, task)
-    services.escalation_resolve(
+    escalation_resolve(
         project_id=str(project.id),
         escalation_id=str(escalation.id),
         action="supply_fact",
@@ -688,7 +687,7 @@ def test_a_stale_only_answer_escalates_for_a_high_risk_step(project, http):
 def test_a_stale_answer_for_a_low_risk_step_is_included_and_marked(project, http):
     _stale_source(project, http)
     task = make_task(project, risk="low")
-    services.questions_set(
+    questions_set(
         project_id=str(project.id),
         task_id=str(task.id),
         questions=[{"question": "When is the release?", "subjects": ["release date"]}],
@@ -768,7 +767,7 @@ def test_cancel_and_grant_source_resolutions(project, http, tmp_path):
     register(project, "web", "http_json", url=f"{http}/web")
     register(project, "repo", "folder", path=str(tmp_path))
     task = make_task(project)
-    services.questions_set(
+    questions_set(
         project_id=str(project.id),
         task_id=str(task.id),
         questions=[{"question": "Who owns it?", "subjects": ["owner"]}],
@@ -778,7 +777,7 @@ def test_cancel_and_grant_source_resolutions(project, http, tmp_path):
     resolve(project, task)
     escalation = Escalation.objects.get(state="open")
     assert escalation.kind == "denied"
-    services.escalation_resolve(
+    escalation_resolve(
         project_id=str(project.id),
         escalation_id=str(escalation.id),
         action="grant_source",
@@ -789,13 +788,13 @@ def test_cancel_and_grant_source_resolutions(project, http, tmp_path):
     bundle = resolve(project, task, now=NOW + timedelta(seconds=5)).bundle
     assert bundle["complete"] is True and [i["source"] for i in bundle["items"]] == ["web"]
 
-    other = task_services.goal_create(
+    other = goal_create(
         project_id=str(project.id), objective="o", tasks=[{"key": "x", "objective": "who owns"}], actor="t"
     )
     from tasks_app.selectors import goal_tasks
 
     second = goal_tasks(goal=other).get()
-    services.questions_set(
+    questions_set(
         project_id=str(project.id),
         task_id=str(second.id),
         questions=[{"question": "Who owns it?", "subjects": ["nobody-knows"]}],
@@ -803,9 +802,7 @@ def test_cancel_and_grant_source_resolutions(project, http, tmp_path):
     )
     resolve(project, second)
     gap = Escalation.objects.get(task_id=second.id, state="open")
-    services.escalation_resolve(
-        project_id=str(project.id), escalation_id=str(gap.id), action="cancel", actor="h"
-    )
+    escalation_resolve(project_id=str(project.id), escalation_id=str(gap.id), action="cancel", actor="h")
     second.refresh_from_db()
     assert second.state == "cancelled"
     assert not Escalation.objects.filter(task_id=second.id, state="open").exists()
@@ -864,14 +861,14 @@ def test_rebuilt_resolver_read_models_equal_the_live_ones(project, http, tmp_pat
     grant(project, task, "ops", "wiki", "slow")
     resolve(project, task, query="deploy port")
     escalation = Escalation.objects.filter(kind="conflict").get()
-    services.escalation_resolve(
+    escalation_resolve(
         project_id=str(project.id),
         escalation_id=str(escalation.id),
         action="pick_side",
         chosen=[escalation.evidence[0]["digest"]],
         actor="h",
     )
-    services.plan_gate_override(project_id=str(project.id), task_id=str(task.id), reason="ok", actor="op")
+    plan_gate_override(project_id=str(project.id), task_id=str(task.id), reason="ok", actor="op")
     with transaction.atomic():
         live = projections.snapshot()
         assert live["resolution_escalation"] and live["resolution_bundleitem"]

@@ -23,12 +23,13 @@ from context_app.compilation.services.compiles import context_compile
 from context_app.compilation.services.replays import context_replay
 from context_app.compilation.tasks import RETENTION
 from context_app.resolution.models import BundleContent
-from context_app.world import services as world
 from context_app.world.artifacts import default_store
+from context_app.world.services.records import failure_record
+from context_app.world.services.scopes import scope_resolve
 from nexum.eventstore import projections
 from nexum.eventstore.models import Event as EventRow
 from nexum.work.dispatch import dispatch_due
-from tasks_app.services import project_retention_set
+from tasks_app.services.projects import project_retention_set
 from tests.integration.compile_world import build_auth_world, load_catalog
 from tests.integration.test_artifact_integrity import _gated_task
 from tests.integration.test_resolution import (  # noqa: F401  (http, source_roots: fixtures)
@@ -69,8 +70,8 @@ def age(context: StoredContext, by: timedelta = OLD) -> None:
 
 def two_contexts(auth) -> tuple[StoredContext, StoredContext]:
     older = compile_for(auth)
-    scope = world.scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
-    world.failure_record(scope=scope, text="second attempt: the cookie store drops the token", actor="test")
+    scope = scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    failure_record(scope=scope, text="second attempt: the cookie store drops the token", actor="test")
     newer = compile_for(auth)
     assert older.digest != newer.digest
     age(older)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import itertools
+import pkgutil
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import ClassVar
@@ -28,8 +30,17 @@ from nexum.core.tasks.lifecycle import (
 )
 from nexum.eventstore import projections, store
 from nexum.eventstore.models import Event as EventRow
-from tasks_app import selectors, services
+from tasks_app import selectors
 from tasks_app.models import Task, TaskTransition
+from tasks_app.services.goals import goal_create
+from tasks_app.services.lifecycle import (
+    task_block,
+    task_cancel,
+    task_fail,
+    task_record_gate_decision,
+    task_start,
+    task_unblock,
+)
 
 PLAN = [
     {"key": "s1", "objective": "gather the requirements"},
@@ -38,18 +49,16 @@ PLAN = [
 ]
 
 TRANSITIONS = {
-    "start": services.task_start,
-    "fail": services.task_fail,
-    "block": services.task_block,
-    "unblock": services.task_unblock,
-    "cancel": services.task_cancel,
+    "start": task_start,
+    "fail": task_fail,
+    "block": task_block,
+    "unblock": task_unblock,
+    "cancel": task_cancel,
 }
 
 
 def make_goal(project, **extra):
-    return services.goal_create(
-        project_id=str(project.id), objective="Ship it", tasks=PLAN, actor="t", **extra
-    )
+    return goal_create(project_id=str(project.id), objective="Ship it", tasks=PLAN, actor="t", **extra)
 
 
 def tasks_of(goal) -> dict[str, Task]:
@@ -57,7 +66,7 @@ def tasks_of(goal) -> dict[str, Task]:
 
 
 def gate(task: Task, outcome: str = COMPLETED, decision_id: str = "decision-1") -> Task:
-    return services.task_record_gate_decision(
+    return task_record_gate_decision(
         task_id=str(task.id),
         outcome=outcome,
         decision_id=decision_id,
@@ -107,14 +116,14 @@ def test_the_lifecycle_with_retry_block_and_the_gate(project):
     goal = make_goal(project)
     s1 = tasks_of(goal)["s1"]
     pid = str(project.id)
-    s1 = services.task_start(project_id=pid, task_id=str(s1.id), actor="agent:a", reason="go")
-    s1 = services.task_fail(project_id=pid, task_id=str(s1.id), actor="agent:a", reason="tests red")
-    s1 = services.task_start(project_id=pid, task_id=str(s1.id), actor="agent:a", reason="retry")
+    s1 = task_start(project_id=pid, task_id=str(s1.id), actor="agent:a", reason="go")
+    s1 = task_fail(project_id=pid, task_id=str(s1.id), actor="agent:a", reason="tests red")
+    s1 = task_start(project_id=pid, task_id=str(s1.id), actor="agent:a", reason="retry")
     assert (s1.state, s1.attempt, s1.version) == ("running", 2, 4)
-    s1 = services.task_block(project_id=pid, task_id=str(s1.id), actor="agent:a", reason="need a key")
+    s1 = task_block(project_id=pid, task_id=str(s1.id), actor="agent:a", reason="need a key")
     goal.refresh_from_db()
     assert goal.state == "blocked"
-    s1 = services.task_unblock(project_id=pid, task_id=str(s1.id), actor="operator", reason="key given")
+    s1 = task_unblock(project_id=pid, task_id=str(s1.id), actor="operator", reason="key given")
     s1 = gate(s1)
     assert (s1.state, s1.attempt, s1.version) == ("completed", 2, 7)
     timeline = [(t.from_state, t.to_state, t.actor, t.reason) for t in selectors.task_transitions(task=s1)]
@@ -139,12 +148,12 @@ def test_a_task_starts_only_when_its_dependencies_are_completed(project):
     tasks = tasks_of(goal)
     before = EventRow.objects.count()
     with pytest.raises(DomainError) as raised:
-        services.task_start(project_id=str(project.id), task_id=str(tasks["s2"].id), actor="a")
+        task_start(project_id=str(project.id), task_id=str(tasks["s2"].id), actor="a")
     assert raised.value.code == "dependencies_not_completed"
     assert raised.value.details == {"waiting_for": {"s1": "pending"}}
     assert EventRow.objects.count() == before
-    gate(services.task_start(project_id=str(project.id), task_id=str(tasks["s1"].id), actor="a"))
-    s2 = services.task_start(project_id=str(project.id), task_id=str(tasks["s2"].id), actor="a")
+    gate(task_start(project_id=str(project.id), task_id=str(tasks["s1"].id), actor="a"))
+    s2 = task_start(project_id=str(project.id), task_id=str(tasks["s2"].id), actor="a")
     assert s2.state == "running"
 
 
@@ -159,27 +168,34 @@ def test_illegal_transitions_and_stale_versions_write_nothing(project):
             TRANSITIONS[command](project_id=pid, task_id=str(s1.id), actor="a")
         assert raised.value.code == "illegal_transition"
     with pytest.raises(ConcurrencyError):
-        services.task_start(project_id=pid, task_id=str(s1.id), actor="a", expected_version=5)
+        task_start(project_id=pid, task_id=str(s1.id), actor="a", expected_version=5)
     with pytest.raises(DomainError) as raised:
-        services.task_start(project_id=pid, task_id=str(goal.id), actor="a")
+        task_start(project_id=pid, task_id=str(goal.id), actor="a")
     assert raised.value.code == "illegal_transition"  # a goal's state is derived
     assert EventRow.objects.count() == before
-    services.task_start(project_id=pid, task_id=str(s1.id), actor="a", expected_version=1)
+    task_start(project_id=pid, task_id=str(s1.id), actor="a", expected_version=1)
 
 
 @pytest.mark.django_db
 def test_no_public_service_can_complete_a_task(project):
     """Completion comes only through ``task_record_gate_decision``, reserved for the verification gate."""
-    # No other service takes an outcome or produces TaskCompleted: the gate port is the only one.
-    source = inspect.getsource(services)
+    # No other service (in any module of tasks_app.services) takes an outcome or produces TaskCompleted: the
+    # gate port is the only one.
+    package = importlib.import_module("tasks_app.services")
+    modules = [
+        importlib.import_module(f"{package.__name__}.{module.name}")
+        for module in pkgutil.iter_modules(package.__path__)
+    ]
+    source = "".join(inspect.getsource(module) for module in modules)
     assert source.count("TaskCompleted(") == 0  # built only inside the core's decide_gate_decision
     takes_outcome = [
         name
-        for name, function in inspect.getmembers(services, inspect.isfunction)
-        if function.__module__ == services.__name__ and "outcome" in inspect.signature(function).parameters
+        for module in modules
+        for name, function in inspect.getmembers(module, inspect.isfunction)
+        if function.__module__ == module.__name__ and "outcome" in inspect.signature(function).parameters
     ]
     assert takes_outcome == ["task_record_gate_decision"]
-    assert "decide_gate_decision" in inspect.getsource(services.task_record_gate_decision)
+    assert "decide_gate_decision" in inspect.getsource(task_record_gate_decision)
     assert source.count("decide_gate_decision(") == 1
     # No endpoint or admin module refers to the gate port.
     import nexum_web.api.tasks
@@ -192,7 +208,7 @@ def test_no_public_service_can_complete_a_task(project):
 @pytest.mark.django_db
 def test_the_gate_port_records_failed_and_blocked_decisions_and_refuses_non_running_tasks(project):
     goal = make_goal(project)
-    s1 = services.task_start(project_id=str(project.id), task_id=str(tasks_of(goal)["s1"].id), actor="a")
+    s1 = task_start(project_id=str(project.id), task_id=str(tasks_of(goal)["s1"].id), actor="a")
     s1 = gate(s1, outcome="failed", decision_id="d-1")
     assert s1.state == "failed"
     before = EventRow.objects.count()
@@ -200,11 +216,11 @@ def test_the_gate_port_records_failed_and_blocked_decisions_and_refuses_non_runn
         gate(s1)
     assert raised.value.code == "illegal_transition"
     with pytest.raises(NotFound):
-        services.task_record_gate_decision(
+        task_record_gate_decision(
             task_id="nope", outcome="completed", decision_id="d", expected_version=None, actor="gate"
         )
     assert EventRow.objects.count() == before
-    s1 = services.task_start(project_id=str(project.id), task_id=str(s1.id), actor="a")
+    s1 = task_start(project_id=str(project.id), task_id=str(s1.id), actor="a")
     s1 = gate(s1, outcome="blocked", decision_id="d-2")
     assert (s1.state, s1.attempt) == ("blocked", 2)
 
@@ -216,13 +232,13 @@ def test_idempotency_keys_make_retries_write_nothing(project):
     assert make_goal(project, idempotency_key="plan-1").id == goal.id
     assert EventRow.objects.count() == count
     with pytest.raises(DomainError) as raised:
-        services.goal_create(
+        goal_create(
             project_id=str(project.id), objective="Other", tasks=PLAN, actor="t", idempotency_key="plan-1"
         )
     assert raised.value.code == "idempotency_key_reused"
     longer = [*PLAN, {"key": "s4", "objective": "more"}]
     with pytest.raises(DomainError) as raised:
-        services.goal_create(
+        goal_create(
             project_id=str(project.id), objective="Ship it", tasks=longer, actor="t", idempotency_key="plan-1"
         )
     assert raised.value.code == "idempotency_key_reused"
@@ -230,13 +246,13 @@ def test_idempotency_keys_make_retries_write_nothing(project):
 
     s1 = tasks_of(goal)["s1"]
     args = {"project_id": str(project.id), "task_id": str(s1.id), "actor": "a", "reason": "go"}
-    first = services.task_start(**args, idempotency_key="start-1")
+    first = task_start(**args, idempotency_key="start-1")
     count = EventRow.objects.count()
-    again = services.task_start(**args, idempotency_key="start-1", expected_version=1)
+    again = task_start(**args, idempotency_key="start-1", expected_version=1)
     assert (again.version, again.attempt) == (first.version, first.attempt) == (2, 1)
     assert EventRow.objects.count() == count
     with pytest.raises(DomainError) as raised:
-        services.task_fail(**args, idempotency_key="start-1")
+        task_fail(**args, idempotency_key="start-1")
     assert raised.value.code == "idempotency_key_reused"
     assert EventRow.objects.count() == count
 
@@ -250,7 +266,7 @@ def test_two_concurrent_starts_exactly_one_wins(project):
     def attempt(n: int) -> str:
         try:
             barrier.wait()
-            services.task_start(project_id=str(project.id), task_id=str(s1.id), actor=f"agent:{n}")
+            task_start(project_id=str(project.id), task_id=str(s1.id), actor=f"agent:{n}")
             return "started"
         except DomainError as error:
             return error.code
@@ -350,7 +366,7 @@ class TaskLifecycleMachine(RuleBasedStateMachine):
         task_id = self.task_ids[key]
         try:
             if command.startswith("gate:"):
-                result = services.task_record_gate_decision(
+                result = task_record_gate_decision(
                     task_id=task_id,
                     outcome=command.removeprefix("gate:"),
                     decision_id=f"d-{key}-{version}",
@@ -434,7 +450,7 @@ def test_rebuilt_task_graph_equals_the_live_one(project, script):
             task_id = task_ids[index]
             try:
                 if command.startswith("gate:"):
-                    services.task_record_gate_decision(
+                    task_record_gate_decision(
                         task_id=task_id,
                         outcome=command.removeprefix("gate:"),
                         decision_id="d",

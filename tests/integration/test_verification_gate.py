@@ -13,12 +13,15 @@ from pathlib import Path
 import pytest
 from django.db import connections
 
-from context_app.world.services import Scope, artifact_record, fact_record
+from context_app.world.services.facts import fact_record
+from context_app.world.services.records import artifact_record
+from context_app.world.services.scopes import Scope
 from nexum.core.errors import DomainError
 from nexum.eventstore import projections
 from nexum.eventstore.models import Event as EventRow
-from tasks_app import services as task_services
 from tasks_app.models import Task
+from tasks_app.services.goals import goal_create
+from tasks_app.services.lifecycle import task_block, task_start
 from tests.conftest import NEEDS_BWRAP
 from verification_app import runner, selectors
 from verification_app.models import CheckRun
@@ -72,7 +75,7 @@ def callable_check(name: str, path: str) -> dict:
 
 
 def running_task(project, contract: dict | None = None, *, start: bool = True) -> Task:
-    goal = task_services.goal_create(
+    goal = goal_create(
         project_id=str(project.id),
         objective="Ship",
         tasks=[{"key": "s1", "objective": "Make the tests pass"}],
@@ -81,7 +84,7 @@ def running_task(project, contract: dict | None = None, *, start: bool = True) -
     )
     task = Task.objects.get(goal=goal, key="s1")
     if start:
-        task = task_services.task_start(project_id=str(project.id), task_id=str(task.id), actor="agent")
+        task = task_start(project_id=str(project.id), task_id=str(task.id), actor="agent")
     return task
 
 
@@ -212,7 +215,7 @@ def test_a_real_pytest_suite_fails_then_passes_and_the_answer_changes_nothing(pr
     assert run.argv == [PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
 
     (proj / "calc.py").write_text("def add(a, b):\n    return a + b\n")
-    task = task_services.task_start(project_id=str(project.id), task_id=str(task.id), actor="agent")
+    task = task_start(project_id=str(project.id), task_id=str(task.id), actor="agent")
     completed = complete(task, answer="all tests pass")
     assert completed.outcome == "completed" and state(task) == "completed"
     run = CheckRun.objects.get(request=completed.request)
@@ -437,7 +440,7 @@ def test_a_catastrophic_pattern_ends_at_once(project, workspace):
         },
         actor="planner",
     )  # fmt: skip
-    task = task_services.task_start(project_id=str(project.id), task_id=str(task.id), actor="agent")
+    task = task_start(project_id=str(project.id), task_id=str(task.id), actor="agent")
     started = time.monotonic()
     result = complete(task)
     assert time.monotonic() - started < 60  # a backtracking engine needs about 2**40 steps: hours
@@ -497,7 +500,7 @@ def test_untrusted_content_cannot_register_or_change_a_contract(project, workspa
             )
         assert (refused.value.code, refused.value.kind) == ("untrusted_content", "refused")
     with pytest.raises(DomainError) as refused:
-        task_services.goal_create(
+        goal_create(
             project_id=str(project.id),
             objective="x",
             tasks=[{"key": "s1", "objective": "y"}],
@@ -554,7 +557,7 @@ def test_artifact_matches_reads_the_projects_artifact_by_digest(project, other_p
         },
         actor="planner",
     )  # fmt: skip
-    task = task_services.task_start(project_id=str(project.id), task_id=str(task.id), actor="agent")
+    task = task_start(project_id=str(project.id), task_id=str(task.id), actor="agent")
     result = complete(task)
     runs = {run.name: run.reason for run in CheckRun.objects.filter(request=result.request)}
     assert runs == {"green": "passed", "probe": "missing_file"}  # another project's content is not there
@@ -607,7 +610,7 @@ def test_a_redelivered_run_reuses_recorded_check_runs_and_decides_once(
 def test_a_request_whose_task_moved_on_is_skipped_without_running_checks(project, workspace, calls, queued):
     task = running_task(project, {"checks": [callable_check("a", "tests.checks:passing")]})
     pending = complete(task)
-    task_services.task_block(project_id=str(project.id), task_id=str(task.id), actor="operator")
+    task_block(project_id=str(project.id), task_id=str(task.id), actor="operator")
     decided = completion_run(request_id=str(pending.request.id))
     assert decided.outcome == "skipped" and "moved on" in decided.reason
     assert calls == [] and state(task) == "blocked"
@@ -670,7 +673,7 @@ def test_rebuilt_verification_read_models_equal_the_live_ones(project, workspace
         contract={"checks": [callable_check("c", "tests.checks:passing")]},
         actor="planner",
     )
-    task = task_services.task_start(project_id=str(project.id), task_id=str(task.id), actor="a")
+    task = task_start(project_id=str(project.id), task_id=str(task.id), actor="a")
     complete(task)
     skipped = running_task(project, {"checks": []}, start=False)
     complete(skipped)

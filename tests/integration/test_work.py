@@ -31,8 +31,9 @@ from nexum.work import leases
 from nexum.work.dispatch import dispatch_due
 from nexum.work.models import Work
 from nexum_web.webhooks.services import webhook_register
-from tasks_app import services as task_services
 from tasks_app.models import Task
+from tasks_app.services.goals import goal_create
+from tasks_app.services.lifecycle import task_start
 from tests.api.test_foundation_api import assert_error
 from tests.integration.compile_world import load_catalog
 from tests.integration.test_worker import ROOT, database_url_for_worker, wait_for
@@ -70,7 +71,7 @@ def broker(monkeypatch):
 
 
 def started_task(project, contract: dict) -> Task:
-    goal = task_services.goal_create(
+    goal = goal_create(
         project_id=str(project.id),
         objective="Ship",
         tasks=[{"key": "s1", "objective": "Build"}],
@@ -78,7 +79,7 @@ def started_task(project, contract: dict) -> Task:
         actor="planner",
     )
     task = Task.objects.get(goal=goal, key="s1")
-    return task_services.task_start(project_id=str(project.id), task_id=str(task.id), actor="agent")
+    return task_start(project_id=str(project.id), task_id=str(task.id), actor="agent")
 
 
 ECHO = {"checks": [{"kind": "command", "name": "unit", "argv": ["sh", "-c", "echo ok"]}]}

@@ -8,8 +8,19 @@ from django.db import transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from context_app.world import selectors, services
+from context_app.world import selectors
 from context_app.world.models import Tool, ToolScope, WorldItem
+from context_app.world.services.facts import fact_record, fact_retract, fact_supersede, fact_verify
+from context_app.world.services.records import (
+    artifact_record,
+    decision_record,
+    failure_record,
+    progress_record,
+    tool_call_record,
+)
+from context_app.world.services.scopes import scope_resolve
+from context_app.world.services.token_counts import item_token_counts_ensure
+from context_app.world.services.tools import tool_define, tool_remove, tool_scope_set
 from nexum.core.errors import ConcurrencyError, IllegalTransition, NotFound, TooLarge, ValidationFailed
 from nexum.core.world.items import (
     FACT_CURRENT,
@@ -22,7 +33,8 @@ from nexum.core.world.items import (
 from nexum.eventstore import projections, store
 from nexum.eventstore.models import Event as EventRow
 from tasks_app import selectors as task_selectors
-from tasks_app.services import goal_create, project_create
+from tasks_app.services.goals import goal_create
+from tasks_app.services.projects import project_create
 
 pytestmark = pytest.mark.django_db
 
@@ -47,26 +59,24 @@ def make_goal(project, objective="Ship the release"):
 
 
 def goal_scope(project, goal):
-    return services.scope_resolve(project_id=str(project.id), goal_id=str(goal.id))
+    return scope_resolve(project_id=str(project.id), goal_id=str(goal.id))
 
 
 def task_scope(project, task):
-    return services.scope_resolve(project_id=str(project.id), task_id=str(task.id))
+    return scope_resolve(project_id=str(project.id), task_id=str(task.id))
 
 
 def record_one_of_each(project, goal, task):
     gs, ts = goal_scope(project, goal), task_scope(project, task)
     return [
-        services.fact_record(
-            scope=gs, text="The API is versioned", subject="api", source="README", actor="a"
-        ),
-        services.decision_record(scope=gs, text="Use PostgreSQL", rationale="JSONB and locks", actor="a"),
-        services.failure_record(scope=ts, text="pytest: 3 failed", attempt=1, actor="a"),
-        services.artifact_record(
+        fact_record(scope=gs, text="The API is versioned", subject="api", source="README", actor="a"),
+        decision_record(scope=gs, text="Use PostgreSQL", rationale="JSONB and locks", actor="a"),
+        failure_record(scope=ts, text="pytest: 3 failed", attempt=1, actor="a"),
+        artifact_record(
             scope=ts, summary="the build log", uri="file:build.log", content=b"line 1\nline 2\n", actor="a"
         ),
-        services.progress_record(scope=ts, text="Compiled the wheel", actor="a"),
-        services.tool_call_record(
+        progress_record(scope=ts, text="Compiled the wheel", actor="a"),
+        tool_call_record(
             scope=ts, tool="shell", arguments={"cmd": "make"}, result_summary="exit 0", actor="a"
         ),
     ]
@@ -108,28 +118,24 @@ def test_context_items_carry_the_stored_counts(project):
 def test_fact_verify_supersede_retract_keep_history_and_show_the_current_view(project):
     goal, _ = make_goal(project)
     pid = str(project.id)
-    fact = services.fact_record(
-        scope=goal_scope(project, goal), text="Python 3.11", subject="python", actor="a"
-    )
-    verified = services.fact_verify(project_id=pid, fact_id=str(fact.id), note="ran python -V", actor="b")
+    fact = fact_record(scope=goal_scope(project, goal), text="Python 3.11", subject="python", actor="a")
+    verified = fact_verify(project_id=pid, fact_id=str(fact.id), note="ran python -V", actor="b")
     assert verified.verified and verified.version == 2
     with pytest.raises(IllegalTransition):
-        services.fact_verify(project_id=pid, fact_id=str(fact.id), actor="b")
+        fact_verify(project_id=pid, fact_id=str(fact.id), actor="b")
     with pytest.raises(ConcurrencyError):
-        services.fact_retract(
+        fact_retract(
             project_id=pid, fact_id=str(fact.id), reason="x", expected_version=1, role="operator", actor="b"
         )
-    newer = services.fact_supersede(
+    newer = fact_supersede(
         project_id=pid, fact_id=str(fact.id), text="Python 3.12", role="operator", actor="c"
     )
     assert newer.subject == "python" and newer.supersedes == fact.id and newer.goal_id == goal.id
     old = selectors.fact_get(project_id=pid, fact_id=str(fact.id))
     assert old.status == FACT_SUPERSEDED and old.superseded_by == newer.id
     with pytest.raises(IllegalTransition):
-        services.fact_retract(
-            project_id=pid, fact_id=str(fact.id), reason="again", role="operator", actor="c"
-        )
-    retracted = services.fact_retract(
+        fact_retract(project_id=pid, fact_id=str(fact.id), reason="again", role="operator", actor="c")
+    retracted = fact_retract(
         project_id=pid, fact_id=str(newer.id), reason="wrong box", role="operator", actor="d"
     )
     assert retracted.status == FACT_RETRACTED
@@ -141,17 +147,17 @@ def test_fact_verify_supersede_retract_keep_history_and_show_the_current_view(pr
 
 def test_another_projects_fact_is_not_found_and_nothing_is_written(project, other_project):
     goal, _ = make_goal(project)
-    fact = services.fact_record(scope=goal_scope(project, goal), text="secret", actor="a")
+    fact = fact_record(scope=goal_scope(project, goal), text="secret", actor="a")
     before = EventRow.objects.count()
     for change in (
-        lambda: services.fact_verify(project_id=str(other_project.id), fact_id=str(fact.id), actor="x"),
-        lambda: services.fact_retract(
+        lambda: fact_verify(project_id=str(other_project.id), fact_id=str(fact.id), actor="x"),
+        lambda: fact_retract(
             project_id=str(other_project.id), fact_id=str(fact.id), reason="r", role="operator", actor="x"
         ),
-        lambda: services.fact_supersede(
+        lambda: fact_supersede(
             project_id=str(other_project.id), fact_id=str(fact.id), text="t", role="operator", actor="x"
         ),
-        lambda: services.scope_resolve(project_id=str(other_project.id), goal_id=str(goal.id)),
+        lambda: scope_resolve(project_id=str(other_project.id), goal_id=str(goal.id)),
     ):
         with pytest.raises(NotFound):
             change()
@@ -161,10 +167,8 @@ def test_another_projects_fact_is_not_found_and_nothing_is_written(project, othe
 def test_the_same_content_is_stored_once(project, artifact_root):
     goal, (build, _) = make_goal(project)
     scope = task_scope(project, build)
-    first = services.artifact_record(scope=scope, summary="one", content=b"same bytes", actor="a")
-    second = services.artifact_record(
-        scope=goal_scope(project, goal), summary="two", content=b"same bytes", actor="a"
-    )
+    first = artifact_record(scope=scope, summary="one", content=b"same bytes", actor="a")
+    second = artifact_record(scope=goal_scope(project, goal), summary="two", content=b"same bytes", actor="a")
     assert first.id != second.id and first.content_sha256 == second.content_sha256
     files = [path for path in artifact_root.rglob("*") if path.is_file()]
     assert len(files) == 1
@@ -180,7 +184,7 @@ def test_oversize_artifact_stores_nothing(project, settings, artifact_root):
     goal, _ = make_goal(project)
     before = EventRow.objects.count()
     with pytest.raises(TooLarge):
-        services.artifact_record(scope=goal_scope(project, goal), summary="big", content=b"x" * 17, actor="a")
+        artifact_record(scope=goal_scope(project, goal), summary="big", content=b"x" * 17, actor="a")
     assert EventRow.objects.count() == before
     assert not artifact_root.exists() or not any(artifact_root.rglob("*"))
 
@@ -188,18 +192,18 @@ def test_oversize_artifact_stores_nothing(project, settings, artifact_root):
 def test_idempotent_item_records_once(project):
     _goal, (build, _) = make_goal(project)
     scope = task_scope(project, build)
-    first = services.progress_record(scope=scope, text="step 1", actor="a", idempotency_key="k1")
-    again = services.progress_record(scope=scope, text="step 1", actor="a", idempotency_key="k1")
+    first = progress_record(scope=scope, text="step 1", actor="a", idempotency_key="k1")
+    again = progress_record(scope=scope, text="step 1", actor="a", idempotency_key="k1")
     assert first.id == again.id and WorldItem.objects.filter(kind="progress").count() == 1
     with pytest.raises(Exception) as error:
-        services.progress_record(scope=scope, text="step 2", actor="a", idempotency_key="k1")
+        progress_record(scope=scope, text="step 2", actor="a", idempotency_key="k1")
     assert getattr(error.value, "code", None) == "idempotency_key_reused"
 
 
 def test_signed_trust_classes_are_refused(project):
     goal, _ = make_goal(project)
     with pytest.raises(ValidationFailed) as error:
-        services.fact_record(scope=goal_scope(project, goal), text="t", trust_class="kernel", actor="a")
+        fact_record(scope=goal_scope(project, goal), text="t", trust_class="kernel", actor="a")
     assert error.value.field == "trust_class"
 
 
@@ -208,8 +212,8 @@ def test_counts_in_a_new_encoding_are_added_once_by_an_event(project, settings):
     goal, (build, _) = make_goal(project)
     items = record_one_of_each(project, goal, build)
     assert all(item.token_counts == {} for item in items)
-    assert services.item_token_counts_ensure(project_id=str(project.id), encoding="cl100k_base") == len(items)
-    assert services.item_token_counts_ensure(project_id=str(project.id), encoding="cl100k_base") == 0
+    assert item_token_counts_ensure(project_id=str(project.id), encoding="cl100k_base") == len(items)
+    assert item_token_counts_ensure(project_id=str(project.id), encoding="cl100k_base") == 0
     for item in WorldItem.objects.all():
         assert item.token_counts == {"cl100k_base": len(CL100K.encode(item.rendered))}
     live = projections.snapshot()
@@ -221,7 +225,7 @@ def test_tools_registry_and_narrowing(project):
     goal, (build, test) = make_goal(project)
     pid = str(project.id)
     for name, pinned in (("shell", False), ("search", True), ("editor", False)):
-        services.tool_define(
+        tool_define(
             project_id=pid,
             name=name,
             description=f"{name} tool",
@@ -232,19 +236,17 @@ def test_tools_registry_and_narrowing(project):
     shell = Tool.objects.get(name="shell")
     rendered = render_tool(name="shell", description="shell tool", schema={"type": "object"})
     assert shell.token_counts == {"cl100k_base": len(CL100K.encode(rendered))}
-    services.tool_scope_set(
-        scope=goal_scope(project, goal), allowed=["shell", "search"], pinned=[], actor="a"
-    )
-    services.tool_scope_set(scope=task_scope(project, build), allowed=None, pinned=["shell"], actor="a")
+    tool_scope_set(scope=goal_scope(project, goal), allowed=["shell", "search"], pinned=[], actor="a")
+    tool_scope_set(scope=task_scope(project, build), allowed=None, pinned=["shell"], actor="a")
     seen = selectors.tools_for_scope(project_id=pid, goal_id=str(goal.id), task_id=str(build.id))
     assert [(tool.name, tool.pinned) for tool in seen] == [("search", True), ("shell", True)]
     seen = selectors.tools_for_scope(project_id=pid, goal_id=str(goal.id), task_id=str(test.id))
     assert [(tool.name, tool.pinned) for tool in seen] == [("search", True), ("shell", False)]
     with pytest.raises(NotFound) as missing:
-        services.tool_scope_set(scope=task_scope(project, test), allowed=["nope"], pinned=[], actor="a")
+        tool_scope_set(scope=task_scope(project, test), allowed=["nope"], pinned=[], actor="a")
     assert missing.value.field == "allowed.0"
-    services.tool_remove(project_id=pid, name="editor", actor="a")
-    services.tool_define(project_id=pid, name="editor", description="back", actor="a")
+    tool_remove(project_id=pid, name="editor", actor="a")
+    tool_define(project_id=pid, name="editor", description="back", actor="a")
     assert Tool.objects.get(name="editor").version == 3
     assert ToolScope.objects.count() == 2
 
@@ -285,7 +287,7 @@ def run(script, project, goal, tasks) -> None:
         tools = sorted(Tool.objects.values_list("name", flat=True))
         try:
             if kind == "fact":
-                services.fact_record(
+                fact_record(
                     scope=scope,
                     text=f"fact {n}",
                     subject=f"s{n % 4}",
@@ -294,33 +296,27 @@ def run(script, project, goal, tasks) -> None:
                     actor="t",
                 )
             elif kind == "decision":
-                services.decision_record(
-                    scope=scope, text=f"decide {n}", rationale="why" * (n % 2), actor="t"
-                )
+                decision_record(scope=scope, text=f"decide {n}", rationale="why" * (n % 2), actor="t")
             elif kind == "failure" and scope.task_id:
-                services.failure_record(scope=scope, text=f"failed {n}", actor="t")
+                failure_record(scope=scope, text=f"failed {n}", actor="t")
             elif kind == "artifact":
-                services.artifact_record(
+                artifact_record(
                     scope=scope, summary=f"artifact {n}", content=f"body {n % 5}".encode(), actor="t"
                 )
             elif kind == "progress":
-                services.progress_record(scope=scope, text=f"progress {step}", actor="t")
+                progress_record(scope=scope, text=f"progress {step}", actor="t")
             elif kind == "tool_call" and scope.task_id:
-                services.tool_call_record(
-                    scope=scope, tool="shell", arguments=[n], result_summary="ok", actor="t"
-                )
+                tool_call_record(scope=scope, tool="shell", arguments=[n], result_summary="ok", actor="t")
             elif kind == "verify" and fact:
-                services.fact_verify(project_id=pid, fact_id=str(fact.id), actor="t")
+                fact_verify(project_id=pid, fact_id=str(fact.id), actor="t")
             elif kind == "supersede" and fact:
-                services.fact_supersede(
+                fact_supersede(
                     project_id=pid, fact_id=str(fact.id), text=f"newer {n}", role="operator", actor="t"
                 )
             elif kind == "retract" and fact:
-                services.fact_retract(
-                    project_id=pid, fact_id=str(fact.id), reason="no", role="operator", actor="t"
-                )
+                fact_retract(project_id=pid, fact_id=str(fact.id), reason="no", role="operator", actor="t")
             elif kind == "tool":
-                services.tool_define(
+                tool_define(
                     project_id=pid,
                     name=f"tool{n % 4}",
                     description=str(n),
@@ -329,11 +325,9 @@ def run(script, project, goal, tasks) -> None:
                     actor="t",
                 )
             elif kind == "scope" and tools:
-                services.tool_scope_set(
-                    scope=scope, allowed=tools[: 1 + n % len(tools)], pinned=tools[:1], actor="t"
-                )
+                tool_scope_set(scope=scope, allowed=tools[: 1 + n % len(tools)], pinned=tools[:1], actor="t")
             elif kind == "untool" and tools:
-                services.tool_remove(project_id=pid, name=tools[n % len(tools)], actor="t")
+                tool_remove(project_id=pid, name=tools[n % len(tools)], actor="t")
         except IllegalTransition:
             pass
 
@@ -354,9 +348,9 @@ def test_rebuilt_world_state_equals_the_live_one(script, artifact_root):
 
 def test_state_as_of_a_position_shows_the_fact_before_its_retraction(project):
     goal, _ = make_goal(project)
-    fact = services.fact_record(scope=goal_scope(project, goal), text="true for now", actor="a")
+    fact = fact_record(scope=goal_scope(project, goal), text="true for now", actor="a")
     position = store.head_position()
-    services.fact_retract(
+    fact_retract(
         project_id=str(project.id), fact_id=str(fact.id), reason="not any more", role="operator", actor="a"
     )
     live = projections.snapshot()
@@ -376,13 +370,13 @@ def test_the_migrations_backfill_what_the_projection_writes(project, settings):
 
     goal, (build, _) = make_goal(project)
     settings.NEXUM_ITEM_ENCODINGS = []
-    uncounted = services.progress_record(scope=task_scope(project, build), text="counted later", actor="a")
+    uncounted = progress_record(scope=task_scope(project, build), text="counted later", actor="a")
     settings.NEXUM_ITEM_ENCODINGS = ["cl100k_base"]
     items = record_one_of_each(project, goal, build)
-    assert services.item_token_counts_ensure(project_id=str(project.id), encoding="cl100k_base") == 1
+    assert item_token_counts_ensure(project_id=str(project.id), encoding="cl100k_base") == 1
     fact = items[0]
-    services.fact_verify(project_id=str(project.id), fact_id=str(fact.id), actor="a")
-    services.fact_supersede(
+    fact_verify(project_id=str(project.id), fact_id=str(fact.id), actor="a")
+    fact_supersede(
         project_id=str(project.id), fact_id=str(fact.id), text="API v2", role="operator", actor="a"
     )
     written = dict(WorldItem.objects.values_list("id", "changed_position"))

@@ -37,8 +37,8 @@ from nexum.core.verification.gate import (
 from nexum.eventstore import store
 from nexum.work.leases import INTERRUPTIONS, Lease
 from tasks_app import selectors as task_selectors
-from tasks_app import services as task_services
 from tasks_app.models import Task
+from tasks_app.services.lifecycle import task_record_gate_decision
 from verification_app import runner
 from verification_app.models import CheckRun, CompletionRequest
 from verification_app.services.completions import never_run_checks
@@ -192,7 +192,7 @@ def _decide(request: CompletionRequest, decision: GateDecision, lease: Lease | N
                 lease.fence()
             _append_decision(request, decision.outcome, decision.reason, decision.failing_checks)
             if decision.outcome != "skipped":
-                task_services.task_record_gate_decision(
+                task_record_gate_decision(
                     task_id=str(request.task_id),
                     outcome=decision.outcome,
                     decision_id=request_id,

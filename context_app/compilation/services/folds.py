@@ -17,7 +17,8 @@ from django.utils.module_loading import import_string
 from context_app.compilation.candidates import CANDIDATES
 from context_app.compilation.services.compile_settings import summarizer_path
 from context_app.world.models import WorldItem
-from context_app.world.services import Scope, progress_record
+from context_app.world.services.records import progress_record
+from context_app.world.services.scopes import Scope
 from context_app.world.vectors import NewVector
 from nexum.adapters.embedding import Embedder
 from nexum.adapters.tokenization import counter_for

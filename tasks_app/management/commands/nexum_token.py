@@ -6,9 +6,9 @@
 
 ``issue`` prints the key alone on stdout (``KEY=$(manage.py nexum_token issue …)``) and what it did on
 stderr. The key is never stored: the token's row and its ``AgentTokenIssued`` event keep its sha256 and its
-first eight characters. Every action is an event through ``tasks_app.services``; a refused input (an unknown
-project or token, a taken or malformed name, an unknown role, a token already revoked) exits non-zero with
-the reason, and nothing is written.
+first eight characters. Every action is an event through ``tasks_app.services.tokens``; a refused input (an
+unknown project or token, a taken or malformed name, an unknown role, a token already revoked) exits non-zero
+with the reason, and nothing is written.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nexum.core.errors import DomainError
 from nexum.core.roles import ROLES
-from tasks_app import selectors, services
+from tasks_app import selectors
 from tasks_app.management.console import command_error, table
 from tasks_app.models import Project
+from tasks_app.services.tokens import agent_token_issue, agent_token_revoke
 
 ACTOR = "command:nexum_token"
 
@@ -56,7 +57,7 @@ class Command(BaseCommand):
             raise command_error(error) from error
 
     def issue(self, project: Project, name: str, role: str) -> None:
-        issued = services.agent_token_issue(project_id=str(project.id), name=name, role=role, actor=ACTOR)
+        issued = agent_token_issue(project_id=str(project.id), name=name, role=role, actor=ACTOR)
         self.stderr.write(
             f"issued {role} token {name!r} in project {project.slug} (key prefix {issued.token.key_prefix});"
             " its key, on standard output, is shown once and never stored: keep it now"
@@ -69,7 +70,7 @@ class Command(BaseCommand):
             raise CommandError(
                 f"token {name!r} of project {project.slug} was already revoked ({_when(token.revoked_at)})"
             )
-        services.agent_token_revoke(token_id=str(token.id), reason=reason, actor=ACTOR)
+        agent_token_revoke(token_id=str(token.id), reason=reason, actor=ACTOR)
         self.stdout.write(f"revoked {token.role} token {name!r} of project {project.slug}")
 
     def list_tokens(self, project: Project) -> None:

@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from nexum_web.mcp.calls import Caller
 from nexum_web.mcp.server import serve_stdio
 from tasks_app.models import AgentToken
-from tasks_app.services import hash_key
+from tasks_app.services.tokens import hash_key
 
 
 class Command(BaseCommand):

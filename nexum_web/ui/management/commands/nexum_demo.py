@@ -15,7 +15,8 @@ from django.core.management.base import BaseCommand, CommandError
 from nexum.core.roles import AGENT, OPERATOR
 from nexum_web.ui.demo import AGENT_NAME, OPERATOR_NAME, load_demo_world, workspace_reset
 from tasks_app.models import AgentToken, Project
-from tasks_app.services import agent_token_issue, hash_key, project_create
+from tasks_app.services.projects import project_create
+from tasks_app.services.tokens import agent_token_issue, hash_key
 
 ADMIN_USERNAME = "admin"
 ADMIN_PASSWORD = "admin"
