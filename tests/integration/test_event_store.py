@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -171,6 +172,8 @@ def test_a_tailing_reader_never_misses_an_event():
                 after = page[-1].position
             elif finished:
                 return
+            else:
+                time.sleep(0.005)  # as a tailing reader polls; spinning would starve the writers of the GIL
 
     reader = threading.Thread(target=tail)
     reader.start()
