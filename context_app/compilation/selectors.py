@@ -11,7 +11,7 @@ sections that changed. The texts of the items the compiler includes are fetched 
 
 Meaning (issue 24). From compiler version 5 (``VECTORS_FROM``) a compile names an embedder: the candidates
 carry their stored vectors by it, the items that are not stored world state (check-run output, bundle and
-request evidence) and the step's query text (``compiler.query_text``) are embedded in one call, and the
+request evidence) and the step's query text (``ranking.query_text``) are embedded in one call, and the
 vectors made for stored items that had none come back in ``TaskContextInput.embedded`` for the compile to
 store. Without an embedder (``NEXUM_EMBEDDER=none``, or an older version) relevance is by words alone.
 """
@@ -50,26 +50,28 @@ from nexum.adapters import telemetry
 from nexum.adapters.embedding import Embedder, embedder_id
 from nexum.core.catalog.budgets import ModelBudget
 from nexum.core.catalog.usage import DriftSummary, summarize_drift
-from nexum.core.compilation.compiler import (
-    COMPILER_VERSION,
+from nexum.core.compilation.costs import verified_label_tokens
+from nexum.core.compilation.exclusions import ExclusionRun
+from nexum.core.compilation.model import (
     DEFAULT_RELEVANCE_FLOOR,
     CompiledContext,
     CompileInput,
     ContextItem,
-    ExclusionRun,
     Fold,
-    RankedSection,
-    RankedSections,
     SectionTokens,
     Step,
     Truncation,
+)
+from nexum.core.compilation.ranking import (
+    RankedSection,
+    RankedSections,
     evidence_by_kind,
     query_of,
     query_text,
     rank_section,
-    verified_label_tokens,
 )
 from nexum.core.compilation.rules import ContextDiff, diff_contexts, folds_required
+from nexum.core.compilation.versions import COMPILER_VERSION
 from nexum.core.durations import human_age
 from nexum.core.errors import NotFound
 from nexum.core.ids import uuid_or_none

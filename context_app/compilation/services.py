@@ -61,13 +61,9 @@ from nexum.core.catalog import usage
 from nexum.core.catalog.budgets import ModelBudget
 from nexum.core.compilation import events as compilation_events
 from nexum.core.compilation import rules as compilation_rules
-from nexum.core.compilation.compiler import (
-    COMPILER_VERSION,
-    DEFAULT_RELEVANCE_FLOOR,
-    CompiledContext,
-    ContextItem,
-)
-from nexum.core.compilation.compiler import compile_context as run_compiler
+from nexum.core.compilation.compiler import compile_context
+from nexum.core.compilation.model import DEFAULT_RELEVANCE_FLOOR, CompiledContext, ContextItem
+from nexum.core.compilation.versions import COMPILER_VERSION
 from nexum.core.digests import digest_of
 from nexum.core.errors import (
     ConcurrencyError,
@@ -517,7 +513,7 @@ def compile_task(
     )
     if embedded is not None:
         embedded.extend(task_input.embedded)
-    result = run_compiler(
+    result = compile_context(
         task_input.compile_input,
         budget=budget,
         counter=counter,

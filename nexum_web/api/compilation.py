@@ -23,7 +23,8 @@ from context_app.compilation import retention, selectors, services
 from context_app.compilation.models import ContextCompilation, StoredContext
 from nexum.core.compilation import events as compilation_events
 from nexum.core.compilation import rules as compilation_rules
-from nexum.core.compilation.compiler import REASON_CODES, CompiledContext, Truncation
+from nexum.core.compilation.exclusions import REASON_CODES
+from nexum.core.compilation.model import CompiledContext, Truncation
 from nexum.core.compilation.retention import POLICY_FIELDS, RETENTION_DAYS_MAX
 from nexum.core.errors import NotFound
 from nexum.core.world.items import SHORT_MAX, TEXT_MAX

@@ -8,7 +8,7 @@ import pytest
 from context_app.compilation import services
 from context_app.compilation.models import StoredContext
 from context_app.world import services as world
-from nexum.core.compilation.compiler import DEFAULT_RELEVANCE_FLOOR
+from nexum.core.compilation.model import DEFAULT_RELEVANCE_FLOOR
 from nexum.eventstore import store
 from nexum.eventstore.models import Event as EventRow
 from tasks_app.models import Project

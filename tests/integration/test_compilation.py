@@ -22,8 +22,9 @@ from context_app.world import services as world
 from context_app.world.models import WorldItem
 from nexum.adapters.tokenization import counter_for
 from nexum.core.catalog.budgets import ModelBudget
-from nexum.core.compilation.compiler import BudgetTooSmall, ContextItem, Query, rank_section
 from nexum.core.compilation.events import compile_stream
+from nexum.core.compilation.model import BudgetTooSmall, ContextItem
+from nexum.core.compilation.ranking import Query, rank_section
 from nexum.core.errors import NotFound, ValidationFailed
 from nexum.core.tasks.projects import HealthPinged
 from nexum.eventstore import projections, store

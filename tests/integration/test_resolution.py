@@ -21,7 +21,8 @@ from context_app.resolution import selectors, services
 from context_app.resolution.models import BundleItem, Escalation, Retrieval
 from nexum.adapters.tokenization import counter_for
 from nexum.core.catalog.budgets import ModelBudget
-from nexum.core.compilation.compiler import CompileInput, ContextItem, Step, compile_context
+from nexum.core.compilation.compiler import compile_context
+from nexum.core.compilation.model import CompileInput, ContextItem, Step
 from nexum.core.errors import NotFound, PolicyRefused
 from nexum.core.resolution.resolver import ResolveBudget
 from nexum.core.resolution.rules import PlanGateClosed

@@ -1,5 +1,5 @@
 """The compile service's pure rules (SPEC C11, C12): which items a compaction folds, the default summarizer,
-and the diff of two compiled contexts. ``compiler.py`` holds the compiler itself.
+and the diff of two compiled contexts. The compiler itself is ``compiler.py`` and the modules it runs.
 """
 
 from __future__ import annotations
