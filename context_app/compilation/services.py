@@ -62,7 +62,7 @@ from nexum.core.catalog.budgets import ModelBudget
 from nexum.core.compilation import events as compilation_events
 from nexum.core.compilation import rules as compilation_rules
 from nexum.core.compilation.compiler import compile_context
-from nexum.core.compilation.model import DEFAULT_RELEVANCE_FLOOR, CompiledContext, ContextItem
+from nexum.core.compilation.model import DEFAULT_RELEVANCE_FLOOR, EVIDENCE_KINDS, CompiledContext, ContextItem
 from nexum.core.compilation.versions import COMPILER_VERSION
 from nexum.core.digests import digest_of
 from nexum.core.errors import (
@@ -910,10 +910,8 @@ def check_evidence(evidence: Any) -> list[dict[str, Any]]:
         if unknown:
             raise ValidationFailed(f"unknown member {unknown[0]!r}", field=f"{where}.{unknown[0]}")
         kind = entry.get("kind", "code")
-        if kind not in compilation_rules.EVIDENCE_KINDS:
-            raise ValidationFailed(
-                f"kind must be one of {', '.join(compilation_rules.EVIDENCE_KINDS)}", field=f"{where}.kind"
-            )
+        if kind not in EVIDENCE_KINDS:
+            raise ValidationFailed(f"kind must be one of {', '.join(EVIDENCE_KINDS)}", field=f"{where}.kind")
         text = _clean_text(entry.get("text"), f"{where}.text", TEXT_MAX, required=True)
         item_id = entry.get("id", str(index + 1))
         item_id = _clean_text(item_id, f"{where}.id", EVIDENCE_ID_MAX, required=True)

@@ -12,7 +12,6 @@ from typing import NamedTuple
 from nexum.core.tokens import TokenCounter
 from nexum.core.world.relevance import terms_of
 
-EVIDENCE_KINDS = ("diagnostic", "code")
 COMPACTED_KINDS = ("progress", "tool_call")
 
 
