@@ -74,8 +74,9 @@ from context_app.world.services.records import progress_record, tool_call_record
 from context_app.world.services.scopes import scope_resolve  # noqa: E402
 from nexum.adapters import telemetry  # noqa: E402
 from nexum.adapters.tokenization import counter_for, default_registry  # noqa: E402
-from nexum.core.compilation.compiler import COMPILER_VERSION, CompileInput, ContextItem  # noqa: E402
-from nexum.core.compilation.compiler import compile_context as run_compiler  # noqa: E402
+from nexum.core.compilation.compiler import compile_context  # noqa: E402
+from nexum.core.compilation.model import CompileInput, ContextItem  # noqa: E402
+from nexum.core.compilation.versions import COMPILER_VERSION  # noqa: E402
 from nexum.core.world.items import item_terms, line_count  # noqa: E402
 from tasks_app.models import Task  # noqa: E402
 
@@ -132,7 +133,7 @@ def naive_compile(task: Task) -> None:
         evidence=recounted(base.evidence),
         tools=base.tools,
     )
-    run_compiler(naive_input, budget=choice.budget, counter=counter)
+    compile_context(naive_input, budget=choice.budget, counter=counter)
 
 
 def timed(function, runs: int, before=None) -> list[float]:

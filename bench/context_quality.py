@@ -21,7 +21,7 @@ included; cl100k_base via the project's counter) and the prompt tokens. In the s
 fill the same fact budget the compiler spent on facts (the compile costs of the facts it included), by first
 fit in their own order: BM25 over stemmed words (``bm25s``, Snowball English), embeddings (``wordllama``,
 weights shipped in the wheel, never downloaded, through its own float API) and the reciprocal-rank fusion
-of the two (k = 60). Their query is the compiler's (``compiler.query_text``: the step's objective, inputs,
+of the two (k = 60). Their query is the compiler's (``ranking.query_text``: the step's objective, inputs,
 constraints and success criteria). Uses (and resets) the database.
 """
 
@@ -49,13 +49,10 @@ django.setup()
 from context_app.catalog.services import DEFAULT_CATALOG, model_catalog_replace  # noqa: E402
 from context_app.compilation.services.compiles import context_compile  # noqa: E402
 from nexum.adapters.tokenization import counter_for  # noqa: E402
-from nexum.core.compilation.compiler import (  # noqa: E402
-    ITEM_OVERHEAD,
-    VERIFIED_LABEL,
-    CompileInput,
-    Step,
-    query_text,
-)
+from nexum.core.compilation.costs import ITEM_OVERHEAD  # noqa: E402
+from nexum.core.compilation.model import CompileInput, Step  # noqa: E402
+from nexum.core.compilation.ranking import query_text  # noqa: E402
+from nexum.core.compilation.rendering import VERIFIED_LABEL  # noqa: E402
 from nexum.core.world.items import DEFAULT_TRUST_CLASS, FactRecorded, item_terms, render_fact, token_counts  # noqa: E402
 from nexum.core.world.relevance import terms_of  # noqa: E402
 from nexum.eventstore import store  # noqa: E402

@@ -16,7 +16,7 @@ whole. Rows never leave a goal, each change of a row sets its ``changed_position
 event, and folds are only ever added, so equal marks mean an equal world for the task.
 
 ``CandidateCache.ranked`` keeps, per task and section, the section ranked and costed for the compiler
-(``nexum.core.compilation.compiler.rank_section``) while the section's candidates, the extra items joined
+(``nexum.core.compilation.ranking.rank_section``) while the section's candidates, the extra items joined
 to it and the query stay the same: the memo covers every task in the cache and leaves with it.
 
 Memory. Entries are evicted least recently used once the estimated total passes ``NEXUM_COMPILE_CACHE_MB``
@@ -54,7 +54,8 @@ from context_app.world.models import WorldItem
 from context_app.world.vectors import NewVector, embed_items
 from nexum.adapters.embedding import Embedder, embedder_id
 from nexum.adapters.gc_pause import collection_paused
-from nexum.core.compilation.compiler import ContextItem, RankedSection
+from nexum.core.compilation.model import ContextItem
+from nexum.core.compilation.ranking import RankedSection
 from nexum.core.compilation.rules import COMPACTED_KINDS
 from nexum.core.tokens import TokenCounter
 from nexum.core.world.items import FACT_CURRENT

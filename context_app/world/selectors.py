@@ -13,7 +13,7 @@ from django.db.models import Q, QuerySet
 
 from context_app.world.models import Tool, ToolScope, WorldItem
 from nexum.adapters.tokenization import counter_for
-from nexum.core.compilation.compiler import ContextItem, ToolSpec
+from nexum.core.compilation.model import ContextItem, ToolSpec
 from nexum.core.errors import NotFound
 from nexum.core.ids import uuid_or_none
 from nexum.core.world.items import FACT_CURRENT, effective_tools, item_stream

@@ -36,8 +36,9 @@ from context_app.world.services.scopes import scope_resolve
 from context_app.world.services.token_counts import item_token_counts_ensure
 from nexum.adapters.tokenization import counter_for
 from nexum.core.catalog.budgets import ModelBudget
-from nexum.core.compilation.compiler import BudgetTooSmall, ContextItem, Query, rank_section
 from nexum.core.compilation.events import compile_stream
+from nexum.core.compilation.model import BudgetTooSmall, ContextItem
+from nexum.core.compilation.ranking import Query, rank_section
 from nexum.core.errors import NotFound, ValidationFailed
 from nexum.core.tasks.projects import HealthPinged
 from nexum.eventstore import projections, store

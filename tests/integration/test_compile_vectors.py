@@ -23,7 +23,8 @@ from context_app.world.services.facts import fact_record
 from context_app.world.services.scopes import scope_resolve
 from nexum.adapters.embedding import embedder_named
 from nexum.adapters.tokenization import counter_for
-from nexum.core.compilation.compiler import COMPILER_VERSION, query_text
+from nexum.core.compilation.ranking import query_text
+from nexum.core.compilation.versions import COMPILER_VERSION
 from nexum.core.errors import PolicyRefused
 from nexum.eventstore import store
 from tests.integration.compile_world import build_auth_world

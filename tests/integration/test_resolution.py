@@ -28,7 +28,8 @@ from context_app.resolution.services.resolves import bundle_resolve
 from context_app.resolution.services.sources import source_register
 from nexum.adapters.tokenization import counter_for
 from nexum.core.catalog.budgets import ModelBudget
-from nexum.core.compilation.compiler import CompileInput, ContextItem, Step, compile_context
+from nexum.core.compilation.compiler import compile_context
+from nexum.core.compilation.model import CompileInput, ContextItem, Step
 from nexum.core.errors import NotFound, PolicyRefused
 from nexum.core.resolution.escalations import PlanGateClosed
 from nexum.core.resolution.model import ResolveBudget

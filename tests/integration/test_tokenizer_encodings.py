@@ -14,7 +14,7 @@ from context_app.compilation.services.compiles import context_compile
 from context_app.compilation.services.replays import context_replay
 from context_app.world.models import Tool, WorldItem
 from nexum.adapters.tokenization import UnknownEncoding, counter_for, default_registry
-from nexum.core.compilation.compiler import SECTION_TITLES
+from nexum.core.compilation.rendering import SECTION_TITLES
 from nexum.core.digests import canonical_json
 from tests.integration.compile_world import build_auth_world
 from tests.tokenizer_files import library_count, write_byte_level_bpe

@@ -11,9 +11,9 @@ import pytest
 
 from nexum.adapters.tokenization import counter_for
 from nexum.core.catalog.budgets import ModelBudget
-from nexum.core.compilation.compiler import (
-    COMPILER_VERSION,
-    REASON_CODES,
+from nexum.core.compilation.compiler import compile_context
+from nexum.core.compilation.exclusions import REASON_CODES
+from nexum.core.compilation.model import (
     BudgetTooSmall,
     CompiledContext,
     CompileInput,
@@ -22,8 +22,8 @@ from nexum.core.compilation.compiler import (
     MissingItemText,
     Step,
     ToolSpec,
-    compile_context,
 )
+from nexum.core.compilation.versions import COMPILER_VERSION
 from nexum.core.digests import canonical_json, digest_of
 from nexum.core.errors import ValidationFailed
 

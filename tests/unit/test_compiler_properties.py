@@ -10,16 +10,9 @@ from hypothesis import strategies as st
 
 from nexum.adapters.tokenization import counter_for
 from nexum.core.catalog.budgets import ModelBudget
-from nexum.core.compilation.compiler import (
-    COMPILER_VERSION,
-    CompiledContext,
-    CompileInput,
-    ContextItem,
-    Fold,
-    Step,
-    ToolSpec,
-    compile_context,
-)
+from nexum.core.compilation.compiler import compile_context
+from nexum.core.compilation.model import CompiledContext, CompileInput, ContextItem, Fold, Step, ToolSpec
+from nexum.core.compilation.versions import COMPILER_VERSION
 from nexum.core.digests import canonical_json, digest_of
 
 COUNTER = counter_for("cl100k_base")

@@ -11,13 +11,11 @@ import sys
 from nexum.adapters.embedding import embedder_id, embedder_named
 from nexum.adapters.tokenization import counter_for
 from nexum.core.catalog.budgets import ModelBudget
-from nexum.core.compilation.compiler import (
+from nexum.core.compilation.compiler import compile_context
+from nexum.core.compilation.model import CompileInput, ContextItem, Step
+from nexum.core.compilation.ranking import (
     FEEDBACK_DEPTH,
-    CompileInput,
-    ContextItem,
-    Step,
     _fed_back,
-    compile_context,
     query_of,
     query_text,
     rank_sections,

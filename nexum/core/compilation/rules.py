@@ -1,5 +1,5 @@
 """The compile service's pure rules (SPEC C11, C12): which items a compaction folds, the default summarizer,
-and the diff of two compiled contexts. ``compiler.py`` holds the compiler itself.
+and the diff of two compiled contexts. The compiler itself is ``compiler.py`` and the modules it runs.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from typing import NamedTuple
 from nexum.core.tokens import TokenCounter
 from nexum.core.world.relevance import terms_of
 
-EVIDENCE_KINDS = ("diagnostic", "code")
 COMPACTED_KINDS = ("progress", "tool_call")
 
 

@@ -7,11 +7,11 @@ changes. The project's tool registry and the tool narrowing of a goal or task ar
 
 Rendered text (W4). ``render_<kind>`` gives the exact text of an item as the compiler puts it in the prompt
 block, without the bullet, the indentation of continuation lines, the ``[verified] `` label of a verified
-fact or the quoting of untrusted content: those belong to the compiler
-(``nexum.core.compilation.compiler``), which charges them separately. The token count stored with an item is
-the count of that rendered text, computed once per encoding when the item is recorded and carried in the
-event, so a rebuild never re-tokenizes. A tool's text is ``render_tool``: the canonical JSON the compiler
-charges for a tool's schema.
+fact or the quoting of untrusted content: those belong to the compiler, which writes them
+(``nexum.core.compilation.rendering``) and charges them separately (``costs``). The token count stored with
+an item is the count of that rendered text, computed once per encoding when the item is recorded and carried
+in the event, so a rebuild never re-tokenizes. A tool's text is ``render_tool``: the canonical JSON the
+compiler charges for a tool's schema.
 
 Relevance terms: ``item_terms`` keeps the subject's terms and the first words of the text (at most
 ``MAX_TERMS``), so a compiler ranks items by BM25 without loading their texts.

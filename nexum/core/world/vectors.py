@@ -11,7 +11,7 @@ Cosines are not centered on the candidates: subtracting their mean sharpens a wo
 world of one topic (a project's) it makes every off-topic text look like the step, since both then differ
 from the mean in the same direction. The embedder centers its own token table instead
 (``nexum.adapters.embedding``), and the compiler judges a score against the typical candidate's
-(``compiler._relevant_first``).
+(``ranking._relevant_first``).
 """
 
 from __future__ import annotations
