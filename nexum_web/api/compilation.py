@@ -38,8 +38,8 @@ from context_app.compilation.services.request_inputs import (
 )
 from context_app.compilation.services.requests import context_compile_request
 from nexum.core.compilation import events as compilation_events
-from nexum.core.compilation import rules as compilation_rules
-from nexum.core.compilation.compiler import REASON_CODES, CompiledContext, Truncation
+from nexum.core.compilation.exclusions import REASON_CODES
+from nexum.core.compilation.model import EVIDENCE_KINDS, CompiledContext, Truncation
 from nexum.core.compilation.retention import POLICY_FIELDS, RETENTION_DAYS_MAX
 from nexum.core.errors import NotFound
 from nexum.core.world.items import SHORT_MAX, TEXT_MAX
@@ -60,7 +60,7 @@ class OverridesInput(StrictInput):
 
 
 class EvidenceInput(StrictInput):
-    kind = serializers.ChoiceField(choices=compilation_rules.EVIDENCE_KINDS, default="code")
+    kind = serializers.ChoiceField(choices=EVIDENCE_KINDS, default="code")
     id = serializers.CharField(required=False, max_length=EVIDENCE_ID_MAX)
     text = serializers.CharField(max_length=TEXT_MAX, trim_whitespace=False)
     origin = serializers.CharField(required=False, allow_blank=True, max_length=SHORT_MAX)

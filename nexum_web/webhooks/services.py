@@ -1,5 +1,9 @@
 """Webhooks: an operator's configuration, and delivery from the log with retries.
 
+Registering and removing a webhook are events (``WebhookRegistered``, ``WebhookRemoved``: what was
+configured, by whom; never the secret), each with the webhook's row (its secret and cursor) in the same
+transaction.
+
 The log is the outbox. A webhook's ``cursor`` is the log position up to which its deliveries are recorded.
 Each pass of the dispatcher (``nexum_dispatcher``; the work kind's ``prepare``) calls
 ``deliveries_record``, which, per active webhook and under a lock on its row, reads the project's events
@@ -31,6 +35,7 @@ import json
 import logging
 import time
 import urllib.parse
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -46,6 +51,7 @@ from nexum.adapters.pinned_http import PinnedHTTPConnection, PinnedHTTPSConnecti
 from nexum.adapters.source_policy import DEFAULT_PORTS, HTTP_ALLOW_SETTING, ConfinementRefused, SourcePolicy
 from nexum.core.errors import NotFound
 from nexum.core.ids import uuid_or_none
+from nexum.core.webhooks import WebhookRegistered, WebhookRemoved, webhook_stream
 from nexum.eventstore import store
 from nexum.work.leases import Lease
 from nexum_web.api.views import StoredEventSerializer
@@ -82,18 +88,30 @@ def check_url(url: str) -> None:
 
 
 def webhook_register(*, project_id: str, url: str, actor: str, description: str = "") -> RegisteredWebhook:
-    """A webhook for the project's events from now on; ``url`` passes ``check_url`` or nothing is written."""
+    """A webhook for the project's events from its registration on (``WebhookRegistered``, with its row in the
+    same transaction); ``url`` passes ``check_url`` or nothing is written."""
     check_url(url)
     project = project_get(project_id=project_id)
-    webhook = Webhook.objects.create(
-        project=project,
-        url=url,
-        description=description,
-        secret=signing.new_secret(),
-        # The project's appends commit in order: none commits later below its head.
-        cursor=store.project_head(project_id)[1],
-        created_by=actor,
-    )
+    webhook_id = uuid.uuid4()
+    with transaction.atomic():
+        store.append(
+            stream_id=webhook_stream(str(webhook_id)),
+            events=[WebhookRegistered(webhook_id=str(webhook_id), url=url, description=description)],
+            expected_version=0,
+            actor=actor,
+            project_id=project_id,
+        )
+        webhook = Webhook.objects.create(
+            id=webhook_id,
+            project=project,
+            url=url,
+            description=description,
+            secret=signing.new_secret(),
+            # The project's appends commit in order: none commits later below its head, which is the
+            # registration itself (not sent to the webhook it registers).
+            cursor=store.project_head(project_id)[1],
+            created_by=actor,
+        )
     logger.info("webhook %s registered for project %s by %s: %s", webhook.id, project.slug, actor, url)
     return RegisteredWebhook(webhook, webhook.secret)
 
@@ -110,11 +128,20 @@ def webhook_remove(*, project_id: str, webhook_id: str, actor: str) -> Webhook:
     """Stop a webhook: nothing more is recorded or sent to it (its pending deliveries give up); its
     deliveries and attempts stay for the record. Removing it again changes nothing."""
     webhook = webhook_get(project_id=project_id, webhook_id=webhook_id)
-    if not webhook.active:
-        return webhook
-    now = timezone.now()
     with transaction.atomic():
-        Webhook.objects.filter(id=webhook.id).update(active=False, removed_by=actor, removed_at=now)
+        if not Webhook.objects.select_for_update().filter(id=webhook.id, active=True).exists():
+            webhook.refresh_from_db()
+            return webhook
+        store.append(
+            stream_id=webhook_stream(str(webhook.id)),
+            events=[WebhookRemoved(webhook_id=str(webhook.id))],
+            expected_version=None,  # a webhook registered before its registration was an event has none
+            actor=actor,
+            project_id=project_id,
+        )
+        Webhook.objects.filter(id=webhook.id).update(
+            active=False, removed_by=actor, removed_at=timezone.now()
+        )
         webhook.deliveries.filter(state=PENDING).update(state=FAILED, last_error="the webhook was removed")
     logger.info("webhook %s removed by %s", webhook.id, actor)
     webhook.refresh_from_db()

@@ -9,7 +9,7 @@ from context_app.compilation.models import StoredContext
 from context_app.compilation.services.replays import context_replay
 from context_app.world.services.facts import fact_record
 from context_app.world.services.scopes import scope_resolve
-from nexum.core.compilation.compiler import DEFAULT_RELEVANCE_FLOOR
+from nexum.core.compilation.model import DEFAULT_RELEVANCE_FLOOR
 from nexum.eventstore import store
 from nexum.eventstore.models import Event as EventRow
 from tasks_app.models import Project

@@ -22,6 +22,7 @@ from django.conf import settings as django_settings
 from nexum_client.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, InvalidSignature, verify
 
 from nexum.eventstore import store
+from nexum.eventstore.models import Event as EventRow
 from nexum.work.dispatch import dispatch_due
 from tests.integration import test_faults
 from tests.integration.test_faults import environment, manage, worker_argv
@@ -175,6 +176,28 @@ def test_webhooks_are_an_operators_and_their_urls_pass_the_allowlist(api, operat
     bad = operator_api.post("/api/v1/webhooks", {"url": "ftp://127.0.0.1/", "colour": "red"}, format="json")
     assert bad.status_code == 400
     assert not Webhook.objects.exists()
+    assert not EventRow.objects.filter(event_type__startswith="Webhook").exists()
+
+
+def test_registering_and_removing_a_webhook_are_events_without_its_secret(operator_api, receiver):
+    registered = operator_api.post(
+        "/api/v1/webhooks", {"url": receiver.url, "description": "ops"}, format="json"
+    ).json()
+    (event,) = store.read_stream(f"webhook-{registered['id']}")
+    assert (event.event_type, event.event.url, event.event.description) == (
+        "WebhookRegistered",
+        receiver.url,
+        "ops",
+    )
+    assert event.metadata["actor"] == "operator:operator-1"
+    assert registered["secret"] not in json.dumps([event.event.url, event.event.description, event.metadata])
+    first = operator_api.delete(f"/api/v1/webhooks/{registered['id']}")
+    again = operator_api.delete(f"/api/v1/webhooks/{registered['id']}")
+    assert first.status_code == again.status_code == 200
+    assert [stored.event_type for stored in store.read_stream(f"webhook-{registered['id']}")] == [
+        "WebhookRegistered",
+        "WebhookRemoved",
+    ]
 
 
 def test_a_host_taken_off_the_allowlist_is_not_reached_and_a_removed_webhook_gets_nothing(

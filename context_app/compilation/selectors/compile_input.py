@@ -10,7 +10,7 @@ sections that changed. The texts of the items the compiler includes are fetched 
 
 Meaning (issue 24). From compiler version 5 (``VECTORS_FROM``) a compile names an embedder: the candidates
 carry their stored vectors by it, the items that are not stored world state (check-run output, bundle and
-request evidence) and the step's query text (``compiler.query_text``) are embedded in one call, and the
+request evidence) and the step's query text (``ranking.query_text``) are embedded in one call, and the
 vectors made for stored items that had none come back in ``TaskContextInput.embedded`` for the compile to
 store. Without an embedder (``NEXUM_EMBEDDER=none``, or an older version) relevance is by words alone.
 """
@@ -40,22 +40,18 @@ from context_app.world.selectors import tool_specs, tools_for_scope
 from context_app.world.vectors import NewVector
 from nexum.adapters import telemetry
 from nexum.adapters.embedding import Embedder, embedder_id
-from nexum.core.compilation.compiler import (
-    COMPILER_VERSION,
-    DEFAULT_RELEVANCE_FLOOR,
-    CompileInput,
-    ContextItem,
-    Fold,
+from nexum.core.compilation.costs import verified_label_tokens
+from nexum.core.compilation.model import DEFAULT_RELEVANCE_FLOOR, CompileInput, ContextItem, Fold, Step
+from nexum.core.compilation.ranking import (
     RankedSection,
     RankedSections,
-    Step,
     evidence_by_kind,
     query_of,
     query_text,
     rank_section,
-    verified_label_tokens,
 )
 from nexum.core.compilation.rules import folds_required
+from nexum.core.compilation.versions import COMPILER_VERSION
 from nexum.core.tokens import TokenCounter
 from nexum.core.world.entities import entities_of
 from nexum.eventstore.replica import read_connection

@@ -13,7 +13,8 @@ from django.db.models import QuerySet
 
 from context_app.compilation.models import CompactionFold, CompileEvidence, ContextCompilation, StoredContext
 from nexum.core.catalog.budgets import ModelBudget
-from nexum.core.compilation.compiler import CompiledContext, ExclusionRun, SectionTokens, Truncation
+from nexum.core.compilation.exclusions import ExclusionRun
+from nexum.core.compilation.model import CompiledContext, SectionTokens, Truncation
 from nexum.core.compilation.rules import ContextDiff, diff_contexts
 from nexum.core.errors import NotFound
 from nexum.core.ids import uuid_or_none

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from context_app.resolution import selectors as resolution_selectors
-from nexum.core.compilation.compiler import ContextItem
+from nexum.core.compilation.model import ContextItem
 from nexum.core.durations import human_age
 from nexum.core.tokens import TokenCounter
 from nexum.core.world.items import DEFAULT_TRUST_CLASS

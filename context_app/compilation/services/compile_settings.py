@@ -11,7 +11,7 @@ from django.conf import settings
 from context_app.compilation.selectors import compile_input
 from context_app.world.embedder import configured_embedder, embedder_setting
 from nexum.adapters.embedding import DEFAULT_EMBEDDER, Embedder, embedder_id, embedder_named
-from nexum.core.compilation.compiler import DEFAULT_RELEVANCE_FLOOR
+from nexum.core.compilation.model import DEFAULT_RELEVANCE_FLOOR
 from nexum.core.errors import DomainError, PolicyRefused, ValidationFailed
 from tasks_app.models import Project
 

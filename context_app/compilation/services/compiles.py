@@ -59,12 +59,9 @@ from nexum.adapters.embedding import Embedder, embedder_id
 from nexum.adapters.tokenization import counter_for
 from nexum.core.catalog.budgets import ModelBudget
 from nexum.core.compilation import events as compilation_events
-from nexum.core.compilation.compiler import (
-    COMPILER_VERSION,
-    DEFAULT_RELEVANCE_FLOOR,
-    CompiledContext,
-    compile_context,
-)
+from nexum.core.compilation.compiler import compile_context
+from nexum.core.compilation.model import DEFAULT_RELEVANCE_FLOOR, CompiledContext
+from nexum.core.compilation.versions import COMPILER_VERSION
 from nexum.core.errors import ConcurrencyError, DomainError, NotFound, ValidationFailed
 from nexum.core.ids import COMPILATION_IDS
 from nexum.eventstore import replica, store

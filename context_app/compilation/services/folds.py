@@ -24,7 +24,7 @@ from nexum.adapters.embedding import Embedder
 from nexum.adapters.tokenization import counter_for
 from nexum.core.compilation import events as compilation_events
 from nexum.core.compilation import rules as compilation_rules
-from nexum.core.compilation.compiler import ContextItem
+from nexum.core.compilation.model import ContextItem
 from nexum.core.trust import TrustClass
 from nexum.core.world.items import TEXT_MAX
 from nexum.eventstore import store

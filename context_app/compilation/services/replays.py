@@ -14,7 +14,7 @@ from context_app.compilation.services.compiles import compile_task
 from context_app.compilation.services.request_inputs import focus_text
 from nexum.core.catalog.budgets import ModelBudget
 from nexum.core.compilation import events as compilation_events
-from nexum.core.compilation.compiler import DEFAULT_RELEVANCE_FLOOR, CompiledContext
+from nexum.core.compilation.model import DEFAULT_RELEVANCE_FLOOR, CompiledContext
 from nexum.core.errors import Conflict
 from nexum.eventstore import projections, store
 from tasks_app.models import Task

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from context_app.compilation.models import CompileEvidence
 from context_app.compilation.selectors.contexts import evidence_get
-from nexum.core.compilation import rules as compilation_rules
+from nexum.core.compilation.model import EVIDENCE_KINDS
 from nexum.core.digests import digest_of
 from nexum.core.errors import ValidationFailed
 from nexum.core.ids import COMPILATION_IDS
@@ -43,10 +43,8 @@ def check_evidence(evidence: Any) -> list[dict[str, Any]]:
         if unknown:
             raise ValidationFailed(f"unknown member {unknown[0]!r}", field=f"{where}.{unknown[0]}")
         kind = entry.get("kind", "code")
-        if kind not in compilation_rules.EVIDENCE_KINDS:
-            raise ValidationFailed(
-                f"kind must be one of {', '.join(compilation_rules.EVIDENCE_KINDS)}", field=f"{where}.kind"
-            )
+        if kind not in EVIDENCE_KINDS:
+            raise ValidationFailed(f"kind must be one of {', '.join(EVIDENCE_KINDS)}", field=f"{where}.kind")
         text = _clean_text(entry.get("text"), f"{where}.text", TEXT_MAX, required=True)
         item_id = entry.get("id", str(index + 1))
         item_id = _clean_text(item_id, f"{where}.id", EVIDENCE_ID_MAX, required=True)
