@@ -15,11 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from django.conf import settings
+
+from config import celery
 from context_app.catalog.projections import ModelCatalogProjection
 from context_app.compilation.projections import CompilationProjection, RetentionProjection, UsageProjection
 from context_app.compilation.tasks import COMPILE, RETENTION
 from context_app.resolution.projections import ResolutionProjection
+from context_app.world import system_checks as world_system_checks
 from context_app.world.projections import WorldProjection
+from nexum.adapters import telemetry
 from nexum.eventstore import projections
 from nexum.eventstore.projections import Projection
 from nexum.work import kinds
@@ -29,6 +34,7 @@ from nexum_web.webhooks.tasks import DELIVERY
 from tasks_app import hooks
 from tasks_app.hooks import GoalContractsGiven, TaskStartDecided, TaskStarting
 from tasks_app.projections import ProjectProjection, TaskProjection
+from verification_app import system_checks as sandbox_system_checks
 from verification_app.projections import VerificationProjection
 from verification_app.tasks import COMPLETION
 
@@ -56,7 +62,16 @@ MESSAGE_HANDLERS: Mapping[type, Sequence[hooks.Handler]] = {
 """Who reacts to the task graph's messages (``tasks_app/hooks.py``), in the order they run."""
 
 
+SYSTEM_CHECKS = (world_system_checks, sandbox_system_checks)
+"""The modules whose Django system checks (``manage.py check`` and every start) they register on import."""
+
+CELERY_APP = celery.app
+"""The Celery app every ``shared_task`` binds to, created before any task is sent."""
+
+
 def bootstrap() -> None:
+    # Before any request or connection is made: see nexum.adapters.telemetry.
+    telemetry.tracing_from_environment(statements=settings.NEXUM_TRACE_SQL)
     projections.install(PROJECTIONS)
     kinds.install(WORK_KINDS)
     for message_type, message_handlers in MESSAGE_HANDLERS.items():

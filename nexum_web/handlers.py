@@ -4,7 +4,7 @@ are in ``tasks_app/hooks.py``): each hands the message to the service that answe
 
 from __future__ import annotations
 
-from context_app.resolution.services.plan_gate import plan_gate_check
+from context_app.resolution.selectors import plan_gate_guard
 from nexum.core.verification.approvals import BEFORE_START
 from tasks_app import selectors as task_selectors
 from tasks_app.hooks import GoalContractsGiven, TaskStartDecided, TaskStarting
@@ -26,7 +26,7 @@ def register_goal_contracts(message: GoalContractsGiven) -> None:
 
 def check_plan_gate(message: TaskStarting) -> None:
     """The plan gate (SPEC R9) refuses a start while the task's latest bundle leaves an escalation open."""
-    plan_gate_check(project_id=message.project_id, task_id=message.task_id)
+    plan_gate_guard(project_id=message.project_id, task_id=message.task_id)
 
 
 def check_start_approval(message: TaskStartDecided) -> None:

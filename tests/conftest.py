@@ -22,6 +22,13 @@ def pytest_configure(config: pytest.Config) -> None:
     # An SSE stream a test opens (the schema tests do, with any ?timeout=) sends what is there and closes;
     # a test that needs a stream held open raises this with the settings fixture.
     settings.NEXUM_EVENT_STREAM_MAX_S = 0
+    # A run killed while it held the SQLite test database leaves its write-ahead log and shared memory
+    # behind; the new database (created afresh) would read them as its own and fail with "disk I/O error".
+    test_database = settings.DATABASES["default"].get("TEST", {}).get("NAME")
+    if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3") and test_database:
+        for leftover in (f"{test_database}-wal", f"{test_database}-shm"):
+            if os.path.exists(leftover):
+                os.remove(leftover)
     if BWRAP_MISSING:
         os.environ["NEXUM_SANDBOX"] = "none"  # for the workers that tests start
         settings.NEXUM_SANDBOX = "none"

@@ -30,6 +30,7 @@ from nexum.core.ids import uuid_or_none
 from nexum.core.resolution import events as resolution_events
 from nexum.core.resolution.authorization import GrantRecord
 from nexum.core.resolution.checks import questions_from_data
+from nexum.core.resolution.escalations import decide_plan_gate
 from nexum.core.resolution.model import RequiredQuestion
 from nexum.core.resolution.settlements import Settlement, rejected_items, settlement_of
 from nexum.core.resolution.subjects import normalize_subject
@@ -264,4 +265,24 @@ def latest_bundle(*, task_id: str | uuid.UUID) -> LatestBundle | None:
         stop_reason=head.stop_reason,
         items=entries,
         resolved_at=head.resolved_at,
+    )
+
+
+def plan_gate_guard(*, project_id: str, task_id: str) -> None:
+    """Raise ``PlanGateClosed`` (422 ``plan_gate_closed``) while the task's latest bundle leaves an
+    escalation open, unless an operator overrode the gate for that bundle."""
+    head = TaskContext.objects.filter(project_id=project_id, task_id=task_id).first()
+    if head is None or head.latest_resolve_id is None:
+        return
+    open_escalations = [
+        {"id": str(e.id), "kind": e.kind, "missing": e.missing}
+        for e in Escalation.objects.filter(task_id=task_id, state=resolution_events.ESCALATION_OPEN).order_by(
+            "position"
+        )
+    ]
+    decide_plan_gate(
+        has_bundle=True,
+        complete=bool(head.complete),
+        open_escalations=open_escalations,
+        overridden=head.overridden,
     )

@@ -5,6 +5,3 @@ class WorldConfig(AppConfig):
     name = "context_app.world"
     label = "context_app"  # the label the migrations and the tables were made under
     verbose_name = "Context"
-
-    def ready(self) -> None:
-        from context_app.world import checks  # noqa: F401  (registers the start-up checks)

@@ -14,7 +14,7 @@ and the path) and raises ``ArtifactIntegrityError`` (409 ``artifact_integrity``)
 bytes themselves let it propagate; callers that show stored text inside a larger record use
 ``stored_text``, which puts ``INTEGRITY_ALARM_TEXT`` in its place. A write of content whose file was tampered
 with replaces the file (the writer holds the true bytes) and logs the alarm too. The store must live outside
-every workspace (``context_app.world.checks``): a command check must never reach it.
+every workspace (``context_app.world.system_checks``): a command check must never reach it.
 """
 
 from __future__ import annotations

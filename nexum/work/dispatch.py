@@ -38,6 +38,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -80,8 +81,6 @@ def send_on_commit(kind: WorkKind, request_id: str) -> None:
     In process (Celery eager) there is no worker to wait for: the request runs now, in this transaction, which
     sees the row it just recorded (a caller's outer transaction included), so the caller can answer with the
     outcome."""
-    from django.db import transaction
-
     if kind.task.app.conf.task_always_eager:
         send(kind, request_id)
     else:

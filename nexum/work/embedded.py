@@ -28,6 +28,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from config.celery import app
 from nexum.work import selectors
 from nexum.work.leases import DATABASE_ERRORS, holder_gone, lease_live
 from nexum.work.selectors import PendingRequest
@@ -46,8 +47,6 @@ def embedded_dispatcher_active() -> bool:
 def start_embedded_dispatcher() -> bool:
     """Start the embedded dispatcher's thread in this process, once, under the embedded default only (no
     broker) and unless ``NEXUM_EMBEDDED_DISPATCHER`` is off; True when it was started now."""
-    from config.celery import app
-
     if not settings.NEXUM_EMBEDDED_DISPATCHER or not app.conf.task_always_eager:
         return False
     with _start_lock:

@@ -23,6 +23,7 @@ from context_app.resolution.services.plan_gate import plan_gate_override
 from context_app.resolution.services.questions import questions_set
 from context_app.resolution.services.resolves import bundle_resolve, bundle_resolve_request, default_budget
 from context_app.resolution.services.sources import source_register
+from nexum.core.errors import NotFound
 from nexum.core.resolution import events as resolution_events
 from nexum.core.resolution.checks import MAX_QUESTION_CHARS, MAX_QUESTIONS, MAX_SCOPES, SOURCE_NAME
 from nexum.core.resolution.model import ResolveBudget
@@ -455,8 +456,6 @@ class TaskBundleView(APIView):
         task = task_get(project_id=request.user.project_id, task_id=task_id)
         resolve = selectors.resolve_list(project_id=request.user.project_id, task_id=task.id).first()
         if resolve is None:
-            from nexum.core.errors import NotFound
-
             raise NotFound(f"task {task.id} has not been resolved", field="task_id")
         return Response(_resolve_body(resolve, selectors.bundle_content(digest=resolve.bundle_digest)))
 

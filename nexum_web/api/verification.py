@@ -26,6 +26,7 @@ from rest_framework.response import Response
 from context_app.compilation import retention
 from context_app.world.artifacts import stored_text
 from nexum.core.compilation.retention import CHECK_OUTPUT
+from nexum.core.errors import NotFound
 from nexum.core.verification.approvals import CONTRACT_APPROVALS
 from nexum.core.verification.checks.registry import check_kinds
 from nexum.core.verification.contracts import MAX_ANSWER_CHARS, MAX_DERIVED_FROM
@@ -353,8 +354,6 @@ class TaskContractView(GenericAPIView):  # type: ignore[type-arg]
     def get(self, request: Request, task_id: str) -> Response:
         contract = selectors.contract_get(project_id=request.user.project_id, task_id=task_id)
         if contract is None:
-            from nexum.core.errors import NotFound
-
             raise NotFound("no contract is registered for this task", field="contract")
         return Response(_contract_data(contract))
 

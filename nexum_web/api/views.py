@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config.celery import app
 from nexum.eventstore import store
 from nexum_web.api.pagination import LogListQuery, check_project_cursor, log_page, page_schema
 
@@ -58,8 +59,6 @@ def _database_health() -> dict[str, object]:
 def _broker_health() -> dict[str, object]:
     if not settings.CELERY_BROKER_URL:
         return {"ok": True, "mode": "eager"}
-    from config.celery import app
-
     try:
         with app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, timeout=2)

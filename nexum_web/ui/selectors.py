@@ -12,6 +12,7 @@ from context_app.compilation.models import ContextCompilation, StoredContext
 from context_app.compilation.selectors.usage import CardDrift, drift_per_card
 from context_app.resolution import selectors as resolution_selectors
 from context_app.resolution.models import Escalation, Source
+from context_app.resolution.selectors import plan_gate_guard
 from nexum.core.errors import DomainError
 from nexum.eventstore.verification import latest_verification
 from nexum.work.selectors import stuck_requests
@@ -125,10 +126,8 @@ def settlement_reach(escalation: Escalation) -> Reach | None:
 
 def gate_status(task: Task) -> GateStatus:
     """Whether the plan gate lets the task start now (R9), in words."""
-    from context_app.resolution.services.plan_gate import plan_gate_check
-
     try:
-        plan_gate_check(project_id=str(task.project_id), task_id=str(task.id))
+        plan_gate_guard(project_id=str(task.project_id), task_id=str(task.id))
     except DomainError as closed:
         return GateStatus(open=False, message=closed.message)
     if task.state != "pending" and task.state != "failed":

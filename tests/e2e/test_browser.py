@@ -10,7 +10,7 @@ import pytest
 
 from context_app.compilation.models import StoredContext
 from context_app.resolution.models import Escalation
-from context_app.resolution.services.plan_gate import plan_gate_check
+from context_app.resolution.selectors import plan_gate_guard
 from nexum.core.resolution.escalations import PlanGateClosed
 from nexum.core.verification.approvals import ApprovalRequired
 from nexum.eventstore.models import Event
@@ -55,7 +55,7 @@ def test_a_human_settles_a_conflict_in_the_escalation_ui_and_the_task_can_start(
     task = demo_world.tasks["s2"]
     conflict = Escalation.objects.get(task_id=task.id, kind="conflict", state="open")
     with pytest.raises(PlanGateClosed):
-        plan_gate_check(project_id=str(task.project_id), task_id=str(task.id))
+        plan_gate_guard(project_id=str(task.project_id), task_id=str(task.id))
     log_in(page, live_server.url)
 
     page.goto(f"{live_server.url}/escalations/")
@@ -85,7 +85,7 @@ def test_a_human_settles_a_conflict_in_the_escalation_ui_and_the_task_can_start(
         "human:operator",
     )
     assert conflict.resolution_reason == "the docs are the policy"
-    plan_gate_check(project_id=str(task.project_id), task_id=str(task.id))
+    plan_gate_guard(project_id=str(task.project_id), task_id=str(task.id))
     started = task_start(project_id=str(task.project_id), task_id=str(task.id), actor="agent:demo-agent")
     assert started.state == "running"
     page.goto(f"{live_server.url}/escalations/?state=resolved")

@@ -372,7 +372,7 @@ def test_manage_py_check_says_when_checks_cannot_be_sandboxed(settings, monkeypa
     from django.core.management import call_command
 
     from nexum.adapters.sandbox import bubblewrap
-    from verification_app.checks import sandbox_ready
+    from verification_app.system_checks import sandbox_ready
 
     settings.NEXUM_SANDBOX = "bwrap"
     monkeypatch.setattr(bubblewrap, "find_bwrap", lambda: None)
@@ -390,7 +390,7 @@ def test_a_root_worker_without_a_host_user_says_so_at_start_and_runs_no_command_
     project, workspace, monkeypatch, settings
 ):
     from nexum.adapters.sandbox import bubblewrap
-    from verification_app.checks import sandbox_ready
+    from verification_app.system_checks import sandbox_ready
 
     settings.NEXUM_SANDBOX = "bwrap"
     monkeypatch.setattr(os, "geteuid", lambda: 0)  # as `make run` and CI as root are

@@ -1,39 +1,18 @@
-"""The plan gate (SPEC R9): a task does not start while its latest bundle leaves an escalation open,
-unless an operator overrides it."""
+"""Overriding the plan gate (SPEC R9): an operator lets a task start although its latest bundle leaves an
+escalation open (the gate itself is ``selectors.plan_gate_guard``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from context_app.resolution.models import Escalation, TaskContext
+from context_app.resolution.models import TaskContext
 from context_app.resolution.services.authority import check_authority
 from nexum.core.errors import Conflict, ValidationFailed
 from nexum.core.resolution import events as resolution_events
 from nexum.core.resolution.checks import check_reason
-from nexum.core.resolution.escalations import decide_plan_gate
 from nexum.core.trust import TrustClass
 from nexum.eventstore import store
 from tasks_app import selectors as task_selectors
-
-
-def plan_gate_check(*, project_id: str, task_id: str) -> None:
-    """Raise ``PlanGateClosed`` (422 ``plan_gate_closed``) while the task's latest bundle leaves an
-    escalation open, unless an operator overrode the gate for that bundle."""
-    head = TaskContext.objects.filter(project_id=project_id, task_id=task_id).first()
-    if head is None or head.latest_resolve_id is None:
-        return
-    open_escalations = [
-        {"id": str(e.id), "kind": e.kind, "missing": e.missing}
-        for e in Escalation.objects.filter(task_id=task_id, state=resolution_events.ESCALATION_OPEN).order_by(
-            "position"
-        )
-    ]
-    decide_plan_gate(
-        has_bundle=True,
-        complete=bool(head.complete),
-        open_escalations=open_escalations,
-        overridden=head.overridden,
-    )
 
 
 def plan_gate_override(
