@@ -1,5 +1,6 @@
-"""The world-state endpoints (SPEC I1, W1–W4): record items on a goal or task, change facts, list and read
-items, and keep the project's tool registry and the tool narrowing of goals and tasks.
+"""The world-state endpoints (SPEC I1, W1–W4): record items on a goal or task, list and read items, and read
+an artifact's stored content. A fact's changes are in ``facts``, the tool registry and the tool narrowing of
+goals and tasks in ``tools``; both take their text fields, tool names and scopes from here.
 
 Views validate with a serializer (unknown members are refused, naming the member), call one service and
 serialize the result. A POST honours the ``Idempotency-Key`` header: a retry returns the original result.
@@ -16,7 +17,7 @@ from typing import Any, ClassVar
 
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -24,8 +25,8 @@ from rest_framework.views import APIView
 
 from context_app.world import selectors
 from context_app.world.artifacts import default_store
-from context_app.world.models import Tool, WorldItem
-from context_app.world.services.facts import fact_record, fact_retract, fact_supersede, fact_verify
+from context_app.world.models import WorldItem
+from context_app.world.services.facts import fact_record
 from context_app.world.services.records import (
     artifact_record,
     decision_record,
@@ -34,18 +35,17 @@ from context_app.world.services.records import (
     tool_call_record,
 )
 from context_app.world.services.scopes import Scope, scope_resolve
-from context_app.world.services.tools import tool_define, tool_remove, tool_scope_set
 from nexum.core.errors import ValidationFailed
 from nexum.core.world.items import ITEM_KINDS, SHORT_MAX, TEXT_MAX, TOOL_NAME
-from nexum_web.api.auth import CallerTrustField, OperatorOnly
+from nexum_web.api.auth import CallerTrustField
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
-from nexum_web.api.pagination import ListQuery, LogListQuery, keyset_page, log_page, page_schema
-from nexum_web.api.strict import StrictInput, StrictQuery
+from nexum_web.api.pagination import LogListQuery, log_page, page_schema
+from nexum_web.api.strict import StrictInput
 
 # --- input ------------------------------------------------------------------------------------------------
 
 
-def _text(required: bool = True, max_length: int = TEXT_MAX, **kwargs: Any) -> serializers.CharField:
+def text_field(required: bool = True, max_length: int = TEXT_MAX, **kwargs: Any) -> serializers.CharField:
     """A text member: required ones may not be empty, optional ones default to "" and may be."""
     if not required:
         kwargs.setdefault("default", "")
@@ -54,50 +54,49 @@ def _text(required: bool = True, max_length: int = TEXT_MAX, **kwargs: Any) -> s
 
 
 TOOL_NAME_PATTERN = TOOL_NAME.pattern
-TOOL_NAME_IN_PATH = OpenApiParameter("name", str, OpenApiParameter.PATH, pattern=TOOL_NAME_PATTERN)
 
 
-def _tool_name(**kwargs: Any) -> serializers.RegexField:
+def tool_name_field(**kwargs: Any) -> serializers.RegexField:
     """A tool's name as the registry writes it: the pattern, whole (never trimmed into it)."""
     kwargs.setdefault("help_text", "1–64 letters, digits, '_', '-' or '.'")
     return serializers.RegexField(TOOL_NAME_PATTERN, trim_whitespace=False, **kwargs)
 
 
 class FactInput(StrictInput):
-    text = _text()
-    source = _text(required=False, max_length=SHORT_MAX)
-    subject = _text(required=False, max_length=SHORT_MAX)
+    text = text_field()
+    source = text_field(required=False, max_length=SHORT_MAX)
+    subject = text_field(required=False, max_length=SHORT_MAX)
     observed_at = serializers.DateTimeField(required=False, default=None, allow_null=True)
     trust_class = CallerTrustField()
     verified = serializers.BooleanField(required=False, default=False)
 
 
 class DecisionInput(StrictInput):
-    text = _text()
-    rationale = _text(required=False)
+    text = text_field()
+    rationale = text_field(required=False)
     trust_class = CallerTrustField()
 
 
 class FailureInput(StrictInput):
-    text = _text()
+    text = text_field()
     attempt = serializers.IntegerField(required=False, min_value=1, max_value=1_000_000, default=None)
     trust_class = CallerTrustField()
 
 
 class ProgressInput(StrictInput):
-    text = _text()
+    text = text_field()
     trust_class = CallerTrustField()
 
 
 class ToolCallInput(StrictInput):
-    tool = _tool_name()
+    tool = tool_name_field()
     arguments = serializers.JSONField(
         required=False,
         allow_null=True,
         help_text="the call's arguments (any JSON); only their digest is kept",
     )
     arguments_digest = serializers.RegexField(r"^[0-9a-f]{64}$", required=False, help_text="sha256, hex")
-    result_summary = _text()
+    result_summary = text_field()
     trust_class = CallerTrustField()
 
     exclusive = (("arguments", "arguments_digest"),)
@@ -113,10 +112,10 @@ BASE64 = f"^{BASE64_WHITESPACE}*(?:(?:(?:{_BASE64_CHAR}){{4}})+(?:{_BASE64_LAST}
 
 
 class ArtifactInput(StrictInput):
-    summary = _text()
+    summary = text_field()
     uri = serializers.CharField(required=False, max_length=SHORT_MAX, help_text="not blank if given")
     excerpt = serializers.CharField(required=False, allow_blank=True, max_length=TEXT_MAX)
-    media_type = _text(required=False, max_length=200)
+    media_type = text_field(required=False, max_length=200)
     content_base64 = serializers.RegexField(
         BASE64,
         required=False,
@@ -129,53 +128,6 @@ class ArtifactInput(StrictInput):
 
     exclusive = (("content_base64", "content_text"),)
     requires_one_of = ("uri", "content_base64", "content_text")
-
-
-class FactVerifyInput(StrictInput):
-    note = _text(required=False)
-    expected_version = serializers.IntegerField(required=False, min_value=0, default=None)
-
-
-class FactRetractInput(StrictInput):
-    reason = _text()
-    expected_version = serializers.IntegerField(required=False, min_value=0, default=None)
-
-
-class FactSupersedeInput(StrictInput):
-    text = _text()
-    source = serializers.CharField(required=False, allow_blank=True, max_length=SHORT_MAX)
-    subject = serializers.CharField(required=False, allow_blank=True, max_length=SHORT_MAX)
-    observed_at = serializers.DateTimeField(required=False, default=None, allow_null=True)
-    trust_class = CallerTrustField()
-    verified = serializers.BooleanField(required=False, default=False)
-    reason = _text(required=False)
-    expected_version = serializers.IntegerField(required=False, min_value=0, default=None)
-
-
-class ToolInput(StrictInput):
-    description = _text(required=False)
-    schema = serializers.DictField(required=False, default=dict, help_text="the tool's JSON schema")
-    pinned = serializers.BooleanField(required=False, default=False)
-    score = serializers.FloatField(required=False, allow_null=True, default=None)
-    expected_version = serializers.IntegerField(required=False, min_value=0, default=None)
-
-
-class ToolCreateInput(ToolInput):
-    name = _tool_name()
-
-
-class ToolScopeInput(StrictInput):
-    allowed = serializers.ListField(
-        child=_tool_name(help_text=None),
-        allow_null=True,
-        required=False,
-        default=None,
-        max_length=1000,
-    )
-    pinned = serializers.ListField(
-        child=_tool_name(help_text=None), required=False, default=list, max_length=1000
-    )
-    expected_version = serializers.IntegerField(required=False, min_value=0, default=None)
 
 
 class ItemQuery(LogListQuery):
@@ -246,52 +198,14 @@ class ItemSerializer(serializers.ModelSerializer):
         return data
 
 
-class HistoryEntrySerializer(serializers.Serializer):
-    position = serializers.IntegerField()
-    version = serializers.IntegerField()
-    type = serializers.CharField(source="event_type")
-    data = serializers.DictField()
-    actor = serializers.CharField(source="metadata.actor", default="")
-    recorded_at = serializers.DateTimeField()
-
-
-class ToolSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = Tool
-        fields = (
-            "name",
-            "description",
-            "schema",
-            "pinned",
-            "score",
-            "token_counts",
-            "version",
-            "created_at",
-            "updated_at",
-        )
-
-
 ITEM_PAGE = page_schema("ItemPage", ItemSerializer)
-FACT_WITH_HISTORY = inline_serializer(
-    "FactWithHistory", {"fact": ItemSerializer(), "history": HistoryEntrySerializer(many=True)}
-)
-SCOPE_TOOLS = inline_serializer(
-    "ScopeTools",
-    {
-        "goal_id": serializers.UUIDField(),
-        "task_id": serializers.UUIDField(allow_null=True),
-        "allowed": serializers.ListField(child=serializers.CharField(), allow_null=True),
-        "pinned": serializers.ListField(child=serializers.CharField()),
-        "version": serializers.IntegerField(),
-        "tools": ToolSerializer(many=True),
-    },
-)
 
 
 # --- recording items --------------------------------------------------------------------------------------
 
 
-def _scope(request: Request, *, goal_id: str | None = None, task_id: str | None = None) -> Scope:
+def scope_of(request: Request, *, goal_id: str | None = None, task_id: str | None = None) -> Scope:
+    """The goal or task a path names, in the caller's project."""
     return scope_resolve(project_id=request.user.project_id, goal_id=goal_id, task_id=task_id)
 
 
@@ -309,7 +223,7 @@ class _RecordItem(APIView):
         payload = self.input_serializer(data=request.data, context={"request": request})
         payload.is_valid(raise_exception=True)
         key = idempotency_key(request)
-        scope = _scope(request, **{f"{self.scope_kind}_id": scope_id})
+        scope = scope_of(request, **{f"{self.scope_kind}_id": scope_id})
         item = self.record(scope, dict(payload.validated_data), request.user.actor, key)
         return Response(ItemSerializer(item).data, status=status.HTTP_201_CREATED)
 
@@ -391,88 +305,6 @@ TaskToolCallView = _record_view("tool_call", "task", ToolCallInput, _tool_call)
 GoalArtifactView = _record_view("artifact", "goal", ArtifactInput, _artifact)
 TaskArtifactView = _record_view("artifact", "task", ArtifactInput, _artifact)
 
-
-# --- facts --------------------------------------------------------------------------------------------------
-
-
-class FactDetailView(APIView):
-    @extend_schema(summary="A fact with its history (every event of its stream)", responses=FACT_WITH_HISTORY)
-    def get(self, request: Request, fact_id: str) -> Response:
-        fact = selectors.fact_get(project_id=request.user.project_id, fact_id=fact_id)
-        history = selectors.fact_history(fact=fact)
-        return Response(
-            {"fact": ItemSerializer(fact).data, "history": HistoryEntrySerializer(history, many=True).data}
-        )
-
-
-class FactVerifyView(APIView):
-    @extend_schema(
-        summary="Mark a current fact verified",
-        request=FactVerifyInput,
-        parameters=[IDEMPOTENCY_HEADER],
-        responses=ItemSerializer,
-    )
-    def post(self, request: Request, fact_id: str) -> Response:
-        payload = FactVerifyInput(data=request.data)
-        payload.is_valid(raise_exception=True)
-        fact = fact_verify(
-            project_id=request.user.project_id,
-            fact_id=fact_id,
-            **payload.validated_data,
-            actor=request.user.actor,
-            idempotency_key=idempotency_key(request),
-        )
-        return Response(ItemSerializer(fact).data)
-
-
-class FactRetractView(APIView):
-    error_statuses = {"POST": (403,)}  # a fact above the caller's trust ceiling (R4a)
-
-    @extend_schema(
-        summary="Retract a current fact (it stays in the history)",
-        description="A fact above your token's trust ceiling (an operator's, for an agent token) is 403 "
-        "naming trust_class; nothing is written.",
-        request=FactRetractInput,
-        parameters=[IDEMPOTENCY_HEADER],
-        responses=ItemSerializer,
-    )
-    def post(self, request: Request, fact_id: str) -> Response:
-        payload = FactRetractInput(data=request.data)
-        payload.is_valid(raise_exception=True)
-        fact = fact_retract(
-            project_id=request.user.project_id,
-            fact_id=fact_id,
-            **payload.validated_data,
-            role=request.user.role,
-            actor=request.user.actor,
-            idempotency_key=idempotency_key(request),
-        )
-        return Response(ItemSerializer(fact).data)
-
-
-class FactSupersedeView(APIView):
-    @extend_schema(
-        summary="Replace a current fact by a new one in the same scope; returns the new fact",
-        description="A fact above your token's trust ceiling (an operator's, for an agent token) is 403 "
-        "naming trust_class; nothing is written.",
-        request=FactSupersedeInput,
-        parameters=[IDEMPOTENCY_HEADER],
-        responses={201: ItemSerializer},
-    )
-    def post(self, request: Request, fact_id: str) -> Response:
-        payload = FactSupersedeInput(data=request.data, context={"request": request})
-        payload.is_valid(raise_exception=True)
-        fact = fact_supersede(
-            project_id=request.user.project_id,
-            fact_id=fact_id,
-            **payload.validated_data,
-            role=request.user.role,
-            actor=request.user.actor,
-            idempotency_key=idempotency_key(request),
-        )
-        return Response(ItemSerializer(fact).data, status=status.HTTP_201_CREATED)
-
-
 # --- reading items ----------------------------------------------------------------------------------------
 
 
@@ -487,9 +319,9 @@ class ItemListView(APIView):
         values = request.query
         goal_id = task_id = task_goal_id = None
         if "goal" in values:
-            goal_id = _scope(request, goal_id=str(values["goal"])).goal_id
+            goal_id = scope_of(request, goal_id=str(values["goal"])).goal_id
         if "task" in values:
-            scope = _scope(request, task_id=str(values["task"]))
+            scope = scope_of(request, task_id=str(values["task"]))
             if scope.task_id is None:  # a goal given as a task: its shared items
                 goal_id = scope.goal_id
             else:
@@ -544,161 +376,3 @@ class ArtifactContentView(APIView):
             )
         content = default_store().read(artifact.content_sha256)
         return HttpResponse(content, content_type=artifact.media_type or "application/octet-stream")
-
-
-# --- tools --------------------------------------------------------------------------------------------------
-
-
-TOOL_REGISTRY = "changing the project's tool registry"
-TOOL_SCOPE = "narrowing or pinning the tools of a goal or task"
-
-
-class ToolListView(APIView):
-    operator_only = {"POST": OperatorOnly(TOOL_REGISTRY)}
-    query_serializers = {"GET": ListQuery}
-
-    @extend_schema(
-        summary="The project's tool registry, by name", responses=page_schema("ToolPage", ToolSerializer)
-    )
-    def get(self, request: Request) -> Response:
-        return Response(
-            keyset_page(
-                selectors.tool_list(project_id=request.user.project_id),
-                limit=request.query["limit"],
-                cursor=request.query.get("cursor"),
-                serialize=lambda tools: ToolSerializer(tools, many=True).data,
-            )
-        )
-
-    @extend_schema(
-        summary="Register a tool (409 if the name is taken)",
-        request=ToolCreateInput,
-        parameters=[IDEMPOTENCY_HEADER],
-        responses={201: ToolSerializer},
-    )
-    def post(self, request: Request) -> Response:
-        payload = ToolCreateInput(data=request.data)
-        payload.is_valid(raise_exception=True)
-        tool = tool_define(
-            project_id=request.user.project_id,
-            **payload.validated_data,
-            create_only=True,
-            actor=request.user.actor,
-            idempotency_key=idempotency_key(request),
-        )
-        return Response(ToolSerializer(tool).data, status=status.HTTP_201_CREATED)
-
-
-class ToolDeleteQuery(StrictQuery):
-    expected_version = serializers.IntegerField(required=False, min_value=0, max_value=2**31 - 1)
-
-
-class ToolDetailView(APIView):
-    operator_only = {"PUT": OperatorOnly(TOOL_REGISTRY), "DELETE": OperatorOnly(TOOL_REGISTRY)}
-    query_serializers = {"DELETE": ToolDeleteQuery}
-
-    @extend_schema(summary="One tool", parameters=[TOOL_NAME_IN_PATH], responses=ToolSerializer)
-    def get(self, request: Request, name: str) -> Response:
-        return Response(
-            ToolSerializer(selectors.tool_get(project_id=request.user.project_id, name=name)).data
-        )
-
-    @extend_schema(
-        summary="Register or redefine a tool (the whole definition)",
-        request=ToolInput,
-        parameters=[TOOL_NAME_IN_PATH, IDEMPOTENCY_HEADER],
-        responses=ToolSerializer,
-    )
-    def put(self, request: Request, name: str) -> Response:
-        payload = ToolInput(data=request.data)
-        payload.is_valid(raise_exception=True)
-        tool = tool_define(
-            project_id=request.user.project_id,
-            name=name,
-            **payload.validated_data,
-            actor=request.user.actor,
-            idempotency_key=idempotency_key(request),
-        )
-        return Response(ToolSerializer(tool).data)
-
-    @extend_schema(
-        summary="Remove a tool from the registry", parameters=[TOOL_NAME_IN_PATH], responses={204: None}
-    )
-    def delete(self, request: Request, name: str) -> Response:
-        tool_remove(
-            project_id=request.user.project_id,
-            name=name,
-            expected_version=request.query.get("expected_version"),
-            actor=request.user.actor,
-        )
-        return Response(status=status.HTTP_204_NO_CONTENT)
-
-
-class _ScopeToolsView(APIView):
-    scope_kind: ClassVar[str]
-    operator_only = {"PUT": OperatorOnly(TOOL_SCOPE)}
-
-    def _response(self, scope: Scope) -> Response:
-        scope_row = selectors.tool_scope_get(scope_id=scope.scope_id)
-        tools = selectors.tools_for_scope(
-            project_id=scope.project_id, goal_id=scope.goal_id, task_id=scope.task_id
-        )
-        return Response(
-            {
-                "goal_id": scope.goal_id,
-                "task_id": scope.task_id,
-                "allowed": scope_row.allowed if scope_row else None,
-                "pinned": scope_row.pinned if scope_row else [],
-                "version": scope_row.version if scope_row else 0,
-                "tools": ToolSerializer(tools, many=True).data,
-            }
-        )
-
-    def get(self, request: Request, scope_id: str) -> Response:
-        return self._response(_scope(request, **{f"{self.scope_kind}_id": scope_id}))
-
-    def put(self, request: Request, scope_id: str) -> Response:
-        payload = ToolScopeInput(data=request.data)
-        payload.is_valid(raise_exception=True)
-        key = idempotency_key(request)
-        scope = _scope(request, **{f"{self.scope_kind}_id": scope_id})
-        tool_scope_set(scope=scope, **payload.validated_data, actor=request.user.actor, idempotency_key=key)
-        return self._response(scope)
-
-
-class GoalToolsView(_ScopeToolsView):
-    scope_kind = "goal"
-
-    @extend_schema(
-        summary="The tools a goal's tasks may use, and the goal's narrowing", responses=SCOPE_TOOLS
-    )
-    def get(self, request: Request, scope_id: str) -> Response:
-        return super().get(request, scope_id)
-
-    @extend_schema(
-        summary="Narrow (allowed; null for all) and pin the goal's tools",
-        request=ToolScopeInput,
-        parameters=[IDEMPOTENCY_HEADER],
-        responses=SCOPE_TOOLS,
-    )
-    def put(self, request: Request, scope_id: str) -> Response:
-        return super().put(request, scope_id)
-
-
-class TaskToolsView(_ScopeToolsView):
-    scope_kind = "task"
-
-    @extend_schema(
-        summary="The tools a task may use (registry, goal, then task narrowing)", responses=SCOPE_TOOLS
-    )
-    def get(self, request: Request, scope_id: str) -> Response:
-        return super().get(request, scope_id)
-
-    @extend_schema(
-        summary="Narrow (allowed; null for all) and pin the task's tools",
-        request=ToolScopeInput,
-        parameters=[IDEMPOTENCY_HEADER],
-        responses=SCOPE_TOOLS,
-    )
-    def put(self, request: Request, scope_id: str) -> Response:
-        return super().put(request, scope_id)
