@@ -10,8 +10,10 @@ from nexum_web.api import (
     approvals,
     catalog,
     compilation,
+    contexts,
     facts,
     forks,
+    project_settings,
     resolution,
     stream,
     tasks,
@@ -95,7 +97,9 @@ api_v1 = [
         name="escalation-resolve",
     ),
     path(
-        "project/compile-settings", compilation.ProjectCompileSettingsView.as_view(), name="compile-settings"
+        "project/compile-settings",
+        project_settings.ProjectCompileSettingsView.as_view(),
+        name="compile-settings",
     ),
     path(
         "project/approval-settings", approvals.ProjectApprovalSettingsView.as_view(), name="approval-settings"
@@ -108,20 +112,16 @@ api_v1 = [
         name="approval-decision",
     ),
     path("tasks/<str:task_id>/approvals", approvals.TaskApprovalRequestView.as_view(), name="task-approvals"),
-    path("project/retention", compilation.ProjectRetentionView.as_view(), name="retention"),
+    path("project/retention", project_settings.ProjectRetentionView.as_view(), name="retention"),
     path("tasks/<str:task_id>/compile", compilation.TaskCompileView.as_view(), name="task-compile"),
     path("tasks/<str:task_id>/contexts", compilation.TaskContextListView.as_view(), name="task-contexts"),
     path("compiles/<str:request_id>", compilation.CompileRequestView.as_view(), name="compile-request"),
-    path("contexts/<str:digest>", compilation.ContextDetailView.as_view(), name="context"),
-    path(
-        "contexts/<str:digest>/excluded", compilation.ContextExcludedView.as_view(), name="context-excluded"
-    ),
-    path("contexts/<str:digest>/replay", compilation.ContextReplayView.as_view(), name="context-replay"),
+    path("contexts/<str:digest>", contexts.ContextDetailView.as_view(), name="context"),
+    path("contexts/<str:digest>/excluded", contexts.ContextExcludedView.as_view(), name="context-excluded"),
+    path("contexts/<str:digest>/replay", contexts.ContextReplayView.as_view(), name="context-replay"),
     path("contexts/<str:digest>/usage", usage.ContextUsageView.as_view(), name="context-usage"),
     path("usage", usage.UsageTotalsView.as_view(), name="usage"),
-    path(
-        "contexts/<str:digest>/diff/<str:other>", compilation.ContextDiffView.as_view(), name="context-diff"
-    ),
+    path("contexts/<str:digest>/diff/<str:other>", contexts.ContextDiffView.as_view(), name="context-diff"),
     path("webhooks", webhooks_api.WebhookListCreateView.as_view(), name="webhooks"),
     path("webhooks/<str:webhook_id>", webhooks_api.WebhookDetailView.as_view(), name="webhook"),
     path(
