@@ -26,6 +26,7 @@ any other refusal). A refused call wrote nothing: the API refuses before its ser
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -43,7 +44,8 @@ from mcp.shared.exceptions import MCPError
 from nexum.adapters.logs import request_id_kept_or_new
 from nexum_web.mcp.calls import ApiAnswer, Caller
 from nexum_web.mcp.prompts import TASK_CONTEXT, PromptRefused, task_context, task_resources
-from nexum_web.mcp.tools import RESOURCES, TOOLS, answer_text, input_schema, output_schema
+from nexum_web.mcp.schemas import input_schema, output_schema
+from nexum_web.mcp.tools import RESOURCES, TOOLS
 
 NEXUM_REFUSED = -32080
 
@@ -102,6 +104,10 @@ def mcp_error(answer: ApiAnswer) -> MCPError:
     else:
         rpc_code = NEXUM_REFUSED
     return MCPError(rpc_code, refusal_text(answer), data={**_error_object(answer), "status": answer.status})
+
+
+def answer_text(body: Any) -> str:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
 
 def tool_result(answer: ApiAnswer) -> types.CallToolResult:

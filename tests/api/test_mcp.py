@@ -19,7 +19,7 @@ from mcp.shared.exceptions import MCPError
 from nexum.eventstore.models import Event as EventRow
 from nexum_web.mcp.calls import Caller
 from nexum_web.mcp.server import calling_as, server
-from nexum_web.mcp.tools import compile_summary
+from nexum_web.mcp.shapes import compile_summary
 from tasks_app.services.tokens import agent_token_issue
 from tests.api.test_verification_api import echo_check
 from tests.integration.compile_world import load_catalog

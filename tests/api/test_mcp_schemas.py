@@ -15,7 +15,8 @@ import pytest
 from mcp import Client
 
 from nexum.eventstore.models import Event as EventRow
-from nexum_web.mcp.tools import ANY_JSON, TOOLS
+from nexum_web.mcp.json_schema import ANY_JSON
+from nexum_web.mcp.tools import TOOLS
 from tests.api.test_mcp import call_refused, session, structured, token
 from tests.api.test_verification_api import echo_check
 from tests.integration.compile_world import load_catalog
