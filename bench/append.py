@@ -37,7 +37,7 @@ from context_app.world.embedder import configured_embedder, configured_embedder_
 from context_app.world.services.facts import fact_record  # noqa: E402
 from context_app.world.services.scopes import Scope, scope_resolve  # noqa: E402
 from nexum.core.tasks.projects import AgentTokenIssued, HealthPinged, project_stream  # noqa: E402
-from nexum.eventstore import projections, store  # noqa: E402
+from nexum.eventstore import projections, reading, store  # noqa: E402
 from tasks_app.services.goals import goal_create  # noqa: E402
 from tasks_app.services.projects import project_create  # noqa: E402
 
@@ -228,7 +228,7 @@ def bench_cross_project() -> dict[str, float]:
 
 def fill_for_rebuild() -> None:
     """A log of REBUILD_EVENTS events that all change a read model: projects, each with many agent tokens."""
-    while store.head_position() < REBUILD_EVENTS:
+    while reading.head_position() < REBUILD_EVENTS:
         project = project_create(slug=f"bench-{uuid.uuid4().hex[:12]}", name="Bench", actor="bench")
         tokens = [
             AgentTokenIssued(
@@ -250,7 +250,7 @@ def fill_for_rebuild() -> None:
 
 def bench_rebuild() -> tuple[int, int, float]:
     """(events in the log, events replayed through a projection, seconds)."""
-    log = store.head_position()
+    log = reading.head_position()
     start = time.perf_counter()
     replayed = projections.rebuild()
     return log, replayed, time.perf_counter() - start

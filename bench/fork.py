@@ -32,7 +32,7 @@ from django.db import connection  # noqa: E402
 from context_app.compilation import forks  # noqa: E402
 from context_app.world.embedder import configured_embedder_id  # noqa: E402
 from context_app.world.models import WorldItem  # noqa: E402
-from nexum.eventstore import projections, store  # noqa: E402
+from nexum.eventstore import projections, reading  # noqa: E402
 
 ITEMS = int(os.environ.get("BENCH_FORK_ITEMS", 10_000))
 TASKS = int(os.environ.get("BENCH_FORK_TASKS", 10))
@@ -51,7 +51,7 @@ def main() -> None:
     )
     bench = build_world(slug="fork-bench", size=ITEMS, tasks_per_goal=TASKS)
     goal = bench.goals[0]
-    head = store.project_head(bench.project_id)[0]
+    head = reading.project_head(bench.project_id)[0]
     middle = WorldItem.objects.filter(goal_id=goal.id).order_by("position").values_list("position", flat=True)
     positions = {"head": head, "middle": middle[ITEMS // 2]}
     worst = 0.0

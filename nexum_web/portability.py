@@ -37,7 +37,7 @@ from context_app.world.models import WorldItem
 from nexum.core import chain
 from nexum.core.digests import canonical_json, digest_of, sha256_hex
 from nexum.core.errors import ValidationFailed
-from nexum.eventstore import store
+from nexum.eventstore import importing
 from nexum.eventstore.models import Event as EventRow
 from nexum.eventstore.verification import chained_events
 from tasks_app.models import AgentToken, Project
@@ -197,7 +197,7 @@ def _line(value: Mapping[str, Any]) -> str:
 class _Parsed:
     project_id: str
     slug: str
-    events: list[store.ImportedEvent]
+    events: list[importing.ImportedEvent]
     artifacts: dict[str, bytes]
     rows: dict[str, list[dict[str, Any]]]
     pruned: int
@@ -214,7 +214,7 @@ def import_lines(lines: Iterable[str]) -> ImportReport:
     for content in parsed.artifacts.values():
         artifacts.check_size(len(content))
     with transaction.atomic():
-        store.import_project_log(project_id=parsed.project_id, events=parsed.events)
+        importing.import_project_log(project_id=parsed.project_id, events=parsed.events)
         # The artifact store is written only once the log is accepted; content-addressed files left by an
         # import undone below are harmless (the same content reuses them).
         for content in parsed.artifacts.values():
@@ -237,7 +237,7 @@ def _parse(lines: Iterable[str]) -> _Parsed:
     numbered = enumerate(lines, start=1)
     header = _header(next(numbered, (1, "")))
     project_id, slug = header["project"]["id"], header["project"]["slug"]
-    events: list[store.ImportedEvent] = []
+    events: list[importing.ImportedEvent] = []
     artifacts: dict[str, bytes] = {}
     rows: dict[str, list[dict[str, Any]]] = {kind: [] for kind in ROW_BLOBS}
     pruned = 0
@@ -321,7 +321,7 @@ _EVENT_FIELDS: dict[str, type | tuple[type, ...]] = {
 }
 
 
-def _event(number: int, line: dict[str, Any], project_id: str) -> store.ImportedEvent:
+def _event(number: int, line: dict[str, Any], project_id: str) -> importing.ImportedEvent:
     for name, kind in _EVENT_FIELDS.items():
         if not isinstance(line.get(name), kind) or isinstance(line.get(name), bool):
             raise ImportRefused(f"line {number}: an event needs {name!r}", field="file")
@@ -334,7 +334,7 @@ def _event(number: int, line: dict[str, Any], project_id: str) -> store.Imported
         raise ImportRefused(
             f"line {number}: recorded_at is not a UTC timestamp: {error}", field="file"
         ) from error
-    return store.ImportedEvent(
+    return importing.ImportedEvent(
         position=line["position"],
         stream_id=line["stream_id"],
         version=line["version"],
@@ -350,7 +350,7 @@ def _event(number: int, line: dict[str, Any], project_id: str) -> store.Imported
     )
 
 
-def _chained(event: store.ImportedEvent, project_id: str) -> chain.ChainedEvent:
+def _chained(event: importing.ImportedEvent, project_id: str) -> chain.ChainedEvent:
     return chain.ChainedEvent(
         position=event.position,
         stream_id=event.stream_id,

@@ -28,7 +28,7 @@ from nexum.core.tasks.projects import (
     ProjectRelevanceFloorSet,
 )
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
-from nexum.eventstore.store import StoredEvent
+from nexum.eventstore.reading import StoredEvent
 from tasks_app.models import AgentToken, Project, Task, TaskTransition
 
 

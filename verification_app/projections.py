@@ -17,7 +17,7 @@ from nexum.core.verification.contracts import (
     GateDecided,
 )
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
-from nexum.eventstore.store import StoredEvent
+from nexum.eventstore.reading import StoredEvent
 from verification_app.models import Approval, CheckRun, CompletionRequest, Contract
 
 

@@ -17,7 +17,7 @@ from context_app.catalog.models import (
 from nexum.core.catalog.changes import ModelCatalogReplaced, ModelOverlayCleared, ModelOverlaySet
 from nexum.core.ids import CATALOG_WORD_ROW_IDS, as_uuid
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
-from nexum.eventstore.store import StoredEvent
+from nexum.eventstore.reading import StoredEvent
 
 
 def word_row_id(project_id: str | uuid.UUID, word: str) -> uuid.UUID:

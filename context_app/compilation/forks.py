@@ -54,7 +54,7 @@ from nexum.core.world.items import (
     item_stream,
     tool_scope_stream,
 )
-from nexum.eventstore import projections, store
+from nexum.eventstore import projections, reading, store
 from nexum.eventstore.models import Event as EventRow
 from nexum.eventstore.projections import Row
 from tasks_app import selectors as task_selectors
@@ -151,9 +151,9 @@ def _fork(
         .values_list("position", flat=True)
         .first()
     )
-    position = check_fork_position(at_position, first=first or 0, head=store.project_head(project_id)[0])
+    position = check_fork_position(at_position, first=first or 0, head=reading.project_head(project_id)[0])
     source = task or goal
-    created_at = store.read_stream(task_stream(str(source.id)) if task else goal_stream(str(goal.id)))[0]
+    created_at = reading.read_stream(task_stream(str(source.id)) if task else goal_stream(str(goal.id)))[0]
     if created_at.position > position:
         raise PolicyRefused(
             f"the {'task' if task else 'goal'} was created at position {created_at.position}, after "
@@ -191,7 +191,7 @@ def _previous_fork(
     forked = next(
         (
             stored.event
-            for stored in store.read_stream(goal_stream(fork_id))
+            for stored in reading.read_stream(goal_stream(fork_id))
             if isinstance(stored.event, GoalForked)
         ),
         None,
@@ -283,7 +283,7 @@ def _as_of(model: type[Any], streams: Sequence[str], pks: Sequence[Any], positio
     if not pks:
         return {}
     rows = projections.BufferedRows(transient=True)
-    projections.apply(store.read_streams(streams, until_position=position), rows)
+    projections.apply(reading.read_streams(streams, until_position=position), rows)
     return rows.get_many(model, pks)
 
 

@@ -28,7 +28,7 @@ from nexum.core.compilation.events import (
 from nexum.core.compilation.retention import BundlePruned, CheckOutputPruned, ContextPruned
 from nexum.core.ids import PRUNE_IDS, as_uuid
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
-from nexum.eventstore.store import StoredEvent
+from nexum.eventstore.reading import StoredEvent
 
 
 class CompilationProjection(Projection):

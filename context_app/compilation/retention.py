@@ -48,7 +48,7 @@ from context_app.world.models import WorldItem
 from nexum.core.compilation import retention as rules
 from nexum.core.events import Event
 from nexum.core.ids import RETENTION_RUN_IDS
-from nexum.eventstore import store
+from nexum.eventstore import reading, store
 from tasks_app.models import Project
 from tasks_app.selectors import project_get
 from verification_app.models import CheckRun, CompletionRequest
@@ -274,7 +274,7 @@ def _append(project: Project, events: list[Event], actor: str) -> None:
     store.append(
         stream_id=stream,
         events=events,
-        expected_version=store.stream_version(stream),
+        expected_version=reading.stream_version(stream),
         actor=actor,
         project_id=str(project.id),
     )

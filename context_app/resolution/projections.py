@@ -33,7 +33,7 @@ from nexum.core.resolution.events import (
     SourceRegistered,
 )
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
-from nexum.eventstore.store import StoredEvent
+from nexum.eventstore.reading import StoredEvent
 
 
 def bundle_item_id(resolve_id: str, ordinal: int) -> uuid.UUID:

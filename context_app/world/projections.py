@@ -44,7 +44,7 @@ from nexum.core.world.items import (
     render_item,
 )
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
-from nexum.eventstore.store import StoredEvent
+from nexum.eventstore.reading import StoredEvent
 
 
 class WorldProjection(Projection):

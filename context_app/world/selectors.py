@@ -17,8 +17,8 @@ from nexum.core.compilation.model import ContextItem, ToolSpec
 from nexum.core.errors import NotFound
 from nexum.core.ids import uuid_or_none
 from nexum.core.world.items import FACT_CURRENT, effective_tools, item_stream
-from nexum.eventstore import store
-from nexum.eventstore.store import StoredEvent
+from nexum.eventstore import reading
+from nexum.eventstore.reading import StoredEvent
 
 
 def item_get(*, project_id: str, item_id: Any, kind: str | None = None) -> WorldItem:
@@ -41,7 +41,7 @@ def fact_get(*, project_id: str, fact_id: Any) -> WorldItem:
 
 def fact_history(*, fact: WorldItem) -> list[StoredEvent]:
     """Every event of the fact's stream, oldest first (recorded, verified, superseded, retracted)."""
-    return store.read_stream(item_stream("fact", str(fact.id)))
+    return reading.read_stream(item_stream("fact", str(fact.id)))
 
 
 def item_list(

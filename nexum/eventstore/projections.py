@@ -18,14 +18,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import cache
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 from django.db import connection, models, transaction
 
 from nexum.core.events import Event
-
-if TYPE_CHECKING:
-    from nexum.eventstore.store import StoredEvent
+from nexum.eventstore.reading import StoredEvent, iter_all
 
 Row = dict[str, Any]
 
@@ -173,7 +171,7 @@ def _attnames(model: type[models.Model]) -> tuple[str, ...]:
     return tuple(field.attname for field in model._meta.concrete_fields)
 
 
-Handler = Callable[[Any, "StoredEvent", ReadModelRows], None]
+Handler = Callable[[Any, StoredEvent, ReadModelRows], None]
 
 
 def handles(event_class: type[Event]) -> Callable[[Handler], Handler]:
@@ -290,8 +288,6 @@ def _replay(
 ) -> int:
     """Replay the log (up to ``until``; only ``project_id``'s events when given) into empty read models; the
     number of events replayed."""
-    from nexum.eventstore.store import iter_all
-
     rows = BufferedRows(transient=transient)
     replayed = 0
     batch: list[StoredEvent] = []

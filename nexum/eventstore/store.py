@@ -1,4 +1,7 @@
-"""Appending to and reading from the one event log (SPEC E1–E3, E5, E7).
+"""Appending to the one event log (SPEC E1–E3, E5, E7): an append checks its arguments, replays a retry by
+its idempotency key, numbers and hashes its events after the project's head and inserts them in one statement,
+then applies the projections in the same transaction. Reading the log is ``reading``; writing an exported
+project's log as it was, ``importing``.
 
 Ordering per project (issue 26). Every event has two numbers: ``position``, its identity in the whole log
 (the table's identity sequence: increasing, but sequence values are handed out in call order, not commit
@@ -10,43 +13,37 @@ the committed events are at every instant a prefix of the project's log. That is
 guarantee, per project (``tests/integration/test_project_ordering.py``: a reader following ``after=``
 through one project's events while writers append in several projects sees each exactly once, in order).
 Every reader that needs it reads one project: the event feed, the SSE stream and webhooks page by
-``project_position`` (``read_project``). Appends in different projects never wait for each other. Reads of
-the whole log (``read_all`` without a project, the admin, a rebuild in one transaction) see a consistent
-snapshot, but tailing the whole log by ``position`` may miss an event committed late: nothing a client
-relies on does that.
+``project_position`` (``reading.read_project``). Appends in different projects never wait for each other.
+Reads of the whole log (``reading.read_all`` without a project, the admin, a rebuild in one transaction) see
+a consistent snapshot, but tailing the whole log by ``position`` may miss an event committed late: nothing a
+client relies on does that.
 
 Within a project ``position`` is ordered as ``project_position`` is, so read models keep keying rows and
 marks by ``position`` (a unique key across projects), and a mark compared within one project means what it
 did when the whole log was serialized.
-
-A compile reads the world without any lock: ``consistent_read`` gives it the world as of its project's head
-from a REPEATABLE READ snapshot, and the compile's own ``ContextCompiled`` is then an ordinary short append.
-Since a project's appends commit in order, the project's events a snapshot sees are exactly those up to the
-project's highest position in it, and the read models it sees (written in the same transactions) are the
-project's state as of that position. On SQLite every write transaction begins with ``BEGIN IMMEDIATE``
-(settings), which serializes every append anyway.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from typing import Any
 
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from nexum.core import chain
 from nexum.core.digests import canonical_json
 from nexum.core.errors import ConcurrencyError, Conflict, ValidationFailed
-from nexum.core.events import Event, event_from_data, event_to_data, upcast, validate_event
+from nexum.core.events import Event, event_from_data, event_to_data, validate_event
 from nexum.eventstore import projections, replica
+from nexum.eventstore.locks import LOCK_PROJECT, PROJECT_LOCK_CLASS, lock_project
 from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.reading import StoredEvent, stream_version
 
 STREAM_ID_MAX = 200
 IDEMPOTENCY_KEY_MAX = 200
@@ -54,28 +51,6 @@ IDEMPOTENCY_KEY_MAX = 200
 
 class IdempotencyKeyReused(Conflict):
     code = "idempotency_key_reused"
-
-
-@dataclass(frozen=True)
-class StoredEvent:
-    """An event as read back from the log, upcast to its current schema."""
-
-    position: int
-    stream_id: str
-    version: int
-    event: Event
-    metadata: Mapping[str, Any]
-    recorded_at: datetime
-    project_id: str | None
-    project_position: int
-
-    @property
-    def event_type(self) -> str:
-        return self.event.event_type
-
-    @property
-    def data(self) -> dict[str, Any]:
-        return event_to_data(self.event)
 
 
 @dataclass(frozen=True)
@@ -159,143 +134,6 @@ def append_data(*, stream_id: str, event_type: str, data: Any, **kwargs: Any) ->
     """Append one event given as a stored type name and JSON data (validated like any other)."""
     return append(stream_id=stream_id, events=[event_from_data(event_type, data)], **kwargs)
 
-
-def stream_version(stream_id: str) -> int:
-    version = (
-        EventRow.objects.filter(stream_id=stream_id)
-        .order_by("-version")
-        .values_list("version", flat=True)
-        .first()
-    )
-    return version or 0
-
-
-def read_stream(stream_id: str, *, until_position: int | None = None) -> list[StoredEvent]:
-    rows = EventRow.objects.filter(stream_id=stream_id)
-    if until_position is not None:
-        rows = rows.filter(position__lte=until_position)
-    return [_stored(values) for values in rows.order_by("version").values_list(*_COLUMNS)]
-
-
-def read_streams(stream_ids: Iterable[str], *, until_position: int) -> list[StoredEvent]:
-    """The events of the given streams up to log ``until_position``, in log order (one query): what a few
-    read-model rows as of a past position are folded from."""
-    rows = EventRow.objects.filter(stream_id__in=sorted(set(stream_ids)), position__lte=until_position)
-    return [_stored(values) for values in rows.order_by("position").values_list(*_COLUMNS)]
-
-
-def read_all(
-    *, after: int = 0, limit: int | None = None, project_id: str | None = None, until: int | None = None
-) -> list[StoredEvent]:
-    """Events with position > ``after`` in position order (optionally one project's, up to ``until``)."""
-    return list(iter_all(after=after, limit=limit, project_id=project_id, until=until))
-
-
-def iter_all(
-    *,
-    after: int = 0,
-    limit: int | None = None,
-    project_id: str | None = None,
-    until: int | None = None,
-    chunk_size: int = 2000,
-    event_types: Iterable[str] | None = None,
-) -> Iterator[StoredEvent]:
-    """Events with position > ``after`` in position order. One project's are read on its
-    ``(project_id, project_position)`` index, which orders them as their positions do: ``until`` becomes the
-    project's place of its last event at or below it."""
-    rows = EventRow.objects.filter(position__gt=after)
-    if event_types is not None:
-        rows = rows.filter(event_type__in=sorted(event_types))
-    if project_id is None:
-        if until is not None:
-            rows = rows.filter(position__lte=until)
-        rows = rows.order_by("position")
-    else:
-        rows = rows.filter(project_id=project_id)
-        if until is not None:
-            rows = rows.filter(project_position__lte=_place_at_or_below(project_id, until))
-        rows = rows.order_by("project_position")
-    if limit is not None:
-        rows = rows[:limit]
-    for values in rows.values_list(*_COLUMNS).iterator(chunk_size=chunk_size):
-        yield _stored(values)
-
-
-def _place_at_or_below(project_id: str, position: int) -> int:
-    """The project's place of its last event at or below log ``position`` (0: none)."""
-    place = (
-        EventRow.objects.filter(project_id=project_id, position__lte=position)
-        .order_by("-project_position")
-        .values_list("project_position", flat=True)
-        .first()
-    )
-    return place or 0
-
-
-def read_project(project_id: str | None, *, after: int = 0, limit: int | None = None) -> list[StoredEvent]:
-    """One project's events with ``project_position`` > ``after``, in order (``None``: the events without a
-    project). A reader that follows ``after=`` sees every event of the project exactly once, in order."""
-    rows = EventRow.objects.filter(project_id=project_id, project_position__gt=after).order_by(
-        "project_position"
-    )
-    if limit is not None:
-        rows = rows[:limit]
-    return [_stored(values) for values in rows.values_list(*_COLUMNS)]
-
-
-def head_position() -> int:
-    """The highest position in the whole log (not a point every lower position has reached: see above)."""
-    return EventRow.objects.order_by("-position").values_list("position", flat=True).first() or 0
-
-
-def project_head(project_id: str | None) -> tuple[int, int]:
-    """The project's last event as ``(position, project_position)``, ``(0, 0)`` for an empty project. Every
-    event of the project up to it is committed: appends in one project commit in order."""
-    last = (
-        EventRow.objects.filter(project_id=project_id)
-        .order_by("-project_position")
-        .values_list("position", "project_position")
-        .first()
-    )
-    return last or (0, 0)
-
-
-_COLUMNS = (
-    "position",
-    "stream_id",
-    "version",
-    "event_type",
-    "schema_version",
-    "data",
-    "metadata",
-    "recorded_at",
-    "project_id",
-    "project_position",
-)
-
-
-def _stored(values: tuple[Any, ...]) -> StoredEvent:
-    (position, stream_id, version, name, schema_version, data, metadata, recorded_at, project_id, place) = (
-        values
-    )
-    event = event_from_data(name, upcast(name, schema_version, data))
-    return StoredEvent(
-        position,
-        stream_id,
-        version,
-        event,
-        metadata,
-        recorded_at,
-        str(project_id) if project_id is not None else None,
-        place,
-    )
-
-
-# The project's append lock: a transaction-scoped advisory lock, keyed by a constant for Nexum's event log and
-# a hash of the project id ('' for the events without a project). Two projects whose hashes collide share a
-# lock, which only serializes them. Advisory locks need no privilege on the table.
-PROJECT_LOCK_CLASS = 26_0001
-LOCK_PROJECT = "SELECT pg_advisory_xact_lock(%(lock_class)s, hashtext(COALESCE(%(project)s::text, '')))"
 
 _INSERT_COLUMNS = (
     "INSERT INTO nexum_event (version, stream_id, event_type, schema_version, data, metadata,"
@@ -415,44 +253,6 @@ def _chained_batch(
     return "[" + ",".join(items) + "]"
 
 
-@contextlib.contextmanager
-def consistent_read(project_id: str | None) -> Iterator[int]:
-    """A read-only view of one project's log and read models as of its last event, whose ``position`` is
-    yielded, taken without the project's lock: appends go on meanwhile, unseen.
-
-    On PostgreSQL outside any transaction, a ``REPEATABLE READ READ ONLY`` transaction (its snapshot is
-    taken by its first query, which reads the project's head). Inside a caller's transaction the isolation
-    level can no longer be chosen, so the project's lock is taken instead (until that transaction ends). On
-    SQLite the transaction's ``BEGIN IMMEDIATE`` already keeps every writer out.
-    """
-    alias = replica.current_read_alias()
-    if alias != replica.PRIMARY:
-        # A hot standby: its REPEATABLE READ snapshot is a prefix of every project's log, and no lock is
-        # needed (nothing can be written there).
-        with transaction.atomic(using=alias):
-            with connections[alias].cursor() as cursor:
-                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            yield project_head(project_id)[0]
-        return
-    if connection.vendor == "postgresql" and not connection.in_atomic_block:
-        with transaction.atomic():
-            with connection.cursor() as cursor:
-                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            yield project_head(project_id)[0]
-        return
-    with transaction.atomic():
-        lock_project(project_id)
-        yield project_head(project_id)[0]
-
-
-def lock_project(project_id: str | None) -> None:
-    """Hold the project's append lock until commit, so no event of the project lands meanwhile (PostgreSQL;
-    on SQLite the transaction already began with ``BEGIN IMMEDIATE``)."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(LOCK_PROJECT, {"lock_class": PROJECT_LOCK_CLASS, "project": project_id})
-
-
 def appended_with_key(stream_id: str, idempotency_key: str) -> list[tuple[int, int, str, Any]]:
     """What an append with ``idempotency_key`` wrote to ``stream_id``, oldest first, a row
     ``(position, version, event_type, data)``; empty when the key is unused there. For services that must
@@ -514,95 +314,3 @@ def _metadata(actor: str, idempotency_key: str | None) -> dict[str, Any]:
     if idempotency_key is not None:
         recorded["idempotency_key"] = idempotency_key
     return recorded
-
-
-@dataclass(frozen=True)
-class ImportedEvent:
-    """An event of an exported project's log, with the numbers and hashes it had there."""
-
-    position: int
-    stream_id: str
-    version: int
-    event_type: str
-    schema_version: int
-    data: Any
-    metadata: Mapping[str, Any]
-    idempotency_key: str | None
-    project_position: int
-    recorded_at: datetime
-    previous_hash: str
-    event_hash: str
-
-
-class ImportCollision(Conflict):
-    code = "import_collision"
-
-
-def import_project_log(*, project_id: str, events: Sequence[ImportedEvent], chunk_size: int = 1000) -> None:
-    """Write an exported project's log as it was (positions, versions, times and hashes kept, so the chain
-    and every position a read model or a stored context names stay true) and apply the projections, inside
-    the caller's transaction. Refused (``import_collision``) unless the project has no event here and every
-    position is free; the caller has verified the chain."""
-    if not connection.in_atomic_block:
-        raise RuntimeError("import_project_log runs inside the importer's transaction")
-    lock_project(project_id)
-    if EventRow.objects.filter(project_id=project_id).exists():
-        raise ImportCollision(f"project {project_id} already has events here: import into an empty project")
-    positions = [event.position for event in events]
-    taken = list(EventRow.objects.filter(position__in=positions).values_list("position", flat=True)[:5])
-    if taken:
-        raise ImportCollision(
-            f"log positions {taken} are taken here by other projects' events: import into an installation "
-            "whose log does not overlap the export's positions"
-        )
-    for start in range(0, len(events), chunk_size):
-        chunk = events[start : start + chunk_size]
-        EventRow.objects.bulk_create(
-            [
-                EventRow(
-                    position=event.position,
-                    stream_id=event.stream_id,
-                    version=event.version,
-                    event_type=event.event_type,
-                    schema_version=event.schema_version,
-                    data=event.data,
-                    metadata=dict(event.metadata),
-                    idempotency_key=event.idempotency_key,
-                    project_id=project_id,
-                    project_position=event.project_position,
-                    recorded_at=event.recorded_at,
-                    previous_hash=event.previous_hash,
-                    event_hash=event.event_hash,
-                )
-                for event in chunk
-            ]
-        )
-        projections.apply(
-            [
-                _stored(
-                    (
-                        event.position,
-                        event.stream_id,
-                        event.version,
-                        event.event_type,
-                        event.schema_version,
-                        event.data,
-                        event.metadata,
-                        event.recorded_at,
-                        project_id,
-                        event.project_position,
-                    )
-                )
-                for event in chunk
-            ]
-        )
-    if connection.vendor == "postgresql":
-        # Positions were given, not drawn: the next append must draw past them.
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_get_serial_sequence('nexum_event', 'position')")
-            sequence = cursor.fetchone()[0]
-            cursor.execute(
-                f"SELECT setval(%s, GREATEST((SELECT MAX(position) FROM nexum_event),"
-                f" (SELECT last_value FROM {sequence})))",
-                [sequence],
-            )

@@ -47,7 +47,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from nexum.core.errors import ValidationFailed
-from nexum.eventstore import store
+from nexum.eventstore import reading
 from nexum_web.api.auth import AgentTokenAuthentication
 from nexum_web.api.errors import database_outage, database_unavailable, error_body
 from nexum_web.api.pagination import MAX_POSITION, check_project_cursor
@@ -244,7 +244,7 @@ def _events(project_id: str, token_id: str, after: int, deadline: float) -> Iter
         if not token_in_force(token_id=token_id):
             yield _error_frame("authentication_failed", "the token was revoked; the stream is closed")
             return
-        events = store.read_project(project_id, after=position, limit=BATCH)
+        events = reading.read_project(project_id, after=position, limit=BATCH)
         for event in events:
             data = json.dumps(StoredEventSerializer(event).data, ensure_ascii=False, separators=(",", ":"))
             yield f"id: {event.project_position}\nevent: {event.event_type}\ndata: {data}\n\n"

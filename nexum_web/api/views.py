@@ -17,7 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.celery import app
-from nexum.eventstore import store
+from nexum.eventstore import reading
 from nexum_web.api.pagination import LogListQuery, check_project_cursor, log_page, page_schema
 
 
@@ -51,7 +51,7 @@ def _database_health() -> dict[str, object]:
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
-        return {"ok": True, "vendor": connection.vendor, "head_position": store.head_position()}
+        return {"ok": True, "vendor": connection.vendor, "head_position": reading.head_position()}
     except Exception as error:  # any failure to reach the database is what this endpoint reports
         return {"ok": False, "vendor": connection.vendor, "error": str(error)}
 
@@ -97,7 +97,7 @@ class EventFeedView(APIView):
             check_project_cursor(project_id, cursor, field="cursor")
         return Response(
             log_page(
-                lambda after, count: store.read_project(project_id, after=after, limit=count),
+                lambda after, count: reading.read_project(project_id, after=after, limit=count),
                 limit=request.query["limit"],
                 cursor=cursor,
                 serialize=lambda rows: StoredEventSerializer(rows, many=True).data,

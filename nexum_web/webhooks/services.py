@@ -52,7 +52,7 @@ from nexum.adapters.source_policy import DEFAULT_PORTS, HTTP_ALLOW_SETTING, Conf
 from nexum.core.errors import NotFound
 from nexum.core.ids import uuid_or_none
 from nexum.core.webhooks import WebhookRegistered, WebhookRemoved, webhook_stream
-from nexum.eventstore import store
+from nexum.eventstore import reading, store
 from nexum.work.leases import Lease
 from nexum_web.api.views import StoredEventSerializer
 from nexum_web.webhooks import signing
@@ -109,7 +109,7 @@ def webhook_register(*, project_id: str, url: str, actor: str, description: str 
             secret=signing.new_secret(),
             # The project's appends commit in order: none commits later below its head, which is the
             # registration itself (not sent to the webhook it registers).
-            cursor=store.project_head(project_id)[1],
+            cursor=reading.project_head(project_id)[1],
             created_by=actor,
         )
     logger.info("webhook %s registered for project %s by %s: %s", webhook.id, project.slug, actor, url)
@@ -161,7 +161,7 @@ def deliveries_record(*, now: datetime | None = None, batch: int = 500) -> int:
             webhook = Webhook.objects.select_for_update().filter(id=webhook_id, active=True).first()
             if webhook is None:
                 continue
-            events = store.read_project(str(webhook.project_id), after=webhook.cursor, limit=batch)
+            events = reading.read_project(str(webhook.project_id), after=webhook.cursor, limit=batch)
             if not events:
                 continue
             WebhookDelivery.objects.bulk_create(
@@ -201,7 +201,7 @@ class Answer:
 
 def delivery_body(delivery: WebhookDelivery) -> bytes:
     """What is POSTed: the event as the feed shows it, with its id, the delivery's and the webhook's."""
-    found = store.read_project(str(delivery.project_id), after=delivery.position - 1, limit=1)
+    found = reading.read_project(str(delivery.project_id), after=delivery.position - 1, limit=1)
     if not found or found[0].project_position != delivery.position:
         raise NotFound(f"event {delivery.position} is not in the project's log")
     document = {

@@ -10,7 +10,7 @@ from context_app.compilation.services.replays import context_replay
 from context_app.world.services.facts import fact_record
 from context_app.world.services.scopes import scope_resolve
 from nexum.core.compilation.model import DEFAULT_RELEVANCE_FLOOR
-from nexum.eventstore import store
+from nexum.eventstore import reading
 from nexum.eventstore.models import Event as EventRow
 from tasks_app.models import Project
 from tests.integration.compile_world import build_auth_world
@@ -37,7 +37,7 @@ def compile_quick(api, auth) -> dict:
 
 def recorded_floor(digest: str) -> float | None:
     context = StoredContext.objects.get(digest=digest)
-    events = store.read_stream(f"compile-{context.request_id}")
+    events = reading.read_stream(f"compile-{context.request_id}")
     return [stored.event for stored in events][-1].relevance_floor
 
 

@@ -21,7 +21,7 @@ from rest_framework.test import APIClient
 
 from context_app.world.services.records import progress_record
 from context_app.world.services.scopes import scope_resolve
-from nexum.eventstore import store
+from nexum.eventstore import reading
 from nexum_web.api import stream_slots
 from tasks_app.models import AgentToken
 from tasks_app.selectors import goal_tasks
@@ -57,7 +57,7 @@ def test_the_stream_resumes_after_last_event_id_within_the_project(api, other_ap
     other_api.post(
         "/api/v1/goals", {"objective": "Theirs", "tasks": [{"key": "x", "objective": "B"}]}, format="json"
     )
-    mine = [event.project_position for event in store.read_project(str(project.id))]
+    mine = [event.project_position for event in reading.read_project(str(project.id))]
     assert mine == list(range(1, len(mine) + 1))  # the project's own positions, gapless
 
     response = api.get(STREAM, {"timeout": 0}, HTTP_ACCEPT="text/event-stream", HTTP_ACCEPT_ENCODING="gzip")
@@ -121,7 +121,7 @@ def test_every_event_once_in_order_across_reconnects_while_four_writers_append(
         project_id=project_id, objective="Ship", tasks=[{"key": "s1", "objective": "A"}], actor="t"
     )
     task_id = str(goal_tasks(goal=goal).get().id)
-    start = store.project_head(project_id)[1]
+    start = reading.project_head(project_id)[1]
     failures: list[BaseException] = []
 
     def write(writer: int) -> None:
@@ -163,7 +163,7 @@ def test_every_event_once_in_order_across_reconnects_while_four_writers_append(
         thread.join(timeout=60)
 
     assert not failures, failures
-    expected = [event.project_position for event in store.read_project(project_id, after=start)]
+    expected = [event.project_position for event in reading.read_project(project_id, after=start)]
     assert len(expected) == WRITERS * EVENTS_PER_WRITER
     assert received == expected  # every event, exactly once, in log order
     assert connections_while_writing >= 2  # the reader reconnected while events were being appended

@@ -15,7 +15,7 @@ from django.utils import timezone
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.parser import text_string_to_metric_families
 
-from nexum.eventstore import store
+from nexum.eventstore import reading
 from nexum.eventstore.models import Event as EventRow
 from nexum.work import leases
 from nexum.work.models import Work
@@ -84,7 +84,7 @@ def test_a_scrape_parses_and_counts_a_compile_and_a_completion(api, operator_api
     assert grew(before, after, "nexum_http_request_duration_seconds_count", **compile_route) == 1
     scrapes = {"route": "/metrics", "method": "GET", "status": "200"}
     assert grew(before, after, "nexum_http_request_duration_seconds_count", **scrapes) == 1  # the first
-    assert value(after, "nexum_event_log_head", project="acme") == store.project_head(str(project.id))[1]
+    assert value(after, "nexum_event_log_head", project="acme") == reading.project_head(str(project.id))[1]
     assert value(after, "nexum_metrics_state_seconds") > 0
 
 
@@ -147,11 +147,11 @@ def test_the_webhook_backlog_counts_events_not_yet_recorded_then_deliveries_pend
 ):
     settings.NEXUM_SOURCE_HTTP_ALLOW = ["127.0.0.1:9"]
     webhook_register(project_id=str(project.id), url="http://127.0.0.1:9/hook", actor="test")
-    registered_at = store.project_head(str(project.id))[1]
+    registered_at = reading.project_head(str(project.id))[1]
     assert value(scrape(operator_api), "nexum_webhook_backlog", project="acme", stage="unrecorded") == 0
     goal = {"objective": "Ship", "tasks": [{"key": "s1", "objective": "Build"}]}
     assert operator_api.post("/api/v1/goals", goal, format="json").status_code == 201
-    since = store.project_head(str(project.id))[1] - registered_at
+    since = reading.project_head(str(project.id))[1] - registered_at
     recorded = scrape(operator_api)
     assert since > 0
     assert value(recorded, "nexum_webhook_backlog", project="acme", stage="unrecorded") == since

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from nexum.eventstore import store
+from nexum.eventstore import reading
 from tests.api.test_foundation_api import assert_error
 
 FEED = "/api/v1/events"
@@ -34,7 +34,7 @@ def test_the_feed_numbers_each_project_gaplessly_while_another_project_appends(a
         if cursor is None:
             break
     assert [event["position"] for event in results] == list(range(1, len(results) + 1))
-    stored = store.read_project(str(project.id))
+    stored = reading.read_project(str(project.id))
     assert [event["log_position"] for event in results] == [event.position for event in stored]
     assert results[-1]["log_position"] > results[-1]["position"]  # the other project's events are between
 
@@ -43,7 +43,7 @@ def test_the_feed_numbers_each_project_gaplessly_while_another_project_appends(a
 def test_a_cursor_past_the_projects_last_event_is_not_found(api, other_api, project):
     plan(api, "Mine")
     plan(other_api, "Theirs")
-    head = store.project_head(str(project.id))[1]
+    head = reading.project_head(str(project.id))[1]
     assert api.get(FEED, {"cursor": head}).json() == {"results": [], "next_cursor": None}
     error = assert_error(api.get(FEED, {"cursor": head + 1}), 404, "not_found", field="cursor")
     assert "counted per project" in error["message"] and f"({head})" in error["message"]

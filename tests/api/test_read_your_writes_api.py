@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from nexum.eventstore import store
+from nexum.eventstore import reading
 from tests.integration.compile_world import build_auth_world
 
 pytestmark = pytest.mark.django_db
@@ -25,7 +25,7 @@ def test_a_write_answers_its_project_position_and_a_compile_accepts_it_back(api,
     )
     assert recorded.status_code == 201, recorded.content
     position = int(recorded["Nexum-Position"])
-    assert position == store.project_head(str(project.id))[1]
+    assert position == reading.project_head(str(project.id))[1]
 
     compiled = api.post(
         f"/api/v1/tasks/{auth.task.id}/compile",
@@ -36,7 +36,7 @@ def test_a_write_answers_its_project_position_and_a_compile_accepts_it_back(api,
     assert compiled.status_code == 200, compiled.content
     assert "The cache is Redis 7.2" in compiled.json()["context"]["prompt_block"]
     # The compile recorded ContextCompiled on the primary: its answer carries that later position.
-    assert int(compiled["Nexum-Position"]) == store.project_head(str(project.id))[1] > position
+    assert int(compiled["Nexum-Position"]) == reading.project_head(str(project.id))[1] > position
     assert "Nexum-Read-From" not in compiled  # no replica configured: nothing chose where to read
 
 

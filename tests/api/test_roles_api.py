@@ -28,7 +28,7 @@ from context_app.world.services.facts import fact_record
 from context_app.world.services.scopes import scope_resolve
 from context_app.world.services.tools import tool_define
 from nexum.core.errors import ValidationFailed
-from nexum.eventstore import store
+from nexum.eventstore import reading
 from nexum.eventstore.models import Event as EventRow
 from tasks_app.models import AgentToken, Task
 from tasks_app.services.goals import goal_create
@@ -261,7 +261,7 @@ def test_an_agent_token_is_refused_every_policy_write_and_an_operator_token_succ
     api, operator_api, world, what, action, write, status
 ):
     method, url, body = write(world)
-    before, head = EventRow.objects.count(), store.head_position()
+    before, head = EventRow.objects.count(), reading.head_position()
     error = assert_error(_send(api, method, url, body), 403, "forbidden")
     assert error["message"].startswith(f"{action} needs an operator token"), error
     assert error["details"] == {"role": "agent", "needs": "operator", "action": action}

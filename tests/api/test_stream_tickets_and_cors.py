@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from nexum.eventstore import store
+from nexum.eventstore import reading
 from tasks_app.models import AgentToken
 from tasks_app.services.tokens import agent_token_revoke
 from tests.api.test_event_stream import STREAM, parse, read
@@ -38,7 +38,7 @@ def test_a_ticket_opens_its_projects_stream_once(api, other_api, project):
 
     response = browser.get(issued["stream_url"] + "&timeout=0", HTTP_ACCEPT="text/event-stream")
     assert response.status_code == 200
-    mine = [event.project_position for event in store.read_all(project_id=str(project.id))]
+    mine = [event.project_position for event in reading.read_all(project_id=str(project.id))]
     assert [message["id"] for message in parse(read(response))] == mine
 
     again = browser.get(STREAM, {"ticket": issued["ticket"], "timeout": 0})

@@ -35,7 +35,7 @@ from context_app.compilation.services.usage import context_usage_report  # noqa:
 from context_app.world.services.facts import fact_record  # noqa: E402
 from context_app.world.services.records import artifact_record  # noqa: E402
 from context_app.world.services.scopes import scope_resolve  # noqa: E402
-from nexum.eventstore import projections, store  # noqa: E402
+from nexum.eventstore import projections, reading  # noqa: E402
 from tasks_app import selectors  # noqa: E402
 from tasks_app.services.projects import project_create, project_retention_set  # noqa: E402
 from tasks_app.services.tokens import agent_token_issue  # noqa: E402
@@ -100,7 +100,7 @@ def snapshot(slug: str, until: str = "") -> None:
     exported log (its token revocations) are left out."""
     project = selectors.project_by_slug(slug=slug)
     project_id = str(project.id)
-    head = store.project_head(project_id)
+    head = reading.project_head(project_id)
     position = int(until) if until else head[0]
     replays = {
         digest: context_replay(project_id=project_id, digest=digest).matches

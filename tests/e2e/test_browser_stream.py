@@ -20,7 +20,7 @@ import pytest
 
 from context_app.world.services.records import progress_record
 from context_app.world.services.scopes import scope_resolve
-from nexum.eventstore import store
+from nexum.eventstore import reading
 from tasks_app.services.goals import goal_create
 from tasks_app.services.tokens import agent_token_issue
 
@@ -75,7 +75,7 @@ def test_a_page_of_an_allowed_origin_follows_the_stream_with_eventsource_and_a_t
     goal = goal_create(
         project_id=str(project.id), objective="Ship", tasks=[{"key": "s1", "objective": "A"}], actor="test"
     )
-    created = [event.event_type for event in store.read_all(project_id=str(project.id))]
+    created = [event.event_type for event in reading.read_all(project_id=str(project.id))]
     types = sorted({*created, "ProgressRecorded"})
     script = (
         FOLLOW.replace("API", json.dumps(api))
@@ -111,7 +111,7 @@ def test_a_page_of_an_allowed_origin_follows_the_stream_with_eventsource_and_a_t
 
     received = page.evaluate("window.received")
     assert page.evaluate("window.failures") == []
-    logged = list(store.read_all(project_id=str(project.id)))
+    logged = list(reading.read_all(project_id=str(project.id)))
     assert [message["id"] for message in received] == [event.project_position for event in logged]
     assert [message["type"] for message in received] == [*created, *["ProgressRecorded"] * 4]
     assert received[-1]["data"]["data"]["text"] == "after a reconnect"

@@ -113,14 +113,14 @@ def _goal_task(client: Nexum) -> str:
 
 @pytest.mark.parametrize("suffix", ["/facts", "/tool-calls", "/start", "/compile"])
 def test_a_post_whose_answer_was_lost_is_retried_and_written_once(live_server, world, suffix):
-    from nexum.eventstore import store
+    from nexum.eventstore import reading
     from nexum.eventstore.models import Event
 
     setup = Nexum(live_server.url, world["agent"])
     task_id = _goal_task(setup)
     if suffix != "/start":
         setup.start(task_id)
-    before = store.head_position()
+    before = reading.head_position()
     transport = DropAnswerOnce(suffix)
     with Nexum(live_server.url, world["agent"], transport=transport, backoff_s=0.01) as agent:
         if suffix == "/facts":

@@ -41,7 +41,7 @@ from nexum.core.compilation.model import BudgetTooSmall, ContextItem
 from nexum.core.compilation.ranking import Query, rank_section
 from nexum.core.errors import NotFound, ValidationFailed
 from nexum.core.tasks.projects import HealthPinged
-from nexum.eventstore import projections, store
+from nexum.eventstore import projections, reading, store
 from nexum.eventstore.models import Event as EventRow
 from tasks_app.models import Task
 from tasks_app.services.goals import goal_create
@@ -270,7 +270,7 @@ def test_a_redelivered_compile_message_stores_and_appends_nothing_twice(auth):
     compile_requested.run(request_id)
     assert StoredContext.objects.count() == contexts
     assert EventRow.objects.count() == events
-    assert store.stream_version(compile_stream(request_id)) == 2
+    assert reading.stream_version(compile_stream(request_id)) == 2
     row = ContextCompilation.objects.get(request_id=request_id)
     assert row.status == "done" and row.digest, row.error
 

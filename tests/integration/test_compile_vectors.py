@@ -26,7 +26,7 @@ from nexum.adapters.tokenization import counter_for
 from nexum.core.compilation.ranking import query_text
 from nexum.core.compilation.versions import COMPILER_VERSION
 from nexum.core.errors import PolicyRefused
-from nexum.eventstore import store
+from nexum.eventstore import reading
 from tests.integration.compile_world import build_auth_world
 
 pytestmark = pytest.mark.django_db
@@ -168,7 +168,7 @@ def test_the_embedder_is_recorded_shown_and_replayed(auth, ranked_by_meaning, ap
     name = configured_embedder_id()
     assert outcome.context.embedder == name
     assert ContextCompilation.objects.get(request_id=outcome.request_id).embedder == name
-    recorded = [stored.event for stored in store.read_stream(f"compile-{outcome.request_id}")][-1]
+    recorded = [stored.event for stored in reading.read_stream(f"compile-{outcome.request_id}")][-1]
     assert recorded.embedder == name
     body = api.get(f"/api/v1/contexts/{outcome.context.digest}").json()
     assert body["embedder"] == name

@@ -13,7 +13,7 @@ from django.db import DatabaseError, connection, connections, transaction
 from nexum.core.errors import ConcurrencyError, ValidationFailed
 from nexum.core.events import InvalidEvent
 from nexum.core.tasks.projects import HealthPinged
-from nexum.eventstore import store
+from nexum.eventstore import reading, store
 from nexum.eventstore.models import AppendOnlyError
 from nexum.eventstore.models import Event as EventRow
 from nexum.eventstore.store import IdempotencyKeyReused
@@ -34,7 +34,7 @@ def test_append_assigns_versions_and_increasing_positions():
     second = store.append(stream_id=stream, events=[ping(3)], expected_version=2, actor="me")
     assert first.stream_version == 2 and second.stream_version == 3
     assert first.positions[0] < first.positions[1] < second.positions[0]
-    events = store.read_stream(stream)
+    events = reading.read_stream(stream)
     assert [e.version for e in events] == [1, 2, 3]
     assert [e.event.ping_id for e in events] == ["1", "2", "3"]
     assert events[2].metadata["actor"] == "me"
@@ -145,7 +145,7 @@ def test_fifty_concurrent_appends_at_one_version_exactly_one_wins():
         outcomes = list(pool.map(attempt, range(50)))
     assert outcomes.count("won") == 1
     assert outcomes.count("conflict") == 49
-    assert [e.version for e in store.read_stream(stream)] == [1, 2]
+    assert [e.version for e in reading.read_stream(stream)] == [1, 2]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -166,7 +166,7 @@ def test_a_tailing_reader_never_misses_an_event():
         after = 0
         while True:
             finished = done.is_set()
-            page = store.read_all(after=after, limit=500)
+            page = reading.read_all(after=after, limit=500)
             seen.extend(e.position for e in page)
             if page:
                 after = page[-1].position

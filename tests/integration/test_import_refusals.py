@@ -13,8 +13,8 @@ from context_app.world.artifacts import default_store
 from context_app.world.services.records import artifact_record
 from context_app.world.services.scopes import scope_resolve
 from nexum.core.digests import canonical_json, sha256_hex
+from nexum.eventstore.importing import ImportCollision
 from nexum.eventstore.models import Event as EventRow
-from nexum.eventstore.store import ImportCollision
 from nexum_web.portability import ImportRefused, export_lines, import_lines
 from tasks_app.models import Task
 from tasks_app.services.goals import goal_create

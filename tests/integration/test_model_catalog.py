@@ -23,7 +23,7 @@ from nexum.adapters.tokenization import UnknownEncoding, counter_for, default_re
 from nexum.core.catalog.budgets import ModelCard
 from nexum.core.catalog.changes import models_stream
 from nexum.core.errors import ConcurrencyError, Conflict, DomainError, ValidationFailed
-from nexum.eventstore import projections, store
+from nexum.eventstore import projections, reading
 from nexum.eventstore.models import Event as EventRow
 from tests.tokenizer_files import write_tiktoken
 
@@ -241,7 +241,7 @@ def test_overlay_changes_are_events_with_who_when_old_and_new(catalog):
     set_overlay(catalog, "quick", {"context_tokens": 12_000, "enabled": False}, actor="ops:bob")
     model_overlay_clear(project_id=str(catalog.id), word="quick", actor="ops:cy")
     model_overlay_clear(project_id=str(catalog.id), word="quick", actor="ops:cy")  # nothing to clear
-    stream = store.read_stream(models_stream(str(catalog.id)))
+    stream = reading.read_stream(models_stream(str(catalog.id)))
     overlay_events = [(s.event_type, s.metadata["actor"], s.data) for s in stream[1:]]
     assert overlay_events == [
         ("ModelOverlaySet", "ops:ann", {"word": "quick", "old": None, "new": {"context_tokens": 16_000}}),
@@ -397,7 +397,7 @@ def test_an_admin_overlay_edit_goes_through_the_audited_service(catalog, admin_c
     deleted = admin_client.post(f"/admin/catalog/modeloverlay/{overlay.pk}/delete/", {"post": "yes"})
     assert deleted.status_code == 302
     assert not ModelOverlay.objects.exists()
-    stream = store.read_stream(models_stream(str(catalog.id)))
+    stream = reading.read_stream(models_stream(str(catalog.id)))
     audit = [(s.event_type, s.metadata["actor"], s.data.get("old"), s.data.get("new")) for s in stream[1:]]
     assert audit == [
         ("ModelOverlaySet", "admin:admin", None, {"context_tokens": 40_000}),

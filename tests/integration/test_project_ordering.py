@@ -14,7 +14,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 from nexum.core.tasks.projects import HealthPinged
-from nexum.eventstore import store
+from nexum.eventstore import reading, store
 from nexum.eventstore.models import Event as EventRow
 from nexum.eventstore.verification import verify_log
 
@@ -71,7 +71,7 @@ def test_per_project_positions_are_gapless_under_concurrent_appends_in_many_proj
         places = _places(project_id)
         assert len(places) == writers_per_project * per_writer
         assert [place for _, place in places] == list(range(1, len(places) + 1))
-        assert store.project_head(project_id) == places[-1]
+        assert reading.project_head(project_id) == places[-1]
     # Each concurrent append linked its events to the head it found under the project's lock.
     run = verify_log()
     assert run.ok and run.events == len(projects) * writers_per_project * per_writer, run.message
@@ -96,7 +96,7 @@ def test_a_tailing_reader_never_misses_an_event_of_its_project():
         after = 0
         while True:
             finished = done.is_set()
-            page = store.read_project(project_id, after=after, limit=50)
+            page = reading.read_project(project_id, after=after, limit=50)
             assert all(event.project_id == project_id for event in page)
             seen[project_id].extend(event.project_position for event in page)
             if page:

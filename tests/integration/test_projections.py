@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nexum.core.roles import ROLES
-from nexum.eventstore import projections, store
+from nexum.eventstore import projections, reading
 from tasks_app.models import AgentToken, Project
 from tasks_app.services.projects import project_create
 from tasks_app.services.tokens import agent_token_issue, agent_token_revoke
@@ -72,7 +72,7 @@ def test_the_command_rebuilds_and_reports(capsys):
 @pytest.mark.django_db
 def test_state_as_of_a_position_and_back():
     first = project_create(slug="first", name="First", actor="test")
-    position = store.head_position()
+    position = reading.head_position()
     project_create(slug="second", name="Second", actor="test")
     agent_token_issue(project_id=str(first.id), name="late-agent", actor="test")
     live = projections.snapshot()
@@ -90,7 +90,7 @@ def test_other_requests_go_on_while_a_replay_holds_an_older_state():
     if connection.vendor != "postgresql":
         pytest.skip("PostgreSQL: SQLite has one writer at a time")
     first = project_create(slug="first", name="First", actor="test")
-    position = store.head_position()
+    position = reading.head_position()
     project_create(slug="second", name="Second", actor="test")
     inside, leave = threading.Event(), threading.Event()
     seen_inside: list[str] = []
@@ -123,7 +123,7 @@ def test_other_requests_go_on_while_a_replay_holds_an_older_state():
 @pytest.mark.django_db
 def test_rebuild_until_a_position_via_the_command():
     project_create(slug="first", name="First", actor="test")
-    position = store.head_position()
+    position = reading.head_position()
     project_create(slug="second", name="Second", actor="test")
     call_command("rebuild_projections", "--until", str(position), "--no-progress")
     assert list(Project.objects.values_list("slug", flat=True)) == ["first"]
@@ -149,7 +149,7 @@ def test_an_old_schema_version_in_the_log_is_upcast_on_read_and_rebuild():
         project_position=1,
         recorded_at=timezone.now(),
     )
-    (stored,) = store.read_stream("project-5b0b1c1e-0000-4000-8000-000000000001")
+    (stored,) = reading.read_stream("project-5b0b1c1e-0000-4000-8000-000000000001")
     assert stored.event.description == ""
     projections.rebuild()
     assert Project.objects.get(slug="legacy").description == ""
@@ -176,7 +176,7 @@ def test_a_token_issued_before_roles_rebuilds_as_an_agents_token():
         },
         metadata={"actor": "v1"},
         project_id=str(project.id),
-        project_position=store.project_head(str(project.id))[1] + 1,
+        project_position=reading.project_head(str(project.id))[1] + 1,
         recorded_at=timezone.now(),
     )
     projections.rebuild()

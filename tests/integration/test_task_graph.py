@@ -28,7 +28,7 @@ from nexum.core.tasks.lifecycle import (
     replay,
     task_stream,
 )
-from nexum.eventstore import projections, store
+from nexum.eventstore import projections, reading
 from nexum.eventstore.models import Event as EventRow
 from tasks_app import selectors
 from tasks_app.models import Task, TaskTransition
@@ -276,7 +276,7 @@ def test_two_concurrent_starts_exactly_one_wins(project):
     with ThreadPoolExecutor(max_workers=2) as pool:
         outcomes = sorted(pool.map(attempt, range(2)))
     assert outcomes[1] == "started" and outcomes[0] in ("concurrency_conflict", "illegal_transition")
-    assert [e.event_type for e in store.read_stream(task_stream(str(s1.id)))] == [
+    assert [e.event_type for e in reading.read_stream(task_stream(str(s1.id)))] == [
         "TaskCreated",
         "TaskStarted",
     ]
@@ -406,7 +406,7 @@ class TaskLifecycleMachine(RuleBasedStateMachine):
 
     @invariant()
     def projection_equals_replay_and_model(self) -> None:
-        head = store.head_position()
+        head = reading.head_position()
         if head == self.verified_head:
             # Nothing was appended since the last full check: the rows must still be exactly the model.
             rows = Task.objects.filter(goal_id=self.goal_id, is_goal=False).values_list(

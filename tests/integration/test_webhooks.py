@@ -21,7 +21,7 @@ import pytest
 from django.conf import settings as django_settings
 from nexum_client.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, InvalidSignature, verify
 
-from nexum.eventstore import store
+from nexum.eventstore import reading, store
 from nexum.eventstore.models import Event as EventRow
 from nexum.work.dispatch import dispatch_due
 from tests.integration import test_faults
@@ -123,10 +123,10 @@ def test_each_event_reaches_the_receiver_once_signed_despite_a_failed_attempt(
     webhook = register(operator_api, receiver.url)
     receiver.secret = webhook["secret"]
     assert webhook["secret"].startswith("whsec_")
-    assert webhook["cursor"] == store.project_head(str(project.id))[1]
+    assert webhook["cursor"] == reading.project_head(str(project.id))[1]
     write_some_events(api)
     expected = [
-        event.project_position for event in store.read_project(str(project.id), after=webhook["cursor"])
+        event.project_position for event in reading.read_project(str(project.id), after=webhook["cursor"])
     ]
     assert len(expected) >= 5
 
@@ -183,7 +183,7 @@ def test_registering_and_removing_a_webhook_are_events_without_its_secret(operat
     registered = operator_api.post(
         "/api/v1/webhooks", {"url": receiver.url, "description": "ops"}, format="json"
     ).json()
-    (event,) = store.read_stream(f"webhook-{registered['id']}")
+    (event,) = reading.read_stream(f"webhook-{registered['id']}")
     assert (event.event_type, event.event.url, event.event.description) == (
         "WebhookRegistered",
         receiver.url,
@@ -194,7 +194,7 @@ def test_registering_and_removing_a_webhook_are_events_without_its_secret(operat
     first = operator_api.delete(f"/api/v1/webhooks/{registered['id']}")
     again = operator_api.delete(f"/api/v1/webhooks/{registered['id']}")
     assert first.status_code == again.status_code == 200
-    assert [stored.event_type for stored in store.read_stream(f"webhook-{registered['id']}")] == [
+    assert [stored.event_type for stored in reading.read_stream(f"webhook-{registered['id']}")] == [
         "WebhookRegistered",
         "WebhookRemoved",
     ]

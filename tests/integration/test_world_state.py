@@ -30,7 +30,7 @@ from nexum.core.world.items import (
     render_item,
     render_tool,
 )
-from nexum.eventstore import projections, store
+from nexum.eventstore import projections, reading
 from nexum.eventstore.models import Event as EventRow
 from tasks_app import selectors as task_selectors
 from tasks_app.services.goals import goal_create
@@ -89,7 +89,7 @@ def test_token_counts_equal_tiktoken_counts_of_the_rendered_text(project):
         assert item.token_counts == {"cl100k_base": len(CL100K.encode(item.rendered))}, item.kind
         assert item.line_count == max(1, len(item.rendered.splitlines()))
         # the count travels in the event, so a rebuild never re-tokenizes
-        (stored,) = store.read_stream(item_stream(item.kind, str(item.id)))
+        (stored,) = reading.read_stream(item_stream(item.kind, str(item.id)))
         assert stored.data["token_counts"] == item.token_counts
 
 
@@ -175,7 +175,7 @@ def test_the_same_content_is_stored_once(project, artifact_root):
     assert files[0] == artifact_root / first.content_sha256[:2] / first.content_sha256
     assert files[0].read_bytes() == b"same bytes"
     assert first.excerpt == "same bytes" and first.media_type == "text/plain"
-    (stored,) = store.read_stream(item_stream("artifact", str(first.id)))
+    (stored,) = reading.read_stream(item_stream("artifact", str(first.id)))
     assert "same bytes" not in str({k: v for k, v in stored.data.items() if k != "excerpt"})
 
 
@@ -349,7 +349,7 @@ def test_rebuilt_world_state_equals_the_live_one(script, artifact_root):
 def test_state_as_of_a_position_shows_the_fact_before_its_retraction(project):
     goal, _ = make_goal(project)
     fact = fact_record(scope=goal_scope(project, goal), text="true for now", actor="a")
-    position = store.head_position()
+    position = reading.head_position()
     fact_retract(
         project_id=str(project.id), fact_id=str(fact.id), reason="not any more", role="operator", actor="a"
     )

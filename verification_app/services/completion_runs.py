@@ -34,7 +34,7 @@ from nexum.core.verification.gate import (
     contract_from_dict,
     gate_task_completion,
 )
-from nexum.eventstore import store
+from nexum.eventstore import reading, store
 from nexum.work.leases import INTERRUPTIONS, Lease
 from tasks_app import selectors as task_selectors
 from tasks_app.models import Task
@@ -106,7 +106,7 @@ def _unrunnable_contract(request: CompletionRequest, refused: ValidationFailed, 
 def _contract_at(task_id: str, revision: int) -> Contract:
     if revision == 0:
         return Contract()
-    for stored in store.read_stream(contract_stream(task_id)):
+    for stored in reading.read_stream(contract_stream(task_id)):
         if stored.version == revision:
             return contract_from_dict(stored.event.contract)  # type: ignore[attr-defined]
     raise NotFound(f"contract revision {revision} of task {task_id} is not in the log", field="revision")

@@ -4,7 +4,7 @@ too.
 
 A compile reads, then records (issue 15: no log-wide lock around the read):
 
-1. inside ``store.consistent_read`` (a REPEATABLE READ snapshot on PostgreSQL) it takes the project's head,
+1. inside ``reading.consistent_read`` (a REPEATABLE READ snapshot on PostgreSQL) it takes the project's head,
    the live budget for the model word (catalog and overlay as they are now: O2) and the world state as of
    that position, and runs the compiler on item metadata, loading only the included texts
    (``selectors.compile_input``); appends and other compiles go on meanwhile;
@@ -64,7 +64,7 @@ from nexum.core.compilation.model import DEFAULT_RELEVANCE_FLOOR, CompiledContex
 from nexum.core.compilation.versions import COMPILER_VERSION
 from nexum.core.errors import ConcurrencyError, DomainError, NotFound, ValidationFailed
 from nexum.core.ids import COMPILATION_IDS
-from nexum.eventstore import replica, store
+from nexum.eventstore import locks, reading, replica, store
 from tasks_app import selectors as task_selectors
 from tasks_app.models import Task
 
@@ -179,7 +179,7 @@ def _compile_and_record_unmeasured(
     read_alias: str = replica.PRIMARY,
 ) -> CompileOutcome:
     project_id = str(task.project_id)
-    with replica.reading_from(read_alias), store.consistent_read(project_id) as position:
+    with replica.reading_from(read_alias), reading.consistent_read(project_id) as position:
         answered = _answered(project_id, request_id, expected_version)
         if answered is not None:
             return answered
@@ -235,12 +235,12 @@ def _compile_and_record_unmeasured(
             return answered
     with transaction.atomic():
         # The fold and the read see one state: no event lands between them (see the module docstring).
-        store.lock_project(project_id)
+        locks.lock_project(project_id)
         answered = _answered(project_id, request_id, expected_version)
         if answered is not None:
             return answered
         task_compact(task=task, threshold=threshold, encoding=encoding, actor=actor, embedder=embedder)
-        position = store.project_head(project_id)[0]
+        position = reading.project_head(project_id)[0]
         result, bundle_digest = compile_task(
             task=task,
             budget=choice.budget,
@@ -258,7 +258,7 @@ def _compile_and_record_unmeasured(
 def _answered(project_id: str, request_id: str, expected_version: int) -> CompileOutcome | None:
     """The first answer when the request was answered meanwhile (a concurrent retry or a redelivered
     message), ``None`` when it is still to be answered."""
-    if store.stream_version(compilation_events.compile_stream(request_id)) <= expected_version:
+    if reading.stream_version(compilation_events.compile_stream(request_id)) <= expected_version:
         return None
     answered = _finished(project_id, request_id)
     if answered is None:

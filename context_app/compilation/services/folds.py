@@ -27,7 +27,7 @@ from nexum.core.compilation import rules as compilation_rules
 from nexum.core.compilation.model import ContextItem
 from nexum.core.trust import TrustClass
 from nexum.core.world.items import TEXT_MAX
-from nexum.eventstore import store
+from nexum.eventstore import reading, store
 from tasks_app.models import Task
 
 SUMMARY_MAX_TOKENS = 4000
@@ -73,7 +73,7 @@ def task_compact(
                     summarizer=path,
                 )
             ],
-            expected_version=store.stream_version(stream),
+            expected_version=reading.stream_version(stream),
             actor=actor,
             project_id=str(task.project_id),
         )

@@ -16,7 +16,7 @@ from nexum.core.catalog.budgets import ModelBudget
 from nexum.core.compilation import events as compilation_events
 from nexum.core.compilation.model import DEFAULT_RELEVANCE_FLOOR, CompiledContext
 from nexum.core.errors import Conflict
-from nexum.eventstore import projections, store
+from nexum.eventstore import projections, reading
 from tasks_app.models import Task
 
 
@@ -91,7 +91,7 @@ def _recompile(context: StoredContext) -> CompiledContext:
 def _recorded_compile(context: StoredContext) -> compilation_events.ContextCompiled | None:
     """The ``ContextCompiled`` of the compile that stored ``context``: the compaction threshold it honoured,
     its focus and its relevance floor."""
-    for stored in store.read_stream(compilation_events.compile_stream(str(context.request_id))):
+    for stored in reading.read_stream(compilation_events.compile_stream(str(context.request_id))):
         if isinstance(stored.event, compilation_events.ContextCompiled):
             return stored.event
     return None

@@ -33,7 +33,7 @@ from nexum.core.world.items import (
     tool_scope_stream,
     tool_stream,
 )
-from nexum.eventstore import store
+from nexum.eventstore import reading
 
 SCHEMA_MAX_CHARS = 100_000
 
@@ -76,7 +76,7 @@ def tool_define(
         raise Conflict(f"a tool named {name!r} is already registered", field="name", code="tool_exists")
     version = checked_version(existing, expected_version)
     if version == 0:
-        version = store.stream_version(stream)  # a removed tool's stream continues
+        version = reading.stream_version(stream)  # a removed tool's stream continues
     rendered = render_tool(name=name, description=description, schema=schema)
     event = ToolDefined(
         tool_id=_tool_id(project_id, name),

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from nexum.eventstore import projections, store
+from nexum.eventstore import projections, reading
 
 
 class Command(BaseCommand):
@@ -16,7 +16,7 @@ class Command(BaseCommand):
     def handle(self, *args, until=None, no_progress=False, **options):  # type: ignore[no-untyped-def]
         if until is not None and until < 0:
             raise CommandError("--until must be a non-negative position")
-        head = store.head_position()
+        head = reading.head_position()
         total = min(head, until) if until is not None else head
         with tqdm(total=total, unit="event", disable=no_progress, file=self.stderr) as bar:
             replayed = projections.rebuild(until=until, progress=bar.update)
