@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.context_quality import Baselines, build_quality_world, load_scenarios, measure
+from bench.context_quality import Baselines, build_quality_world, measure
+from bench.context_quality_data import load_scenarios
 
 pytestmark = pytest.mark.django_db
 

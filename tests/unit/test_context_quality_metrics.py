@@ -7,17 +7,13 @@ import json
 
 import pytest
 
-from bench.context_quality import (
+from bench.context_quality import Selection, first_fit, main, quality, reciprocal_rank_fusion
+from bench.context_quality_data import (
     DatasetError,
     Fact,
     Scenario,
-    Selection,
     distractor_facts,
-    first_fit,
     load_scenarios,
-    main,
-    quality,
-    reciprocal_rank_fusion,
     scenario_from,
 )
 
