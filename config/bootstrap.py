@@ -56,8 +56,8 @@ WORK_KINDS: Sequence[WorkKind] = (COMPLETION, COMPILE, DELIVERY, RETENTION)
 
 MESSAGE_HANDLERS: Mapping[type, Sequence[hooks.Handler]] = {
     GoalContractsGiven: (handlers.register_goal_contracts,),
-    TaskStarting: (handlers.check_plan_gate,),
-    TaskStartDecided: (handlers.check_start_approval,),
+    TaskStarting: (handlers.guard_plan_gate,),
+    TaskStartDecided: (handlers.guard_start_approval,),
 }
 """Who reacts to the task graph's messages (``tasks_app/hooks.py``), in the order they run."""
 

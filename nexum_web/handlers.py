@@ -24,12 +24,12 @@ def register_goal_contracts(message: GoalContractsGiven) -> None:
     )
 
 
-def check_plan_gate(message: TaskStarting) -> None:
+def guard_plan_gate(message: TaskStarting) -> None:
     """The plan gate (SPEC R9) refuses a start while the task's latest bundle leaves an escalation open."""
     plan_gate_guard(project_id=message.project_id, task_id=message.task_id)
 
 
-def check_start_approval(message: TaskStartDecided) -> None:
+def guard_start_approval(message: TaskStartDecided) -> None:
     """The approval gate (issue 28 item 4) holds a start until an operator grants this attempt's start."""
     task = task_selectors.task_get(project_id=message.project_id, task_id=message.task_id)
     approval_gate(task=task, stage=BEFORE_START, attempt=message.attempt, actor=message.actor)

@@ -212,7 +212,7 @@ def import_lines(lines: Iterable[str]) -> ImportReport:
         )
     artifacts = default_store()
     for content in parsed.artifacts.values():
-        artifacts.check_size(len(content))
+        artifacts.validate_size(len(content))
     with transaction.atomic():
         importing.import_project_log(project_id=parsed.project_id, events=parsed.events)
         # The artifact store is written only once the log is accepted; content-addressed files left by an

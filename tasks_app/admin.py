@@ -17,8 +17,8 @@ from django.utils.cache import add_never_cache_headers, patch_cache_control
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from nexum.core.tasks.projects import check_token_name
-from nexum.eventstore.admin import ReadOnlyAdmin, ReadOnlyInline, admin_actor, checked_by
+from nexum.core.tasks.projects import validate_token_name
+from nexum.eventstore.admin import ReadOnlyAdmin, ReadOnlyInline, admin_actor, validated_by
 from tasks_app import selectors
 from tasks_app.models import AgentToken, Goal, Task, TaskTransition
 from tasks_app.services.tokens import agent_token_issue, agent_token_revoke
@@ -33,7 +33,7 @@ class TokenIssueForm(forms.ModelForm):
         fields = ("project", "name", "role")
 
     def clean_name(self) -> str:
-        return checked_by(check_token_name, self.cleaned_data["name"])
+        return validated_by(validate_token_name, self.cleaned_data["name"])
 
 
 @admin.register(AgentToken)

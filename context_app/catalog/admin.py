@@ -20,8 +20,8 @@ from context_app.catalog.models import CatalogAlias, CatalogCard, ModelOverlay, 
 from context_app.catalog.projections import word_row_id
 from nexum.core.catalog.changes import decide_overlay_set
 from nexum.core.errors import DomainError
-from nexum.core.tasks.projects import check_project_name, check_relevance_floor, check_slug
-from nexum.eventstore.admin import ReadOnlyAdmin, admin_actor, checked_by
+from nexum.core.tasks.projects import validate_project_name, validate_relevance_floor, validate_slug
+from nexum.eventstore.admin import ReadOnlyAdmin, admin_actor, validated_by
 from tasks_app.models import Project
 from tasks_app.services.projects import project_relevance_floor_set
 
@@ -38,10 +38,10 @@ class ProjectCreateForm(forms.ModelForm):
         fields = ("slug", "name", "description")
 
     def clean_slug(self) -> str:
-        return checked_by(check_slug, self.cleaned_data["slug"])
+        return validated_by(validate_slug, self.cleaned_data["slug"])
 
     def clean_name(self) -> str:
-        return checked_by(check_project_name, self.cleaned_data["name"])
+        return validated_by(validate_project_name, self.cleaned_data["name"])
 
 
 class ProjectSettingsForm(forms.ModelForm):
@@ -58,7 +58,7 @@ class ProjectSettingsForm(forms.ModelForm):
 
     def clean_relevance_floor(self) -> float | None:
         try:
-            return check_relevance_floor(self.cleaned_data["relevance_floor"])
+            return validate_relevance_floor(self.cleaned_data["relevance_floor"])
         except DomainError as error:
             raise forms.ValidationError(error.message) from error
 

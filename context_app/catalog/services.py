@@ -66,9 +66,9 @@ def model_catalog_replace(
     registry cannot load (400 ``unknown_encoding``), a catalog that would orphan an overlay word (409
     ``overlay_word_orphaned``). The catalog already in force: nothing written, ``changed`` false.
     """
-    _check_project(project_id)
+    _validate_project(project_id)
     document = catalog_document_from_data(catalog, where=where)
-    _check_encodings(document, catalog, where)
+    _validate_encodings(document, catalog, where)
     with transaction.atomic():
         version = _current_version(project_id, expected_version)
         state = selectors.catalog_state_for(project_id)
@@ -107,7 +107,7 @@ def model_overlay_set(
     """Declare an overlay (its members: ``context_tokens``, ``auto_compact_tokens``, ``enabled``) on a
     catalog word. Unknown words and malformed values are refused (400) naming ``where`` and the member at
     fault; nothing is written. The value in force again: nothing written, ``changed`` false."""
-    _check_project(project_id)
+    _validate_project(project_id)
     with transaction.atomic():
         version = _current_version(project_id, expected_version)
         state = selectors.catalog_state_for(project_id)
@@ -128,7 +128,7 @@ def model_overlay_clear(
 ) -> OverlayChange:
     """Clear a word's overlay, so the card's own numbers apply again. Unknown words are refused (400); a
     word without an overlay: nothing written, ``changed`` false."""
-    _check_project(project_id)
+    _validate_project(project_id)
     with transaction.atomic():
         version = _current_version(project_id, expected_version)
         state = selectors.catalog_state_for(project_id)
@@ -137,7 +137,7 @@ def model_overlay_clear(
     return OverlayChange(word, state.overlays.get(word), None, bool(events), version)
 
 
-def _check_project(project_id: str) -> None:
+def _validate_project(project_id: str) -> None:
     try:
         key = uuid.UUID(str(project_id))
     except ValueError:
@@ -146,7 +146,7 @@ def _check_project(project_id: str) -> None:
         raise NotFound(f"no project {project_id}", field="project_id")
 
 
-def _check_encodings(document: CatalogDocument, raw: object, where: str) -> None:
+def _validate_encodings(document: CatalogDocument, raw: object, where: str) -> None:
     """Every card's encoding must load now, at catalog load, not at the first compile (SPEC §5)."""
     raw_cards = raw.get("cards") if isinstance(raw, Mapping) else None
     index = {card.get("word"): i for i, card in enumerate(raw_cards or []) if isinstance(card, Mapping)}

@@ -36,14 +36,8 @@ from nexum.adapters.gc_pause import collection_paused
 from nexum.core.errors import PolicyRefused, ValidationFailed
 from nexum.core.ids import FORK_IDS
 from nexum.core.resolution.events import grant_stream
-from nexum.core.tasks.lifecycle import (
-    GoalForked,
-    check_fork_position,
-    check_reason,
-    goal_stream,
-    plan_goal,
-    task_stream,
-)
+from nexum.core.tasks.lifecycle import GoalForked, goal_stream, plan_goal, task_stream, validate_fork_position
+from nexum.core.text import validate_reason
 from nexum.core.verification.contracts import contract_stream
 from nexum.core.world.items import (
     CARRIED_FIELDS,
@@ -140,7 +134,7 @@ def _fork(
     actor: str,
     idempotency_key: str | None,
 ) -> ForkOutcome:
-    reason = check_reason(reason)
+    reason = validate_reason(reason)
     fork_id = _fork_goal_id(project_id, idempotency_key)
     previous = _previous_fork(fork_id, goal, task, at_position, reason, idempotency_key)
     if previous is not None:
@@ -151,7 +145,7 @@ def _fork(
         .values_list("position", flat=True)
         .first()
     )
-    position = check_fork_position(at_position, first=first or 0, head=reading.project_head(project_id)[0])
+    position = validate_fork_position(at_position, first=first or 0, head=reading.project_head(project_id)[0])
     source = task or goal
     created_at = reading.read_stream(task_stream(str(source.id)) if task else goal_stream(str(goal.id)))[0]
     if created_at.position > position:

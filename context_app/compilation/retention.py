@@ -97,7 +97,7 @@ class PruneSummary:
 def default_days(kind: str) -> int | None:
     """The service's days for ``kind`` (``NEXUM_RETENTION_…_DAYS``), checked; ``None``: kept for ever."""
     name = SETTINGS[kind]
-    return rules.check_retention_days(getattr(settings, name, None), field=name)
+    return rules.validate_retention_days(getattr(settings, name, None), field=name)
 
 
 def effective_policy(project: Project) -> dict[str, int | None]:

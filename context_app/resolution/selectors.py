@@ -29,11 +29,11 @@ from nexum.core.errors import NotFound
 from nexum.core.ids import uuid_or_none
 from nexum.core.resolution import events as resolution_events
 from nexum.core.resolution.authorization import GrantRecord
-from nexum.core.resolution.checks import questions_from_data
 from nexum.core.resolution.escalations import decide_plan_gate
 from nexum.core.resolution.model import RequiredQuestion
 from nexum.core.resolution.settlements import Settlement, rejected_items, settlement_of
 from nexum.core.resolution.subjects import normalize_subject
+from nexum.core.resolution.validation import questions_from_data
 from tasks_app.models import Task
 
 # The compiler kind each source kind's items become: code is evidence, the rest are facts.

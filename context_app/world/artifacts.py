@@ -55,7 +55,7 @@ class FilesystemArtifactStore:
         self.root = Path(root)
         self.max_bytes = max_bytes
 
-    def check_size(self, size: int, *, field: str = "content") -> None:
+    def validate_size(self, size: int, *, field: str = "content") -> None:
         if size > self.max_bytes:
             raise TooLarge(
                 f"artifact content is {size} bytes; the limit is {self.max_bytes}",
@@ -69,7 +69,7 @@ class FilesystemArtifactStore:
         return self.root / sha256[:2] / sha256
 
     def put(self, content: bytes) -> StoredContent:
-        self.check_size(len(content))
+        self.validate_size(len(content))
         digest = hashlib.sha256(content).hexdigest()
         target = self.path_for(digest)
         if target.is_file():

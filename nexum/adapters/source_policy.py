@@ -2,7 +2,7 @@
 
 A source's configuration comes from an API caller, so its folder path and its URL are untrusted input. The
 operator's ``SourcePolicy`` confines them; built-in sources take one and check with it twice: when the source
-is configured (``confine_path``, ``check_url``: a refusal is ``SourceNotAllowed``, 422, naming the option)
+is configured (``confine_path``, ``validate_url``: a refusal is ``SourceNotAllowed``, 422, naming the option)
 and at every read (``open_file``, ``connect_address``: a refusal is ``ConfinementRefused``, which the source
 reports as a failed retrieval). A check always comes before any access, so no refusal says whether a path
 exists or a port is open.
@@ -332,7 +332,7 @@ class SourcePolicy:
     def _listed(self, host: str, port: int) -> bool:
         return any(entry.matches(host, port) for entry in self.http_allow)
 
-    def check_url(self, url: object, *, option: str = "url") -> urllib.parse.SplitResult:
+    def validate_url(self, url: object, *, option: str = "url") -> urllib.parse.SplitResult:
         """The parsed URL if its host and port are on the allowlist, else ``SourceNotAllowed`` naming
         ``option``; ``ValidationFailed`` for what is not an http(s) URL (``HTTP_URL``)."""
         if not isinstance(url, str) or not _HTTP_URL.fullmatch(url):

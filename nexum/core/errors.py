@@ -57,7 +57,7 @@ class ConcurrencyError(Conflict):
     code = "concurrency_conflict"
 
 
-def check_expected(
+def require_expected_version(
     current: int, expected: int | None, what: str, *, unit: str = "version", field: str = "expected_version"
 ) -> int:
     """``current``, or ``ConcurrencyError`` when the caller expected another ``unit`` of ``what``."""

@@ -27,7 +27,7 @@ ROLES: Final = (AGENT, OPERATOR)
 TRUST_CEILINGS: Final = {AGENT: TrustClass.agent_reported, OPERATOR: TrustClass.repository_authored}
 
 
-def check_role(role: object, *, field: str = "role") -> str:
+def validate_role(role: object, *, field: str = "role") -> str:
     if role not in ROLES:
         raise ValidationFailed(f"{field} must be one of {', '.join(ROLES)}", field=field, code="invalid_role")
     return role  # type: ignore[return-value]
@@ -37,13 +37,13 @@ def content_ceiling(writable_by: str) -> TrustClass:
     """The highest class content can carry given who can change it (SPEC R4a): what the executing agent can
     write is at most ``agent_reported``, whatever its source claims; an operator's content is bounded by its
     source alone (and signed classes by their signatures)."""
-    writer = check_role(writable_by, field="writable_by")
+    writer = validate_role(writable_by, field="writable_by")
     return TRUST_CEILINGS[AGENT] if writer == AGENT else TrustClass.kernel
 
 
 def actor_of(role: str, name: str) -> str:
     """How the log names a token's holder: ``agent:<name>`` or ``operator:<name>``."""
-    return f"{check_role(role)}:{name}"
+    return f"{validate_role(role)}:{name}"
 
 
 def require_operator(role: str, action: str, *, field: str | None = None) -> None:
@@ -58,7 +58,7 @@ def require_operator(role: str, action: str, *, field: str | None = None) -> Non
 
 
 def trust_ceiling(role: str) -> TrustClass:
-    return TRUST_CEILINGS[check_role(role)]
+    return TRUST_CEILINGS[validate_role(role)]
 
 
 def caller_trust(claimed: TrustClass | str | None, *, role: str, field: str = "trust_class") -> TrustClass:

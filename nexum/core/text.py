@@ -3,6 +3,8 @@ surrogate, which cannot even be written into a JSON response)."""
 
 from __future__ import annotations
 
+from typing import Final
+
 from nexum.core.errors import ValidationFailed
 
 NOT_BLANK = (
@@ -33,3 +35,16 @@ def require_storable(text: str, field: str) -> str:
     if not encodes(text):
         raise ValidationFailed(f"{field} is not valid UTF-8 (unpaired surrogate)", field=field)
     return text
+
+
+MAX_REASON_CHARS: Final = 2000
+
+
+def validate_reason(reason: object, *, field: str = "reason") -> str:
+    """A reason someone gives (a transition's, a grant's revocation, an override, a decision…): a string of at
+    most ``MAX_REASON_CHARS`` characters that every database stores, stripped."""
+    if not isinstance(reason, str):
+        raise ValidationFailed("reason must be a string", field=field)
+    if len(reason) > MAX_REASON_CHARS:
+        raise ValidationFailed(f"reason has at most {MAX_REASON_CHARS} characters", field=field)
+    return require_storable(reason, field).strip()

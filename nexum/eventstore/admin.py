@@ -13,7 +13,7 @@ def admin_actor(request: HttpRequest) -> str:
     return f"admin:{request.user.get_username()}"
 
 
-def checked_by(rule: Callable[[str], str], value: str) -> str:
+def validated_by(rule: Callable[[str], str], value: str) -> str:
     """A form field's value checked by a core rule (the one its service applies): a refusal becomes the
     field's error, with the rule's message."""
     try:

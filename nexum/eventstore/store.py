@@ -82,7 +82,7 @@ def append(
     (who asked: ``agent:<name>``, ``operator:<name>``, ``gate``…) is recorded in every event's metadata, with
     the idempotency key when there is one.
     """
-    _check_arguments(stream_id, events, expected_version, idempotency_key)
+    _validate_arguments(stream_id, events, expected_version, idempotency_key)
     typed = [validate_event(event) for event in events]
     stored_metadata = _metadata(actor, idempotency_key)
     with transaction.atomic():
@@ -284,7 +284,7 @@ def _previous_append(stream_id: str, idempotency_key: str, typed: Sequence[Event
     )
 
 
-def _check_arguments(
+def _validate_arguments(
     stream_id: str, events: Sequence[Event], expected_version: int | None, idempotency_key: str | None
 ) -> None:
     if not isinstance(stream_id, str) or not stream_id or len(stream_id) > STREAM_ID_MAX:

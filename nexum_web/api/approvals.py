@@ -22,7 +22,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from nexum.core.tasks.lifecycle import MAX_REASON_CHARS
+from nexum.core.text import MAX_REASON_CHARS
 from nexum.core.verification.approvals import APPROVAL_STATES, DECISIONS, STAGES
 from nexum_web.api.auth import OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key

@@ -17,8 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from context_app.compilation import forks
-from nexum.core.tasks.lifecycle import MAX_REASON_CHARS
-from nexum.core.text import NOT_BLANK
+from nexum.core.text import MAX_REASON_CHARS, NOT_BLANK
 from nexum_web.api.auth import OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, KEY_MAX, idempotency_key
 from nexum_web.api.strict import StrictInput

@@ -94,7 +94,7 @@ def log_page(
     return page(serialize(shown), str(position(shown[-1])) if more else None)
 
 
-def check_project_cursor(project_id: str, after: int, *, field: str) -> None:
+def validate_project_cursor(project_id: str, after: int, *, field: str) -> None:
     """Refuse a cursor past the project's last event: no answer of this project gave it. Positions are
     counted per project since issue 26, so a cursor kept from before is a whole-log position, usually past
     the project's head; it is 404 ``not_found`` naming ``field`` with how to go on, never a silent skip."""

@@ -25,8 +25,8 @@ from context_app.resolution.services.resolves import bundle_resolve, bundle_reso
 from context_app.resolution.services.sources import source_register
 from nexum.core.errors import NotFound
 from nexum.core.resolution import events as resolution_events
-from nexum.core.resolution.checks import MAX_QUESTION_CHARS, MAX_QUESTIONS, MAX_SCOPES, SOURCE_NAME
 from nexum.core.resolution.model import ResolveBudget
+from nexum.core.resolution.validation import MAX_QUESTION_CHARS, MAX_QUESTIONS, MAX_SCOPES, SOURCE_NAME
 from nexum_web.api.auth import TRUST_CLASS_CHOICES, OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.pagination import ListQuery, keyset_page, page_schema

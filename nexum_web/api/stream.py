@@ -50,7 +50,7 @@ from nexum.core.errors import ValidationFailed
 from nexum.eventstore import reading
 from nexum_web.api.auth import AgentTokenAuthentication
 from nexum_web.api.errors import database_outage, database_unavailable, error_body
-from nexum_web.api.pagination import MAX_POSITION, check_project_cursor
+from nexum_web.api.pagination import MAX_POSITION, validate_project_cursor
 from nexum_web.api.stream_slots import StreamSlot, stream_slot_take
 from nexum_web.api.stream_tickets import TICKET_PARAMETER, StreamTicketAuthentication, stream_ticket_issue
 from nexum_web.api.strict import StrictQuery
@@ -152,7 +152,7 @@ class EventStreamView(APIView):
     def get(self, request: Request) -> StreamingHttpResponse:
         resume = _last_event_id(request)
         after = request.query["after"] if resume is None else resume
-        check_project_cursor(
+        validate_project_cursor(
             request.user.project_id, after, field="after" if resume is None else LAST_EVENT_ID
         )
         limit = settings.NEXUM_EVENT_STREAM_MAX_S

@@ -14,7 +14,8 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from nexum.core.tasks.lifecycle import MAX_REASON_CHARS, MAX_TEXT_CHARS, RISKS, TASK_FIELDS, TASK_STATES
+from nexum.core.tasks.lifecycle import MAX_TEXT_CHARS, RISKS, TASK_FIELDS, TASK_STATES
+from nexum.core.text import MAX_REASON_CHARS
 from nexum_web.api.auth import OperatorOnly
 from nexum_web.api.idempotency import IDEMPOTENCY_HEADER, idempotency_key
 from nexum_web.api.pagination import ListQuery, keyset_page, page_schema

@@ -18,7 +18,7 @@ from rest_framework.views import APIView
 
 from config.celery import app
 from nexum.eventstore import reading
-from nexum_web.api.pagination import LogListQuery, check_project_cursor, log_page, page_schema
+from nexum_web.api.pagination import LogListQuery, log_page, page_schema, validate_project_cursor
 
 
 class HealthView(APIView):
@@ -94,7 +94,7 @@ class EventFeedView(APIView):
         project_id = request.user.project_id
         cursor = request.query.get("cursor")
         if cursor is not None:
-            check_project_cursor(project_id, cursor, field="cursor")
+            validate_project_cursor(project_id, cursor, field="cursor")
         return Response(
             log_page(
                 lambda after, count: reading.read_project(project_id, after=after, limit=count),

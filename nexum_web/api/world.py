@@ -284,7 +284,7 @@ def _artifact(scope: Scope, values: dict[str, Any], actor: str, key: str | None)
         encoded = re.sub(BASE64_WHITESPACE, "", values.pop("content_base64"))
         max_bytes = default_store().max_bytes
         if len(encoded) > (max_bytes + 2) // 3 * 4 + 4:  # surely over the limit once decoded
-            default_store().check_size(len(encoded) * 3 // 4, field="content_base64")
+            default_store().validate_size(len(encoded) * 3 // 4, field="content_base64")
         try:
             content = base64.b64decode(encoded, validate=True)
         except (binascii.Error, ValueError):

@@ -28,7 +28,7 @@ class WebhookAddForm(forms.ModelForm):  # type: ignore[type-arg]
     def clean_url(self) -> str:
         url: str = self.cleaned_data["url"]
         try:
-            services.check_url(url)
+            services.validate_url(url)
         except DomainError as error:
             raise forms.ValidationError(error.message) from None
         return url

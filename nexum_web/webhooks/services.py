@@ -81,16 +81,16 @@ class RegisteredWebhook:
     secret: str  # shown once, in the answer that created the webhook
 
 
-def check_url(url: str) -> None:
+def validate_url(url: str) -> None:
     """An http(s) URL whose host is on ``NEXUM_SOURCE_HTTP_ALLOW``, else 422 ``source_not_allowed`` (400
     for what is not an http(s) URL), naming ``url``."""
-    _policy().check_url(url, option="url")
+    _policy().validate_url(url, option="url")
 
 
 def webhook_register(*, project_id: str, url: str, actor: str, description: str = "") -> RegisteredWebhook:
     """A webhook for the project's events from its registration on (``WebhookRegistered``, with its row in the
-    same transaction); ``url`` passes ``check_url`` or nothing is written."""
-    check_url(url)
+    same transaction); ``url`` passes ``validate_url`` or nothing is written."""
+    validate_url(url)
     project = project_get(project_id=project_id)
     webhook_id = uuid.uuid4()
     with transaction.atomic():

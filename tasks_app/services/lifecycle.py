@@ -12,11 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from nexum.core.errors import IllegalTransition, check_expected
+from nexum.core.errors import IllegalTransition, require_expected_version
 from nexum.core.events import Event
 from nexum.core.tasks.lifecycle import (
     TaskState,
-    check_reason,
     decide_block,
     decide_cancel,
     decide_fail,
@@ -26,6 +25,7 @@ from nexum.core.tasks.lifecycle import (
     task_state_from_row,
     task_stream,
 )
+from nexum.core.text import validate_reason
 from nexum.eventstore import store
 from tasks_app import hooks, selectors
 from tasks_app.models import Task
@@ -195,7 +195,7 @@ def _transition(
     idempotency_key: str | None,
 ) -> Task:
     """Load the task within the project, decide on its current state, append at the version decided on."""
-    reason = check_reason(reason)
+    reason = validate_reason(reason)
     task = selectors.task_get(project_id=project_id, task_id=task_id)
     if task.is_goal:
         raise IllegalTransition(
@@ -206,7 +206,7 @@ def _transition(
     stream_id = task_stream(str(task.id))
     if idempotency_key is not None and _already_applied(stream_id, idempotency_key, event_type, reason):
         return task
-    check_expected(task.version, expected_version, f"task {task.key}")
+    require_expected_version(task.version, expected_version, f"task {task.key}")
     events = decide(task, task_state_from_row(_row(task)))
     store.append(
         stream_id=stream_id,

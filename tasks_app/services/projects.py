@@ -7,26 +7,26 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from nexum.core.compilation.retention import ProjectRetentionSet, check_retention_policy
+from nexum.core.compilation.retention import ProjectRetentionSet, validate_retention_policy
 from nexum.core.errors import Conflict
 from nexum.core.tasks.projects import (
     ProjectCreated,
     ProjectHighRiskApprovalSet,
     ProjectRelevanceFloorSet,
-    check_project_name,
-    check_relevance_floor,
-    check_slug,
     project_stream,
+    validate_project_name,
+    validate_relevance_floor,
+    validate_slug,
 )
-from nexum.core.verification.approvals import check_stage_setting
+from nexum.core.verification.approvals import validate_stage_setting
 from nexum.eventstore import store
 from tasks_app import selectors
 from tasks_app.models import Project
 
 
 def project_create(*, slug: str, name: str, description: str = "", actor: str) -> Project:
-    check_slug(slug)
-    name = check_project_name(name)
+    validate_slug(slug)
+    name = validate_project_name(name)
     if Project.objects.filter(slug=slug).exists():
         raise Conflict(f"a project with slug {slug!r} already exists", field="slug", code="project_exists")
     project_id = str(uuid.uuid4())
@@ -45,7 +45,7 @@ def project_relevance_floor_set(*, project_id: str, relevance_floor: Any, actor:
     as an event; the same value again writes nothing. Whether the caller may is the caller's check (an
     operator's: the API's and the admin's)."""
     project = selectors.project_get(project_id=project_id)
-    floor = check_relevance_floor(relevance_floor)
+    floor = validate_relevance_floor(relevance_floor)
     if floor == project.relevance_floor:
         return project
     store.append(
@@ -64,7 +64,7 @@ def project_high_risk_approval_set(*, project_id: str, high_risk_approval: Any, 
     contract says nothing (``before_start``, ``before_complete`` or ``None``), as an event; the same value
     again writes nothing. Whether the caller may is the caller's check (an operator's: the API's)."""
     project = selectors.project_get(project_id=project_id)
-    stage = check_stage_setting(high_risk_approval)
+    stage = validate_stage_setting(high_risk_approval)
     if stage == project.high_risk_approval:
         return project
     store.append(
@@ -92,7 +92,7 @@ def project_retention_set(*, project_id: str, policy: Mapping[str, Any], actor: 
     ``NEXUM_RETENTION_…_DAYS``), as an event; the same policy again writes nothing. Whether the caller may is
     the caller's check (an operator's)."""
     project = selectors.project_get(project_id=project_id)
-    checked = check_retention_policy(policy)
+    checked = validate_retention_policy(policy)
     if checked == project_retention(project):
         return project
     store.append(

@@ -9,8 +9,8 @@ import uuid
 from dataclasses import dataclass
 
 from nexum.core.errors import Conflict, NotFound
-from nexum.core.roles import AGENT, check_role
-from nexum.core.tasks.projects import AgentTokenIssued, AgentTokenRevoked, check_token_name, project_stream
+from nexum.core.roles import AGENT, validate_role
+from nexum.core.tasks.projects import AgentTokenIssued, AgentTokenRevoked, project_stream, validate_token_name
 from nexum.eventstore import store
 from tasks_app import selectors
 from tasks_app.models import AgentToken
@@ -35,8 +35,8 @@ def agent_token_issue(
     """Issue a token for an agent or, with ``role="operator"``, for an operator (``nexum.core.roles``).
     ``key`` may be supplied (the development demo tokens); it is never stored."""
     project = selectors.project_get(project_id=project_id)
-    check_role(role)
-    check_token_name(name)
+    validate_role(role)
+    validate_token_name(name)
     if AgentToken.objects.filter(project=project, name=name).exists():
         raise Conflict(
             f"project {project.slug} already has a token named {name!r}", field="name", code="token_exists"

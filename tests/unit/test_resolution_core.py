@@ -9,12 +9,6 @@ import pytest
 
 from nexum.core.errors import NotFound, ValidationFailed
 from nexum.core.resolution.authorization import GrantRecord, effective_grant
-from nexum.core.resolution.checks import (
-    check_grant_scopes,
-    check_questions,
-    questions_from_data,
-    questions_to_data,
-)
 from nexum.core.resolution.escalations import (
     PlanGateClosed,
     decide_pick_side,
@@ -29,6 +23,12 @@ from nexum.core.resolution.settlements import (
     settled_detail,
     settlement_of,
     settles,
+)
+from nexum.core.resolution.validation import (
+    questions_from_data,
+    questions_to_data,
+    validate_grant_scopes,
+    validate_questions,
 )
 
 NOW = datetime(2025, 3, 1, tzinfo=UTC)
@@ -146,21 +146,21 @@ def test_picking_a_side_rejects_the_others():
 )
 def test_malformed_grant_scopes_are_refused(scopes):
     with pytest.raises(ValidationFailed):
-        check_grant_scopes(scopes)
+        validate_grant_scopes(scopes)
 
 
 @pytest.mark.parametrize("name", ["../x", "web\n", ""])
 def test_a_name_no_source_can_have_is_not_found(name):
     with pytest.raises(NotFound):
-        check_grant_scopes({name: []})
+        validate_grant_scopes({name: []})
 
 
 def test_questions_are_checked_and_round_trip():
-    questions = check_questions([{"question": "Which port?", "subject": "deploy port"}])
+    questions = validate_questions([{"question": "Which port?", "subject": "deploy port"}])
     assert questions_from_data(questions_to_data(questions)) == questions
     for bad in ("x", [{"question": ""}], [{"question": "q", "subjects": "s"}], [{"question": "q", "x": 1}]):
         with pytest.raises(ValidationFailed):
-            check_questions(bad)
+            validate_questions(bad)
 
 
 def test_a_resolves_record_is_decided_in_the_core():

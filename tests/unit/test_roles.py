@@ -10,20 +10,20 @@ from nexum.core.roles import (
     OPERATOR,
     actor_of,
     caller_trust,
-    check_role,
     content_ceiling,
     require_operator,
     trust_ceiling,
+    validate_role,
 )
 from nexum.core.trust import TrustClass, is_authoritative
 
 
 def test_roles_are_checked_and_name_the_actor():
-    assert check_role("operator") == OPERATOR
+    assert validate_role("operator") == OPERATOR
     assert (actor_of(AGENT, "bot"), actor_of(OPERATOR, "alice")) == ("agent:bot", "operator:alice")
     for bad in ("planner", "", None, "AGENT"):
         with pytest.raises(ValidationFailed) as error:
-            check_role(bad)
+            validate_role(bad)
         assert (error.value.code, error.value.field) == ("invalid_role", "role")
 
 

@@ -7,12 +7,12 @@ import pytest
 
 from nexum.core.catalog.budgets import ModelCard, budget_for_profile
 from nexum.core.catalog.usage import (
-    check_cost,
-    check_name,
-    check_token_count,
     drift,
     percentile,
     summarize_drift,
+    validate_cost,
+    validate_name,
+    validate_token_count,
 )
 from nexum.core.errors import ValidationFailed
 
@@ -44,28 +44,28 @@ def test_a_summary_sums_both_counts_and_skips_calls_without_a_drift():
 @pytest.mark.parametrize("value", [-1, 2**31, 1.5, True, "10", None])
 def test_token_counts_are_integers_within_bounds(value):
     with pytest.raises(ValidationFailed) as refused:
-        check_token_count(value, "prompt_tokens")
+        validate_token_count(value, "prompt_tokens")
     assert refused.value.field == "prompt_tokens"
 
 
 def test_names_are_trimmed_and_bounded():
-    assert check_name("  openai ", "provider") == "openai"
-    assert check_name("vllm\tlocal", "provider") == "vllm\tlocal"
+    assert validate_name("  openai ", "provider") == "openai"
+    assert validate_name("vllm\tlocal", "provider") == "vllm\tlocal"
     for bad in ("", "   ", "x" * 201, "nul\x00", 3):
         with pytest.raises(ValidationFailed):
-            check_name(bad, "model")
+            validate_name(bad, "model")
 
 
 def test_cost_is_kept_as_canonical_decimal_text():
-    assert check_cost(None) is None
-    assert check_cost(0.0125) == "0.0125"
-    assert check_cost(3) == "3"
-    assert check_cost("1.50") == "1.5"
-    assert check_cost(0.123456789012) == "0.123456789"  # kept to 10 places
-    assert check_cost("0.00000000001") == "0" and check_cost(1e12) == "1000000000000"
+    assert validate_cost(None) is None
+    assert validate_cost(0.0125) == "0.0125"
+    assert validate_cost(3) == "3"
+    assert validate_cost("1.50") == "1.5"
+    assert validate_cost(0.123456789012) == "0.123456789"  # kept to 10 places
+    assert validate_cost("0.00000000001") == "0" and validate_cost(1e12) == "1000000000000"
     for bad in (-0.01, "nan", "Infinity", 1.5e12, "abc", True, [1]):
         with pytest.raises(ValidationFailed) as refused:
-            check_cost(bad)
+            validate_cost(bad)
         assert refused.value.field == "cost"
 
 

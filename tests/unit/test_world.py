@@ -13,7 +13,6 @@ from nexum.core.world.items import (
     MAX_TERMS,
     FactState,
     FactVerified,
-    check_tool_name,
     decide_retract,
     decide_supersede,
     decide_verify,
@@ -28,6 +27,7 @@ from nexum.core.world.items import (
     render_tool,
     render_tool_call,
     token_counts,
+    validate_tool_name,
 )
 
 AGENT, OPERATOR = TrustClass.agent_reported, TrustClass.repository_authored
@@ -133,5 +133,5 @@ def test_effective_tools_narrow_then_pin():
 @pytest.mark.parametrize("name", ["", "has space", "x" * 65, "semi;colon"])
 def test_bad_tool_names(name):
     with pytest.raises(ValidationFailed) as error:
-        check_tool_name(name)
+        validate_tool_name(name)
     assert error.value.field == "name"

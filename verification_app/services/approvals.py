@@ -28,12 +28,12 @@ from nexum.core.verification.approvals import (
     ApprovalRequested,
     ApprovalView,
     approval_stream,
-    check_action,
-    check_arguments_digest,
-    check_decision_reason,
     decide_gate,
     gate_approval_id,
     required_stages,
+    validate_action,
+    validate_arguments_digest,
+    validate_decision_reason,
 )
 from nexum.eventstore import store
 from tasks_app import selectors as task_selectors
@@ -126,9 +126,9 @@ def approval_request(
     task = task_selectors.task_get(project_id=project_id, task_id=task_id)
     if task.is_goal:
         raise IllegalTransition("approvals are for a goal's tasks, not the goal", field="task_id")
-    action = check_action(action)
-    digest = check_arguments_digest(arguments_digest)
-    why = check_decision_reason(reason)
+    action = validate_action(action)
+    digest = validate_arguments_digest(arguments_digest)
+    why = validate_decision_reason(reason)
     stage = _STAGE_OF_ACTION.get(action, "")
     if stage:
         if digest:
@@ -190,7 +190,7 @@ def approval_decide(
     approval = selectors.approval_get(project_id=project_id, approval_id=approval_id)
     if decision not in (GRANT, DENY):
         raise ValidationFailed(f"decision must be {GRANT} or {DENY}", field="decision")
-    why = check_decision_reason(reason)
+    why = validate_decision_reason(reason)
     if approval.state != PENDING:
         raise ApprovalDecided(
             f"approval {approval.id} is already {approval.state}",

@@ -16,7 +16,7 @@ from nexum.core.errors import (
     NotFound,
     ValidationFailed,
 )
-from nexum.core.tasks.lifecycle import MAX_REASON_CHARS
+from nexum.core.text import MAX_REASON_CHARS
 from nexum.core.verification.checks.base import RAISED, CheckResult, CheckSpec
 from nexum.core.verification.checks.command import CommandCheck
 from nexum.core.verification.contracts import (

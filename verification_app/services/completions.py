@@ -10,7 +10,7 @@ from context_app.world.artifacts import default_store
 from nexum.core.errors import (
     ConcurrencyError,
     IllegalTransition,
-    check_expected,
+    require_expected_version,
 )
 from nexum.core.verification.approvals import (
     BEFORE_COMPLETE,
@@ -19,9 +19,9 @@ from nexum.core.verification.checks.base import CheckResult, CheckSpec
 from nexum.core.verification.contracts import (
     CompletionPending,
     CompletionRequested,
-    check_answer,
     completion_request_id,
     completion_stream,
+    validate_answer,
 )
 from nexum.core.verification.gate import Contract, gate_task_completion
 from nexum.eventstore import store
@@ -61,7 +61,7 @@ def completion_request(
     A task whose completion needs an operator's approval is refused 409 until it is granted
     (``approval_gate``: the first refusal records the approval it asks for, and nothing else).
     """
-    answer = check_answer(answer)
+    answer = validate_answer(answer)
     task = task_selectors.task_get(project_id=project_id, task_id=task_id)
     if task.is_goal:
         raise IllegalTransition(
@@ -73,7 +73,7 @@ def completion_request(
     )
     if replay is not None:
         return _result(replay)
-    check_expected(task.version, expected_version, f"task {task.key}")
+    require_expected_version(task.version, expected_version, f"task {task.key}")
     if task.state != "running":
         decision = gate_task_completion(task.state, Contract(), answer, never_run_checks)
         return CompletionResult(task=task, request=None, outcome=decision.outcome, reason=decision.reason)

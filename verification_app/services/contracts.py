@@ -10,7 +10,7 @@ from context_app.world.models import WorldItem
 from nexum.core.errors import (
     NotFound,
     ValidationFailed,
-    check_expected,
+    require_expected_version,
 )
 from nexum.core.ids import uuid_or_none
 from nexum.core.trust import TrustClass, require_authority
@@ -60,7 +60,9 @@ def contract_register(
         parsed = contract if isinstance(contract, Contract) else _parse_contract(contract, origin)
     if idempotency_key is not None and _replayed(stream_id, idempotency_key, parsed):
         return ContractRow.objects.get(task_id=task.id)
-    check_expected(revision, expected_revision, "the contract", unit="revision", field="expected_revision")
+    require_expected_version(
+        revision, expected_revision, "the contract", unit="revision", field="expected_revision"
+    )
     event = decide_register_contract(
         task_id=str(task.id),
         goal_id=str(task.goal_id),

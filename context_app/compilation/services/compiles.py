@@ -46,12 +46,12 @@ from context_app.compilation.selectors.contexts import context_get
 from context_app.compilation.services.compile_settings import compile_embedder, relevance_floor
 from context_app.compilation.services.folds import fold_for, task_compact
 from context_app.compilation.services.request_inputs import (
-    check_evidence,
-    check_focus,
-    check_model_word,
-    check_request_id,
     store_evidence,
     store_focus,
+    validate_evidence,
+    validate_focus,
+    validate_model_word,
+    validate_request_id,
 )
 from context_app.world.vectors import NewVector, store_vectors
 from nexum.adapters import metrics, telemetry
@@ -112,10 +112,10 @@ def context_compile(
     primary (``nexum.eventstore.replica``); the compile is recorded on the primary.
     """
     task = task_selectors.task_get(project_id=project_id, task_id=task_id)
-    word = check_model_word(model_word)
-    evidence = check_evidence(extra_evidence)
-    focus = check_focus(focus)
-    request_id = check_request_id(request_id)
+    word = validate_model_word(model_word)
+    evidence = validate_evidence(extra_evidence)
+    focus = validate_focus(focus)
+    request_id = validate_request_id(request_id)
     done = _finished(project_id, request_id)
     if done is not None:
         return done

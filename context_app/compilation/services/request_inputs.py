@@ -25,7 +25,7 @@ EVIDENCE_ID_MAX = 200
 FOCUS_MAX_CHARS = 2000
 
 
-def check_evidence(evidence: Any) -> list[dict[str, Any]]:
+def validate_evidence(evidence: Any) -> list[dict[str, Any]]:
     """Evidence a request supplies, checked and normalized (sorted keys; ids unique)."""
     if evidence is None:
         return []
@@ -64,7 +64,7 @@ def check_evidence(evidence: Any) -> list[dict[str, Any]]:
     return checked
 
 
-def check_focus(focus: Any) -> str:
+def validate_focus(focus: Any) -> str:
     """The request's ``focus``: text of at most ``FOCUS_MAX_CHARS`` characters (absent or ``None``: none)."""
     if focus is None:
         return ""
@@ -82,13 +82,13 @@ def _clean_text(value: Any, field: str, limit: int, *, required: bool) -> str:
     return value
 
 
-def check_model_word(word: Any) -> str:
+def validate_model_word(word: Any) -> str:
     if not isinstance(word, str) or not word.strip() or len(word) > 100:
         raise ValidationFailed("model must be a catalog word of 1–100 characters", field="model")
     return word
 
 
-def check_request_id(request_id: str | None) -> str:
+def validate_request_id(request_id: str | None) -> str:
     if request_id is None:
         return str(uuid.uuid4())
     try:

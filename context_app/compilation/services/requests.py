@@ -15,13 +15,13 @@ from context_app.compilation.models import ContextCompilation
 from context_app.compilation.selectors.contexts import evidence_get
 from context_app.compilation.services.compiles import compile_and_record
 from context_app.compilation.services.request_inputs import (
-    check_evidence,
-    check_focus,
-    check_model_word,
-    check_request_id,
     focus_text,
     store_evidence,
     store_focus,
+    validate_evidence,
+    validate_focus,
+    validate_model_word,
+    validate_request_id,
 )
 from context_app.compilation.tasks import COMPILE
 from nexum.core.compilation import events as compilation_events
@@ -49,10 +49,10 @@ def context_compile_request(
     is down leaves it queued for the dispatcher, ``nexum.work.dispatch``). A repeated ``request_id`` returns
     the original request and writes nothing."""
     task = task_selectors.task_get(project_id=project_id, task_id=task_id)
-    word = check_model_word(model_word)
-    evidence = check_evidence(extra_evidence)
-    focus = check_focus(focus)
-    request_id = check_request_id(request_id)
+    word = validate_model_word(model_word)
+    evidence = validate_evidence(extra_evidence)
+    focus = validate_focus(focus)
+    request_id = validate_request_id(request_id)
     if compaction is not None and not isinstance(compaction, bool):
         raise ValidationFailed("compaction must be true, false or absent", field="compaction")
     existing = ContextCompilation.objects.filter(request_id=request_id).first()

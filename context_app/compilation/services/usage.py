@@ -11,10 +11,10 @@ from context_app.compilation.models import ContextUsage
 from context_app.compilation.selectors.contexts import context_get
 from nexum.core.catalog.usage import (
     ContextUsageReported,
-    check_cost,
-    check_name,
-    check_token_count,
     usage_stream,
+    validate_cost,
+    validate_name,
+    validate_token_count,
 )
 from nexum.core.errors import ValidationFailed
 from nexum.core.ids import COMPILATION_IDS
@@ -39,11 +39,11 @@ def context_usage_report(
     nothing is written then. A retry with the same ``idempotency_key`` writes nothing and returns the first
     report."""
     values = {
-        "prompt_tokens": check_token_count(prompt_tokens, "prompt_tokens"),
-        "completion_tokens": check_token_count(completion_tokens, "completion_tokens"),
-        "provider": check_name(provider, "provider"),
-        "model": check_name(model, "model"),
-        "cost": check_cost(cost),
+        "prompt_tokens": validate_token_count(prompt_tokens, "prompt_tokens"),
+        "completion_tokens": validate_token_count(completion_tokens, "completion_tokens"),
+        "provider": validate_name(provider, "provider"),
+        "model": validate_name(model, "model"),
+        "cost": validate_cost(cost),
     }
     context = context_get(project_id=project_id, digest=digest)
     usage_id = (

@@ -36,7 +36,7 @@ def content_trust_of(
     return classes
 
 
-def check_authority(
+def require_content_authority(
     *,
     project_id: str,
     action: str,

@@ -13,16 +13,16 @@ from django.db import transaction
 
 from context_app.resolution import selectors
 from context_app.resolution.models import Escalation, TaskContext
-from context_app.resolution.services.authority import check_authority
+from context_app.resolution.services.authority import require_content_authority
 from context_app.resolution.services.grants import grant_issue
 from context_app.world.services.facts import fact_record
 from context_app.world.services.scopes import scope_resolve
 from nexum.core.errors import ValidationFailed
 from nexum.core.events import Event
 from nexum.core.resolution import events as resolution_events
-from nexum.core.resolution.checks import check_reason
 from nexum.core.resolution.escalations import EscalationAlreadyResolved, decide_pick_side
 from nexum.core.resolution.settlements import settled_detail, settlement_of, settles
+from nexum.core.text import validate_reason
 from nexum.core.trust import TrustClass
 from nexum.eventstore import store
 from tasks_app import selectors as task_selectors
@@ -237,13 +237,13 @@ def _opening(
     """The checks every action makes first: the escalation is the project's, the request rests on nothing
     below ``repository_authored`` (R4), the reason is well-formed, and the escalation is still open."""
     escalation = selectors.escalation_get(project_id=project_id, escalation_id=escalation_id)
-    digests = check_authority(
+    digests = require_content_authority(
         project_id=project_id,
         action=f"escalation.{action}",
         content_trust=content_trust,
         derived_from=derived_from,
     )
-    reason = check_reason(reason)
+    reason = validate_reason(reason)
     if escalation.state != resolution_events.ESCALATION_OPEN:
         raise EscalationAlreadyResolved(
             f"escalation {escalation.id} is already resolved ({escalation.resolution})",

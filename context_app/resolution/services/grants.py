@@ -8,12 +8,13 @@ from datetime import datetime
 
 from context_app.resolution import selectors
 from context_app.resolution.models import Grant, Source
-from context_app.resolution.services.authority import check_authority
+from context_app.resolution.services.authority import require_content_authority
 from context_app.resolution.services.clock import aware_now
 from nexum.core.errors import NotFound, ValidationFailed
 from nexum.core.ids import RESOLUTION_IDS
 from nexum.core.resolution import events as resolution_events
-from nexum.core.resolution.checks import check_grant_scopes, check_reason
+from nexum.core.resolution.validation import validate_grant_scopes
+from nexum.core.text import validate_reason
 from nexum.core.trust import TrustClass
 from nexum.eventstore import store
 from tasks_app import selectors as task_selectors
@@ -37,7 +38,7 @@ def grant_issue(
     a goal (shared by its tasks) or one task, until ``expires_at`` if given. Every source must be one of the
     project's (another project's source is not found)."""
     project = task_selectors.project_get(project_id=project_id)
-    digests = check_authority(
+    digests = require_content_authority(
         project_id=str(project.id),
         action="grant.create",
         content_trust=content_trust,
@@ -51,7 +52,7 @@ def grant_issue(
     else:
         task = task_selectors.task_get(project_id=project.id, task_id=task_id)  # type: ignore[arg-type]
         scope_goal, scope_task = str(task.goal_id), (None if task.is_goal else str(task.id))
-    scopes = check_grant_scopes(sources)
+    scopes = validate_grant_scopes(sources)
     known = set(
         Source.objects.filter(project_id=project.id, name__in=list(scopes)).values_list("name", flat=True)
     )
@@ -63,7 +64,7 @@ def grant_issue(
             raise ValidationFailed("expires_at must be a timezone-aware time", field="expires_at")
         if expires_at <= aware_now(now):
             raise ValidationFailed("expires_at is in the past", field="expires_at")
-    reason = check_reason(reason)
+    reason = validate_reason(reason)
     if idempotency_key is not None:
         grant_id = str(uuid.uuid5(RESOLUTION_IDS, f"grant:{project.id}:{idempotency_key}"))
     else:
@@ -98,14 +99,14 @@ def grant_revoke(
     content_trust: TrustClass | str | None = None,
     derived_from: Sequence[str] = (),
 ) -> Grant:
-    check_authority(
+    require_content_authority(
         project_id=project_id, action="grant.revoke", content_trust=content_trust, derived_from=derived_from
     )
     grant = selectors.grant_get(project_id=project_id, grant_id=grant_id)
     if grant.revoked_at is None:
         store.append(
             stream_id=resolution_events.grant_stream(str(grant.id)),
-            events=[resolution_events.GrantRevoked(grant_id=str(grant.id), reason=check_reason(reason))],
+            events=[resolution_events.GrantRevoked(grant_id=str(grant.id), reason=validate_reason(reason))],
             expected_version=grant.version,
             actor=actor,
             project_id=str(grant.project_id),

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from context_app.resolution.models import TaskContext
-from context_app.resolution.services.authority import check_authority
+from context_app.resolution.services.authority import require_content_authority
 from nexum.core.errors import Conflict, ValidationFailed
 from nexum.core.resolution import events as resolution_events
-from nexum.core.resolution.checks import check_reason
+from nexum.core.text import validate_reason
 from nexum.core.trust import TrustClass
 from nexum.eventstore import store
 from tasks_app import selectors as task_selectors
@@ -26,14 +26,14 @@ def plan_gate_override(
 ) -> TaskContext:
     """An operator lets the task start despite the open gaps of its latest bundle (recorded). A later
     resolve closes the gate again if gaps remain."""
-    check_authority(
+    require_content_authority(
         project_id=project_id,
         action="plan_gate.override",
         content_trust=content_trust,
         derived_from=derived_from,
     )
     task = task_selectors.task_get(project_id=project_id, task_id=task_id)
-    reason = check_reason(reason)
+    reason = validate_reason(reason)
     if not reason.strip():
         raise ValidationFailed("an override needs a reason", field="reason")
     head = TaskContext.objects.filter(task_id=task.id).first()

@@ -8,7 +8,7 @@ from typing import Any
 from context_app.resolution.models import TaskQuestions
 from nexum.core.errors import ConcurrencyError
 from nexum.core.resolution import events as resolution_events
-from nexum.core.resolution.checks import check_questions, questions_to_data
+from nexum.core.resolution.validation import questions_to_data, validate_questions
 from nexum.eventstore import store
 from tasks_app import selectors as task_selectors
 
@@ -23,7 +23,7 @@ def questions_set(
 ) -> TaskQuestions:
     """Replace the required questions of a task's step: ``[{question, subjects: [...]}, …]``."""
     task = task_selectors.task_get(project_id=project_id, task_id=task_id)
-    checked = check_questions(questions)
+    checked = validate_questions(questions)
     row = TaskQuestions.objects.filter(task_id=task.id).first()
     current = row.version if row is not None else 0
     if expected_version is not None and expected_version != current:

@@ -36,10 +36,10 @@ from nexum.core.errors import ValidationFailed
 from nexum.core.ids import RESOLUTION_IDS
 from nexum.core.resolution import events as resolution_events
 from nexum.core.resolution.authorization import effective_grant, plan_retrievals
-from nexum.core.resolution.checks import build_query
 from nexum.core.resolution.model import ResolveBudget, SourceResult
 from nexum.core.resolution.record import resolve_events
 from nexum.core.resolution.resolver import resolve_bundle
+from nexum.core.resolution.validation import build_query
 from nexum.eventstore import store
 from nexum.work.dispatch import BrokerUnavailable, publish
 from tasks_app import selectors as task_selectors

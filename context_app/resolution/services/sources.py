@@ -9,14 +9,14 @@ from typing import Any
 
 from context_app.resolution.confinement import source_policy
 from context_app.resolution.models import Source
-from context_app.resolution.services.authority import check_authority
+from context_app.resolution.services.authority import require_content_authority
 from nexum.adapters.sources.registry import build_source
 from nexum.core.digests import canonical_json
 from nexum.core.errors import Conflict, DomainError, ValidationFailed
 from nexum.core.ids import RESOLUTION_IDS
 from nexum.core.resolution import events as resolution_events
-from nexum.core.resolution.checks import check_source_name
 from nexum.core.resolution.model import Freshness, SourceSpec
+from nexum.core.resolution.validation import validate_source_name
 from nexum.core.trust import TrustClass
 from nexum.eventstore import store
 from tasks_app import selectors as task_selectors
@@ -39,13 +39,13 @@ def source_register(
     agent can write has ``highest_trust`` at most ``agent_reported``. A configuration is stored in the log,
     so it must never hold a secret."""
     project = task_selectors.project_get(project_id=project_id)
-    check_authority(
+    require_content_authority(
         project_id=str(project.id),
         action="source.register",
         content_trust=content_trust,
         derived_from=derived_from,
     )
-    check_source_name(name)
+    validate_source_name(name)
     if not isinstance(kind, str):
         raise ValidationFailed("kind must be a string", field="kind")
     if not isinstance(config, Mapping):

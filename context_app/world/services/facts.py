@@ -14,11 +14,11 @@ from context_app.world.services.recording import (
     already_appended,
     append_events,
     append_item,
-    checked_short,
-    checked_text,
-    checked_version,
     item_fields,
     new_item_id,
+    validated_short,
+    validated_text,
+    validated_version,
 )
 from context_app.world.services.scopes import Scope
 from nexum.core.errors import ValidationFailed
@@ -77,8 +77,8 @@ def fact_verify(
     stream = item_stream("fact", str(fact.id))
     if already_appended(stream, idempotency_key):
         return selectors.fact_get(project_id=project_id, fact_id=fact_id)
-    version = checked_version(fact, expected_version)
-    events = decide_verify(_fact_state(fact), note=checked_text(note, "note", required=False))
+    version = validated_version(fact, expected_version)
+    events = decide_verify(_fact_state(fact), note=validated_text(note, "note", required=False))
     append_events(stream, events, version, project_id, actor, idempotency_key)
     return selectors.fact_get(project_id=project_id, fact_id=fact_id)
 
@@ -99,9 +99,9 @@ def fact_retract(
     stream = item_stream("fact", str(fact.id))
     if already_appended(stream, idempotency_key):
         return selectors.fact_get(project_id=project_id, fact_id=fact_id)
-    version = checked_version(fact, expected_version)
+    version = validated_version(fact, expected_version)
     events = decide_retract(
-        _fact_state(fact), reason=checked_text(reason, "reason"), ceiling=trust_ceiling(role)
+        _fact_state(fact), reason=validated_text(reason, "reason"), ceiling=trust_ceiling(role)
     )
     append_events(stream, events, version, project_id, actor, idempotency_key)
     return selectors.fact_get(project_id=project_id, fact_id=fact_id)
@@ -138,11 +138,11 @@ def fact_supersede(
     new_stream = item_stream("fact", new_id)
     if already_appended(new_stream, idempotency_key):
         return selectors.fact_get(project_id=project_id, fact_id=new_id)
-    version = checked_version(old, expected_version)
+    version = validated_version(old, expected_version)
     superseded = decide_supersede(
         _fact_state(old),
         new_fact_id=new_id,
-        reason=checked_text(reason, "reason", required=False),
+        reason=validated_text(reason, "reason", required=False),
         ceiling=trust_ceiling(role),
     )
     recorded = _fact_event(
@@ -176,9 +176,9 @@ def _fact_event(
     verified: bool,
     supersedes: str | None,
 ) -> FactRecorded:
-    text = checked_text(text, "text")
-    source = checked_short(source, "source")
-    subject = checked_short(subject, "subject")
+    text = validated_text(text, "text")
+    source = validated_short(source, "source")
+    subject = validated_short(subject, "subject")
     if not isinstance(verified, bool):
         raise ValidationFailed("verified must be true or false", field="verified")
     rendered = render_fact(text, subject=subject, source=source)

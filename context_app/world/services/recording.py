@@ -100,7 +100,7 @@ def new_item_id(scope: Scope, kind: str, idempotency_key: str | None) -> str:
     return str(uuid.uuid5(WORLD_IDS, f"{scope.project_id}/{kind}/{scope.scope_id}/{idempotency_key}"))
 
 
-def checked_version(item: WorldItem | Tool | ToolScope | None, expected_version: int | None) -> int:
+def validated_version(item: WorldItem | Tool | ToolScope | None, expected_version: int | None) -> int:
     current = item.version if item is not None else 0
     if expected_version is not None and expected_version != current:
         raise ConcurrencyError(
@@ -111,10 +111,10 @@ def checked_version(item: WorldItem | Tool | ToolScope | None, expected_version:
     return current
 
 
-def checked_text(value: Any, field: str, *, required: bool = True, limit: int = TEXT_MAX) -> str:
+def validated_text(value: Any, field: str, *, required: bool = True, limit: int = TEXT_MAX) -> str:
     if not isinstance(value, str):
         raise ValidationFailed(f"{field} must be a string", field=field)
-    check_storable(value, field)
+    validate_storable(value, field)
     value = value.strip()
     if required and not value:
         raise ValidationFailed(f"{field} must not be empty", field=field)
@@ -123,12 +123,12 @@ def checked_text(value: Any, field: str, *, required: bool = True, limit: int = 
     return value
 
 
-def check_storable(text: str, field: str) -> None:
+def validate_storable(text: str, field: str) -> None:
     """Text every database keeps (``nexum.core.text``); a schema may not spell NUL as ``\\u0000`` either."""
     if field == "schema" and "\\u0000" in text:
         raise ValidationFailed(f"{field} must not contain NUL characters", field=field)
     require_storable(text, field)
 
 
-def checked_short(value: Any, field: str) -> str:
-    return checked_text(value, field, required=False, limit=SHORT_MAX)
+def validated_short(value: Any, field: str) -> str:
+    return validated_text(value, field, required=False, limit=SHORT_MAX)

@@ -9,10 +9,10 @@ from context_app.world.artifacts import default_store
 from context_app.world.models import WorldItem
 from context_app.world.services.recording import (
     append_item,
-    checked_short,
-    checked_text,
     item_fields,
     new_item_id,
+    validated_short,
+    validated_text,
 )
 from context_app.world.services.scopes import Scope
 from nexum.core.digests import digest_of
@@ -25,12 +25,12 @@ from nexum.core.world.items import (
     FailureRecorded,
     ProgressRecorded,
     ToolCallRecorded,
-    check_tool_name,
     render_artifact,
     render_decision,
     render_failure,
     render_progress,
     render_tool_call,
+    validate_tool_name,
 )
 
 
@@ -43,8 +43,8 @@ def decision_record(
     actor: str,
     idempotency_key: str | None = None,
 ) -> WorldItem:
-    text = checked_text(text, "text")
-    rationale = checked_text(rationale, "rationale", required=False)
+    text = validated_text(text, "text")
+    rationale = validated_text(rationale, "rationale", required=False)
     rendered = render_decision(text, rationale=rationale)
     event = DecisionRecorded(
         **item_fields(
@@ -65,7 +65,7 @@ def failure_record(
     idempotency_key: str | None = None,
 ) -> WorldItem:
     """A failure of a task; ``attempt`` defaults to the task's current attempt."""
-    text = checked_text(text, "text")
+    text = validated_text(text, "text")
     if attempt is None:
         attempt = scope.attempt
     if attempt is not None and (not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1):
@@ -88,7 +88,7 @@ def progress_record(
     actor: str,
     idempotency_key: str | None = None,
 ) -> WorldItem:
-    text = checked_text(text, "text")
+    text = validated_text(text, "text")
     rendered = render_progress(text)
     event = ProgressRecorded(
         **item_fields(
@@ -110,8 +110,8 @@ def tool_call_record(
     idempotency_key: str | None = None,
 ) -> WorldItem:
     """A call of ``tool``; its arguments are kept only as a digest (given, or that of ``arguments``)."""
-    check_tool_name(tool, field_name="tool")
-    summary = checked_text(result_summary, "result_summary")
+    validate_tool_name(tool, field_name="tool")
+    summary = validated_text(result_summary, "result_summary")
     if arguments_digest is None:
         try:
             arguments_digest = digest_of(arguments)
@@ -146,17 +146,17 @@ def artifact_record(
     Over the size limit: ``TooLarge`` and nothing stored. Without an excerpt, text content gives its first
     ``EXCERPT_CHARS`` characters.
     """
-    summary = checked_text(summary, "summary")
-    uri = checked_short(uri, "uri")
-    media_type = checked_short(media_type, "media_type")
+    summary = validated_text(summary, "summary")
+    uri = validated_short(uri, "uri")
+    media_type = validated_short(media_type, "media_type")
     if content is None and not uri:
         raise ValidationFailed("an artifact needs a uri or content", field="uri")
     artifact_store = default_store()
     if content is not None:
-        artifact_store.check_size(len(content))
+        artifact_store.validate_size(len(content))
         if excerpt is None:
             excerpt = _text_excerpt(content)
-    excerpt = checked_text(excerpt or "", "excerpt", required=False)
+    excerpt = validated_text(excerpt or "", "excerpt", required=False)
     if content is not None and not media_type:
         media_type = "text/plain" if _decodes(content) else "application/octet-stream"
     item_id = new_item_id(scope, "artifact", idempotency_key)

@@ -13,10 +13,10 @@ from context_app.world.models import Tool, ToolScope
 from context_app.world.services.recording import (
     already_appended,
     append_events,
-    check_storable,
-    checked_text,
-    checked_version,
     item_counters,
+    validate_storable,
+    validated_text,
+    validated_version,
 )
 from context_app.world.services.scopes import Scope
 from nexum.core.digests import canonical_json
@@ -26,12 +26,12 @@ from nexum.core.world.items import (
     ToolDefined,
     ToolRemoved,
     ToolScopeSet,
-    check_tool_name,
     item_terms,
     render_tool,
     token_counts,
     tool_scope_stream,
     tool_stream,
+    validate_tool_name,
 )
 from nexum.eventstore import reading
 
@@ -52,14 +52,14 @@ def tool_define(
     idempotency_key: str | None = None,
 ) -> Tool:
     """Register a tool or replace its definition. ``create_only`` refuses a name already registered (409)."""
-    check_tool_name(name)
-    description = checked_text(description, "description", required=False)
+    validate_tool_name(name)
+    description = validated_text(description, "description", required=False)
     schema = dict(schema or {})
     try:
         schema_text = canonical_json(schema)
     except (TypeError, ValueError) as error:
         raise ValidationFailed(f"schema must be JSON: {error}", field="schema") from None
-    check_storable(schema_text, "schema")
+    validate_storable(schema_text, "schema")
     if len(schema_text) > SCHEMA_MAX_CHARS:
         raise ValidationFailed(f"schema is over {SCHEMA_MAX_CHARS} characters of JSON", field="schema")
     if not isinstance(pinned, bool):
@@ -74,7 +74,7 @@ def tool_define(
     existing = Tool.objects.filter(project_id=project_id, name=name).first()
     if create_only and existing is not None:
         raise Conflict(f"a tool named {name!r} is already registered", field="name", code="tool_exists")
-    version = checked_version(existing, expected_version)
+    version = validated_version(existing, expected_version)
     if version == 0:
         version = reading.stream_version(stream)  # a removed tool's stream continues
     rendered = render_tool(name=name, description=description, schema=schema)
@@ -94,7 +94,7 @@ def tool_define(
 
 def tool_remove(*, project_id: str, name: str, expected_version: int | None = None, actor: str) -> None:
     tool = selectors.tool_get(project_id=project_id, name=name)
-    version = checked_version(tool, expected_version)
+    version = validated_version(tool, expected_version)
     append_events(
         tool_stream(project_id, name),
         [ToolRemoved(tool_id=str(tool.id), name=name)],
@@ -118,7 +118,7 @@ def tool_scope_set(
     registered = set(Tool.objects.filter(project_id=scope.project_id).values_list("name", flat=True))
     for field_name, names in (("allowed", allowed or []), ("pinned", pinned)):
         for index, name in enumerate(names):
-            check_tool_name(name, field_name=f"{field_name}.{index}")
+            validate_tool_name(name, field_name=f"{field_name}.{index}")
             if name not in registered:
                 raise NotFound(f"no tool named {name!r} is registered", field=f"{field_name}.{index}")
     if allowed is not None:
@@ -128,7 +128,7 @@ def tool_scope_set(
     stream = tool_scope_stream(scope.scope_id)
     existing = ToolScope.objects.filter(id=scope.scope_id).first()
     if not already_appended(stream, idempotency_key):
-        version = checked_version(existing, expected_version)
+        version = validated_version(existing, expected_version)
         event = ToolScopeSet(
             scope_id=scope.scope_id,
             goal_id=scope.goal_id,

@@ -26,7 +26,7 @@ from nexum.core.resolution.model import (
     SourceResult,
     SourceSpec,
 )
-from nexum.core.roles import AGENT, OPERATOR, check_role, content_ceiling
+from nexum.core.roles import AGENT, OPERATOR, content_ceiling, validate_role
 from nexum.core.trust import TrustClass, looks_like_instruction
 
 Clock = Callable[[], datetime]
@@ -117,7 +117,7 @@ class SourcePlugin(ABC):
         self.declared_trust = trust
         self.freshness = freshness or Freshness()
         self.clock = clock
-        self.writable_by = check_role(writable_by, field="writable_by")
+        self.writable_by = validate_role(writable_by, field="writable_by")
 
     @property
     def highest_trust(self) -> TrustClass:
@@ -168,7 +168,7 @@ class SourcePlugin(ABC):
         if "highest_trust" in config:
             options["highest_trust"] = TrustClass.parse(config["highest_trust"], field="highest_trust")
         if "writable_by" in config:
-            options["writable_by"] = check_role(config["writable_by"], field="writable_by")
+            options["writable_by"] = validate_role(config["writable_by"], field="writable_by")
         ttl = config.get("ttl_seconds", default_freshness.ttl_seconds)
         track = config.get("track_revision", default_freshness.track_revision)
         if not isinstance(track, bool):
@@ -184,12 +184,12 @@ class SourcePlugin(ABC):
         """Build the source from its stored configuration, confined by ``policy``; malformed options raise
         ``ValidationFailed``, options the policy refuses ``SourceNotAllowed``."""
 
-    def _check_scopes(self, scopes: Sequence[str]) -> tuple[str, ...]:
+    def _validate_scopes(self, scopes: Sequence[str]) -> tuple[str, ...]:
         if isinstance(scopes, str):
             raise ValidationFailed("scopes must be a list", field="scopes")
         return tuple(sorted(set(scopes)))
 
-    def _check_limit(self, limit: int) -> int:
+    def _validate_limit(self, limit: int) -> int:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise ValidationFailed("limit must be a non-negative integer", field="limit")
         return limit

@@ -24,7 +24,7 @@ from nexum.core.resolution.model import (
 )
 
 
-def _check_scope_pattern(scope: str) -> str:
+def _validate_scope_pattern(scope: str) -> str:
     """A scope is ``*``, a relative path prefix or a glob; never absolute, never climbing out with ``..``."""
     if not isinstance(scope, str) or not scope.strip():
         raise ValidationFailed("a scope must be a non-empty string", field="scopes")
@@ -73,7 +73,7 @@ class FolderSource(SourcePlugin):
     ) -> None:
         super().__init__(name, **options)
         for scope in self.declared_scopes:
-            _check_scope_pattern(scope)
+            _validate_scope_pattern(scope)
         path = policy.confine_path(root, option="path")
         if not path.is_dir():
             raise ValidationFailed(f"{root} is not a directory", field="path")
@@ -187,14 +187,14 @@ class FolderSource(SourcePlugin):
             return None
 
     def _scoped_files(self, scopes: Sequence[str]) -> Iterator[tuple[str, Path]]:
-        checked = [_check_scope_pattern(scope) for scope in self._check_scopes(scopes)]
+        checked = [_validate_scope_pattern(scope) for scope in self._validate_scopes(scopes)]
         for relative, path in self._files():
             if any(path_in_scope(relative, scope) for scope in checked):
                 yield relative, path
 
     def read(self, relative: str) -> str:
         """The text of one file by its path relative to the folder, refusing any escape."""
-        cleaned = _check_scope_pattern(relative)
+        cleaned = _validate_scope_pattern(relative)
         real = self._inside(self.root / cleaned)
         if real is None or not real.is_file():
             raise ValidationFailed(f"{relative!r} is not a file inside the folder", field="locator")
@@ -218,7 +218,7 @@ class FolderSource(SourcePlugin):
         yield from self._chunks(relative, text)
 
     def retrieve(self, query: str, scopes: Sequence[str], limit: int) -> list[RetrievedItem]:
-        limit = self._check_limit(limit)
+        limit = self._validate_limit(limit)
         terms = query_terms(query or "")
         revision = self.current_revision()
         observed_at = self.clock()

@@ -62,7 +62,7 @@ class HttpJsonSource(SourcePlugin):
         **options: Any,
     ) -> None:
         super().__init__(name, **options)
-        policy.check_url(url, option="url")
+        policy.validate_url(url, option="url")
         if (
             isinstance(timeout, bool)
             or not isinstance(timeout, int | float)
@@ -172,8 +172,8 @@ class HttpJsonSource(SourcePlugin):
         return b"".join(chunks)
 
     def retrieve(self, query: str, scopes: Sequence[str], limit: int) -> list[RetrievedItem]:
-        limit = self._check_limit(limit)
-        checked = self._check_scopes(scopes)
+        limit = self._validate_limit(limit)
+        checked = self._validate_scopes(scopes)
         body = self._get(self._request_url(query or "", checked, limit))
         try:
             document = json.loads(body)

@@ -134,8 +134,8 @@ class TicketsJsonSource(SourcePlugin):
         return "\n\n".join(part for part in parts if part.strip())
 
     def retrieve(self, query: str, scopes: Sequence[str], limit: int) -> list[RetrievedItem]:
-        limit = self._check_limit(limit)
-        checked = self._check_scopes(scopes)
+        limit = self._validate_limit(limit)
+        checked = self._validate_scopes(scopes)
         data, tickets = self._load()
         revision = "sha256:" + sha256_hex(data)
         terms = query_terms(query or "")

@@ -93,7 +93,7 @@ class ModelBudget:
         return data
 
 
-def _check_count(owner: str, name: str, value: object, *, minimum: int) -> None:
+def _validate_count(owner: str, name: str, value: object, *, minimum: int) -> None:
     if value is None:
         return
     if not is_int(value) or value < minimum:
@@ -101,7 +101,7 @@ def _check_count(owner: str, name: str, value: object, *, minimum: int) -> None:
         raise ValidationFailed(f"{owner}: {name} must be {kind} or absent, got {value!r}", field=name)
 
 
-def _check_text(owner: str, name: str, value: object) -> None:
+def _validate_text(owner: str, name: str, value: object) -> None:
     if not isinstance(value, str) or not value.strip():
         raise ValidationFailed(f"{owner}: {name} must be a non-empty string, got {value!r}", field=name)
 
@@ -114,8 +114,8 @@ class BudgetOverrides:
     tool_count: int | None = None
 
     def __post_init__(self) -> None:
-        _check_count("budget overrides", "context_tokens", self.context_tokens, minimum=1)
-        _check_count("budget overrides", "tool_count", self.tool_count, minimum=0)
+        _validate_count("budget overrides", "context_tokens", self.context_tokens, minimum=1)
+        _validate_count("budget overrides", "tool_count", self.tool_count, minimum=0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,19 +141,19 @@ class ModelCard:
     safety_margin_percent: int | None = None
 
     def __post_init__(self) -> None:
-        _check_text("model card", "word", self.word)
+        _validate_text("model card", "word", self.word)
         owner = f"model card {self.word!r}"
-        _check_text(owner, "model_id", self.model_id)
+        _validate_text(owner, "model_id", self.model_id)
         if self.tier not in TIERS:
             raise ValidationFailed(
                 f"{owner}: tier must be 'local' or 'cloud', got {self.tier!r}", field="tier"
             )
-        _check_count(owner, "context_window", self.context_window, minimum=1)
-        _check_count(owner, "max_output_tokens", self.max_output_tokens, minimum=1)
-        _check_count(owner, "preferred_context_tokens", self.preferred_context_tokens, minimum=1)
-        _check_count(owner, "max_tool_count", self.max_tool_count, minimum=0)
-        _check_count(owner, "safety_margin_tokens", self.safety_margin_tokens, minimum=0)
-        _check_count(owner, "safety_margin_percent", self.safety_margin_percent, minimum=0)
+        _validate_count(owner, "context_window", self.context_window, minimum=1)
+        _validate_count(owner, "max_output_tokens", self.max_output_tokens, minimum=1)
+        _validate_count(owner, "preferred_context_tokens", self.preferred_context_tokens, minimum=1)
+        _validate_count(owner, "max_tool_count", self.max_tool_count, minimum=0)
+        _validate_count(owner, "safety_margin_tokens", self.safety_margin_tokens, minimum=0)
+        _validate_count(owner, "safety_margin_percent", self.safety_margin_percent, minimum=0)
         if self.safety_margin_percent is not None and self.safety_margin_percent > SAFETY_MARGIN_PERCENT_MAX:
             raise ValidationFailed(
                 f"{owner}: safety_margin_percent must be at most {SAFETY_MARGIN_PERCENT_MAX}, got "
@@ -172,11 +172,11 @@ class ModelCard:
             )
         capabilities = tuple(self.capabilities)
         for capability in capabilities:
-            _check_text(owner, "capabilities", capability)
+            _validate_text(owner, "capabilities", capability)
         object.__setattr__(self, "capabilities", capabilities)
         if self.latency_class is not None:
-            _check_text(owner, "latency_class", self.latency_class)
-        _check_text(owner, "encoding", self.encoding)
+            _validate_text(owner, "latency_class", self.latency_class)
+        _validate_text(owner, "encoding", self.encoding)
         if not isinstance(self.overrides, BudgetOverrides):
             raise ValidationFailed(f"{owner}: overrides must be BudgetOverrides", field="overrides")
 

@@ -141,7 +141,7 @@ class CatalogDocument:
 EMPTY_DOCUMENT = CatalogDocument()
 
 
-def check_word(word: object, *, where: str, field_name: str = "word") -> str:
+def validate_word(word: object, *, where: str, field_name: str = "word") -> str:
     if not isinstance(word, str) or not WORD_PATTERN.match(word):
         raise ValidationFailed(
             f"{where}: a model word is 1-100 letters, digits or '_.:@+-', starting with a letter, digit or "
@@ -152,7 +152,7 @@ def check_word(word: object, *, where: str, field_name: str = "word") -> str:
     return word
 
 
-def _check_bound(value: object, *, where: str, field_name: str) -> None:
+def _validate_bound(value: object, *, where: str, field_name: str) -> None:
     if isinstance(value, int) and not isinstance(value, bool) and value > MAX_TOKEN_COUNT:
         raise ValidationFailed(
             f"{where}: {field_name} must be at most {MAX_TOKEN_COUNT}, got {value!r}",
@@ -206,9 +206,9 @@ def card_from_data(value: object, *, where: str, prefix: str = "") -> ModelCard:
                 field=f"{prefix}{required}",
                 details={"where": where},
             )
-    check_word(value["word"], where=where, field_name=f"{prefix}word")
+    validate_word(value["word"], where=where, field_name=f"{prefix}word")
     for member in CARD_COUNT_MEMBERS:
-        _check_bound(value.get(member), where=where, field_name=f"{prefix}{member}")
+        _validate_bound(value.get(member), where=where, field_name=f"{prefix}{member}")
     overrides = value.get("overrides")
     if overrides is None:
         overrides = {}
@@ -226,7 +226,7 @@ def card_from_data(value: object, *, where: str, prefix: str = "") -> ModelCard:
             details={"where": where},
         )
     for member in OVERRIDE_MEMBERS:
-        _check_bound(overrides.get(member), where=where, field_name=f"{prefix}overrides.{member}")
+        _validate_bound(overrides.get(member), where=where, field_name=f"{prefix}overrides.{member}")
     capabilities = value.get("capabilities")
     if capabilities is not None and not isinstance(capabilities, list | tuple):
         raise ValidationFailed(
@@ -277,7 +277,7 @@ def card_from_data(value: object, *, where: str, prefix: str = "") -> ModelCard:
     return card
 
 
-def check_storable(value: object, *, where: str, root: str) -> None:
+def validate_storable(value: object, *, where: str, root: str) -> None:
     """Refuse NUL and unpaired surrogates anywhere in a JSON value, keys included, before any part of it is
     stored or echoed in an error (a lone surrogate cannot even be written into a JSON response)."""
     stack: list[tuple[object, str]] = [(value, "")]
@@ -322,7 +322,7 @@ def _word_table(value: object, *, name: str, where: str) -> dict[str, str]:
         )
     table: dict[str, str] = {}
     for word, target in value.items():
-        check_word(word, where=where, field_name=f"{name}.{word}")
+        validate_word(word, where=where, field_name=f"{name}.{word}")
         if not isinstance(target, str) or not target:
             raise ValidationFailed(
                 f"{where}: {name} word {word!r} must name a word, got {target!r}",
@@ -335,7 +335,7 @@ def _word_table(value: object, *, name: str, where: str) -> dict[str, str]:
 
 def catalog_document_from_data(value: object, *, where: str) -> CatalogDocument:
     """The value gate for a whole catalog (from the API, the command or a fixture file)."""
-    check_storable(value, where=where, root="catalog")
+    validate_storable(value, where=where, root="catalog")
     if not isinstance(value, Mapping):
         raise ValidationFailed(
             f"{where}: a model catalog must be an object with members {', '.join(DOCUMENT_MEMBERS)}",
@@ -433,7 +433,7 @@ def decide_catalog_replace(state: CatalogState, document: CatalogDocument, *, wh
     ]
 
 
-def _check_known_word(state: CatalogState, word: object, where: str) -> str:
+def _validate_known_word(state: CatalogState, word: object, where: str) -> str:
     if not isinstance(word, str) or word not in state.document.catalog:
         words = ", ".join(state.document.catalog.words()) or "(none)"
         raise ValidationFailed(
@@ -448,8 +448,8 @@ def _check_known_word(state: CatalogState, word: object, where: str) -> str:
 def decide_overlay_set(state: CatalogState, word: str, value: object, *, where: str) -> list[Event]:
     """Declare ``value`` (the overlay members) on ``word``: the word must be a catalog word, the value must
     pass the value gate (O4). The same value again: no events."""
-    _check_known_word(state, word, where)
-    check_storable(value, where=where, root="overlay")
+    _validate_known_word(state, word, where)
+    validate_storable(value, where=where, root="overlay")
     if value is None:
         raise ValidationFailed(
             f"{where}: an overlay must be an object; to clear one, delete it",
@@ -459,7 +459,7 @@ def decide_overlay_set(state: CatalogState, word: str, value: object, *, where: 
     overlay = overlay_value_gate(value, where)
     assert overlay is not None
     for member in OVERLAY_MEMBERS:
-        _check_bound(getattr(overlay, member), where=where, field_name=member)
+        _validate_bound(getattr(overlay, member), where=where, field_name=member)
     if not overlay.declares_anything:
         raise ValidationFailed(
             f"{where}: the overlay declares none of {', '.join(OVERLAY_MEMBERS)}; to clear it, delete it",
@@ -475,7 +475,7 @@ def decide_overlay_set(state: CatalogState, word: str, value: object, *, where: 
 
 def decide_overlay_clear(state: CatalogState, word: str, *, where: str) -> list[Event]:
     """Clear ``word``'s overlay. An unknown word is refused; a word with no overlay: no events."""
-    _check_known_word(state, word, where)
+    _validate_known_word(state, word, where)
     old = state.overlays.get(word)
     if old is None:
         return []

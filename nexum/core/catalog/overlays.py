@@ -36,7 +36,7 @@ def is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_member(member: str, value: object, where: str) -> None:
+def _validate_member(member: str, value: object, where: str) -> None:
     if value is None:
         return
     if member == "enabled":
@@ -69,7 +69,7 @@ class ContextWindowOverlay:
 
     def __post_init__(self) -> None:
         for member in OVERLAY_MEMBERS:
-            _check_member(member, getattr(self, member), "ContextWindowOverlay")
+            _validate_member(member, getattr(self, member), "ContextWindowOverlay")
 
     @property
     def declares_anything(self) -> bool:
@@ -113,7 +113,7 @@ def overlay_value_gate(value: object, where: str) -> ContextWindowOverlay | None
             details={"where": where, "unknown_members": unknown},
         )
     for member in OVERLAY_MEMBERS:
-        _check_member(member, value.get(member), where)
+        _validate_member(member, value.get(member), where)
     return ContextWindowOverlay(
         context_tokens=value.get("context_tokens"),
         auto_compact_tokens=value.get("auto_compact_tokens"),

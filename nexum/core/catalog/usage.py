@@ -108,7 +108,7 @@ def summarize_drift(samples: Sequence[tuple[int, int]]) -> DriftSummary | None:
     )
 
 
-def check_token_count(value: object, field: str) -> int:
+def validate_token_count(value: object, field: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_TOKEN_COUNT:
         raise ValidationFailed(
             f"{field} must be an integer from 0 to {MAX_TOKEN_COUNT}, got {value!r}", field=field
@@ -116,7 +116,7 @@ def check_token_count(value: object, field: str) -> int:
     return value
 
 
-def check_name(value: object, field: str) -> str:
+def validate_name(value: object, field: str) -> str:
     """A provider's or model's name as the caller spells it: 1-200 characters once trimmed."""
     if not isinstance(value, str):
         raise ValidationFailed(f"{field} must be a string", field=field)
@@ -127,7 +127,7 @@ def check_name(value: object, field: str) -> str:
     return value
 
 
-def check_cost(value: object) -> str | None:
+def validate_cost(value: object) -> str | None:
     """The cost as canonical decimal text (``0.0125``) to 10 places, or ``None``; negative, non-finite or
     over 10**12 is refused."""
     if value is None:

@@ -50,13 +50,13 @@ _by_kind = attrgetter("kind")
 _by_position = attrgetter("position")
 
 
-def _check_kind(items: Sequence[ContextItem], *, name: str, kind: str) -> None:
+def _validate_kind(items: Sequence[ContextItem], *, name: str, kind: str) -> None:
     if set(map(_by_kind, items)) - {kind}:
         raise ValidationFailed(f"{name} may only hold items of kind {kind}", field=name)
-    _check_unique_ids(name, items)
+    _validate_unique_ids(name, items)
 
 
-def _check_unique_ids(name: str, items: Sequence[ContextItem]) -> None:
+def _validate_unique_ids(name: str, items: Sequence[ContextItem]) -> None:
     if len(set(map(_by_id, items))) != len(items):
         raise ValidationFailed(f"{name}: two items of one kind share an id", field=name)
 
@@ -165,7 +165,7 @@ def rank_section(
     only those above ``floor`` are relevant; from version 5 those linked through a named entity too), the
     other state kinds newest first; ties by id."""
     name = SECTION_FIELDS.get(kind, "evidence")
-    _check_kind(items, name=name, kind=kind)
+    _validate_kind(items, name=name, kind=kind)
     relevant = None
     links: Mapping[str, str] = {}
     if version >= MEANING_FROM and (kind in EVIDENCE_KINDS or kind == "fact"):

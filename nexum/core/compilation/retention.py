@@ -31,7 +31,7 @@ def retention_stream(project_id: str) -> str:
     return f"retention-{project_id}"
 
 
-def check_retention_days(value: Any, *, field: str) -> int | None:
+def validate_retention_days(value: Any, *, field: str) -> int | None:
     """Days to keep one kind of stored content: a whole number from 1 to ``RETENTION_DAYS_MAX``, or ``None``
     for the service's default (``NEXUM_RETENTION_…_DAYS``; unset there: kept for ever)."""
     if value is None:
@@ -45,9 +45,11 @@ def check_retention_days(value: Any, *, field: str) -> int | None:
     return value
 
 
-def check_retention_policy(policy: Mapping[str, Any]) -> dict[str, int | None]:
+def validate_retention_policy(policy: Mapping[str, Any]) -> dict[str, int | None]:
     """A whole policy (every member of ``POLICY_FIELDS``), each member checked."""
-    return {field: check_retention_days(policy.get(field), field=field) for field in POLICY_FIELDS.values()}
+    return {
+        field: validate_retention_days(policy.get(field), field=field) for field in POLICY_FIELDS.values()
+    }
 
 
 @event_type("ProjectRetentionSet")

@@ -13,7 +13,7 @@ from typing import Any
 from nexum.core.digests import digest_of, sha256_hex
 from nexum.core.errors import ValidationFailed
 from nexum.core.resolution.subjects import normalize_claim
-from nexum.core.roles import OPERATOR, check_role
+from nexum.core.roles import OPERATOR, validate_role
 from nexum.core.trust import TrustClass
 
 LABEL_SUSPECTED_INSTRUCTION = "suspected_instruction"
@@ -96,7 +96,7 @@ class SourceSpec:
             raise ValidationFailed("a source needs a name", field="name")
         object.__setattr__(self, "declared_scopes", tuple(self.declared_scopes))
         object.__setattr__(self, "highest_trust", TrustClass.parse(self.highest_trust, field="highest_trust"))
-        check_role(self.writable_by, field="writable_by")
+        validate_role(self.writable_by, field="writable_by")
 
 
 @dataclass(frozen=True)

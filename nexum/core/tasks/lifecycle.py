@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from nexum.core.errors import Conflict, IllegalTransition, PolicyRefused, ValidationFailed
 from nexum.core.events import Event, event_type
-from nexum.core.text import is_storable, require_storable
+from nexum.core.text import is_storable, require_storable, validate_reason
 
 # --- states and vocabulary ---
 
@@ -59,7 +59,6 @@ ALLOWED_FROM: Final[Mapping[str, frozenset[str]]] = {
 KEY_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_TASKS: Final = 200
 MAX_TEXT_CHARS: Final = 4000
-MAX_REASON_CHARS: Final = 2000
 MAX_LIST_ITEMS: Final = 100
 MAX_ID_CHARS: Final = 200
 
@@ -416,15 +415,7 @@ def _risk(value: object, field: str) -> str:
     return str(value)
 
 
-def check_reason(reason: object) -> str:
-    if not isinstance(reason, str):
-        raise ValidationFailed("reason must be a string", field="reason")
-    if len(reason) > MAX_REASON_CHARS:
-        raise ValidationFailed(f"reason has at most {MAX_REASON_CHARS} characters", field="reason")
-    return require_storable(reason, "reason").strip()
-
-
-def check_fork_position(value: object, *, first: int, head: int) -> int:
+def validate_fork_position(value: object, *, first: int, head: int) -> int:
     """A fork's ``at_position``: a log position within the project's log, from its first event to its last
     (``first``/``head``, both 0 for a project with no events)."""
     if not isinstance(value, int) or isinstance(value, bool):
@@ -506,27 +497,27 @@ def decide_start(task: TaskState, *, dependency_states: Mapping[str, str], reaso
             field="depends_on",
             details={"waiting_for": waiting},
         )
-    return [TaskStarted(task.task_id, task.goal_id, attempt=task.attempt + 1, reason=check_reason(reason))]
+    return [TaskStarted(task.task_id, task.goal_id, attempt=task.attempt + 1, reason=validate_reason(reason))]
 
 
 def decide_fail(task: TaskState, *, reason: str = "") -> list[Event]:
     _require(task, "fail")
-    return [TaskFailed(task.task_id, task.goal_id, reason=check_reason(reason))]
+    return [TaskFailed(task.task_id, task.goal_id, reason=validate_reason(reason))]
 
 
 def decide_block(task: TaskState, *, reason: str = "") -> list[Event]:
     _require(task, "block")
-    return [TaskBlocked(task.task_id, task.goal_id, reason=check_reason(reason))]
+    return [TaskBlocked(task.task_id, task.goal_id, reason=validate_reason(reason))]
 
 
 def decide_unblock(task: TaskState, *, reason: str = "") -> list[Event]:
     _require(task, "unblock")
-    return [TaskUnblocked(task.task_id, task.goal_id, reason=check_reason(reason))]
+    return [TaskUnblocked(task.task_id, task.goal_id, reason=validate_reason(reason))]
 
 
 def decide_cancel(task: TaskState, *, reason: str = "") -> list[Event]:
     _require(task, "cancel")
-    return [TaskCancelled(task.task_id, task.goal_id, reason=check_reason(reason))]
+    return [TaskCancelled(task.task_id, task.goal_id, reason=validate_reason(reason))]
 
 
 def decide_gate_decision(task: TaskState, *, outcome: str, decision_id: str, reason: str = "") -> list[Event]:
@@ -536,7 +527,7 @@ def decide_gate_decision(task: TaskState, *, outcome: str, decision_id: str, rea
     if not isinstance(decision_id, str) or not decision_id or len(decision_id) > MAX_ID_CHARS:
         raise ValidationFailed("a gate decision needs its decision id", field="decision_id")
     _require(task, "gate")
-    why = check_reason(reason)
+    why = validate_reason(reason)
     if outcome == COMPLETED:
         return [TaskCompleted(task.task_id, task.goal_id, reason=why, decision_id=decision_id)]
     if outcome == FAILED:

@@ -19,7 +19,7 @@ def project_stream(project_id: str) -> str:
     return f"project-{project_id}"
 
 
-def check_slug(slug: str) -> str:
+def validate_slug(slug: str) -> str:
     if not SLUG_PATTERN.fullmatch(slug):
         raise ValidationFailed(
             "a project slug is 1–63 lowercase letters, digits or dashes, starting with a letter or digit",
@@ -28,7 +28,7 @@ def check_slug(slug: str) -> str:
     return slug
 
 
-def check_project_name(name: str) -> str:
+def validate_project_name(name: str) -> str:
     """A project's display name, stripped: not blank, at most 200 characters, one line."""
     name = name.strip()
     if not name:
@@ -40,7 +40,7 @@ def check_project_name(name: str) -> str:
     return name
 
 
-def check_token_name(name: str) -> str:
+def validate_token_name(name: str) -> str:
     """Who holds a token, as the log names them (``agent:<name>``): 1–100 letters, digits, dots, dashes or
     underscores, starting with a letter or digit."""
     if not TOKEN_NAME_PATTERN.fullmatch(name):
@@ -67,7 +67,7 @@ def _project_created_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "description": ""}
 
 
-def check_relevance_floor(value: Any, *, field: str = "relevance_floor") -> float | None:
+def validate_relevance_floor(value: Any, *, field: str = "relevance_floor") -> float | None:
     """A project's relevance floor: a number from 0 to 1 (0: no floor), or ``None`` for the service's
     ``NEXUM_RELEVANCE_FLOOR``."""
     if value is None:

@@ -25,7 +25,7 @@ from typing import Final
 from nexum.core.errors import Conflict, ValidationFailed
 from nexum.core.events import Event, event_type
 from nexum.core.ids import GATE_APPROVAL_IDS
-from nexum.core.tasks.lifecycle import check_reason
+from nexum.core.text import validate_reason
 
 BEFORE_START: Final = "before_start"
 BEFORE_COMPLETE: Final = "before_complete"
@@ -126,7 +126,7 @@ class ApprovalDeniedEvent(Event):
 # --- rules ---
 
 
-def check_stage_setting(value: object, field: str = "high_risk_approval") -> str | None:
+def validate_stage_setting(value: object, field: str = "high_risk_approval") -> str | None:
     """A project's default for high-risk tasks: a stage, or ``None`` (no approval by default)."""
     if value is None:
         return None
@@ -135,7 +135,7 @@ def check_stage_setting(value: object, field: str = "high_risk_approval") -> str
     return str(value)
 
 
-def check_contract_approval(value: object) -> str | None:
+def validate_contract_approval(value: object) -> str | None:
     if value is None:
         return None
     if value not in CONTRACT_APPROVALS:
@@ -157,7 +157,7 @@ def required_stages(*, contract_approval: str | None, risk: str, high_risk_defau
     return set()
 
 
-def check_action(value: object) -> str:
+def validate_action(value: object) -> str:
     if not isinstance(value, str) or not ACTION_PATTERN.fullmatch(value):
         raise ValidationFailed(
             "an action is 1–100 letters, digits, '_', '.', ':' or '-', starting with a letter or digit",
@@ -166,7 +166,7 @@ def check_action(value: object) -> str:
     return value
 
 
-def check_arguments_digest(value: object) -> str:
+def validate_arguments_digest(value: object) -> str:
     if value is None or value == "":
         return ""
     if not isinstance(value, str) or not DIGEST_PATTERN.fullmatch(value):
@@ -177,9 +177,9 @@ def check_arguments_digest(value: object) -> str:
     return value
 
 
-def check_decision_reason(reason: object) -> str:
-    """An operator's decision says why: a non-empty reason (``check_reason``'s bounds)."""
-    text = check_reason(reason)
+def validate_decision_reason(reason: object) -> str:
+    """An operator's decision says why: a non-empty reason (``validate_reason``'s bounds)."""
+    text = validate_reason(reason)
     if not text:
         raise ValidationFailed("a decision needs a reason (why yes, or why no)", field="reason")
     return text

@@ -207,7 +207,7 @@ def contract_of(registered: Mapping[str, Any] | None) -> Contract:
     return Contract() if registered is None else contract_from_dict(registered)
 
 
-def check_answer(answer: object) -> str:
+def validate_answer(answer: object) -> str:
     if not isinstance(answer, str):
         raise ValidationFailed("answer must be a string", field="answer")
     if len(answer) > MAX_ANSWER_CHARS:

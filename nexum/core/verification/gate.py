@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final, Literal, TypeAlias
 
 from nexum.core.errors import ValidationFailed
-from nexum.core.verification.approvals import check_contract_approval
+from nexum.core.verification.approvals import validate_contract_approval
 from nexum.core.verification.checks.base import (
     RAISED,
     CheckResult,
@@ -87,7 +87,7 @@ class Contract:
                 f"on_failure must be one of {', '.join(ON_FAILURE_CHOICES)}, got {self.on_failure!r}",
                 field="on_failure",
             )
-        check_contract_approval(self.approval)
+        validate_contract_approval(self.approval)
 
 
 # --- results and the decision ---

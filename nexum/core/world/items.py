@@ -438,7 +438,7 @@ def _require_current(fact: FactState, action: str) -> None:
 # --- tools ------------------------------------------------------------------------------------------------
 
 
-def check_tool_name(name: str, *, field_name: str = "name") -> str:
+def validate_tool_name(name: str, *, field_name: str = "name") -> str:
     if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
         raise ValidationFailed(
             "a tool name is 1–64 letters, digits, '_', '-' or '.'", field=field_name, details={"name": name}

@@ -1,5 +1,5 @@
-"""A resolve's inputs: what a caller sends, checked (source names, grant scopes, required questions,
-reasons), the required questions as stored, and the query a step's resolve sends its sources.
+"""A resolve's inputs: what a caller sends, validated (source names, grant scopes, required questions), the
+required questions as stored, and the query a step's resolve sends its sources.
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ from nexum.core.resolution.model import RequiredQuestion
 SOURCE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 MAX_QUESTIONS = 50
 MAX_QUESTION_CHARS = 2000
-MAX_REASON_CHARS = 2000
 MAX_SCOPES = 100
 
 
-def check_source_name(name: Any) -> str:
+def validate_source_name(name: Any) -> str:
     if not isinstance(name, str) or not SOURCE_NAME.fullmatch(name):
         raise ValidationFailed(
             "a source name is 1–100 letters, digits, '_', '.' or '-', starting with a letter or digit",
@@ -27,15 +26,7 @@ def check_source_name(name: Any) -> str:
     return name
 
 
-def check_reason(reason: Any, *, field: str = "reason") -> str:
-    if not isinstance(reason, str):
-        raise ValidationFailed("reason must be a string", field=field)
-    if len(reason) > MAX_REASON_CHARS:
-        raise ValidationFailed(f"reason is longer than {MAX_REASON_CHARS} characters", field=field)
-    return reason
-
-
-def check_grant_scopes(scopes: Any) -> dict[str, tuple[str, ...]]:
+def validate_grant_scopes(scopes: Any) -> dict[str, tuple[str, ...]]:
     """``{source name: [scope, …]}``; an empty list means every scope the source declares (``*``). A name
     that cannot be a source's names no source: ``NotFound``, as for a name the project lacks."""
     if not isinstance(scopes, Mapping) or not scopes:
@@ -54,7 +45,7 @@ def check_grant_scopes(scopes: Any) -> dict[str, tuple[str, ...]]:
     return dict(sorted(checked.items()))
 
 
-def check_questions(questions: Any) -> tuple[RequiredQuestion, ...]:
+def validate_questions(questions: Any) -> tuple[RequiredQuestion, ...]:
     """``[{question, subjects: [...]}, …]`` → ``RequiredQuestion``s (subjects may be given as ``subject``)."""
     if isinstance(questions, str) or not isinstance(questions, list | tuple):
         raise ValidationFailed("questions must be a list", field="questions")
