@@ -37,7 +37,7 @@ from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext, override_settings  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from nexum.eventstore.models import Event as EventRow  # noqa: E402
+from nexum.eventstore.models import Event  # noqa: E402
 from nexum_web.api import metrics as metrics_view  # noqa: E402
 from nexum_web.webhooks.models import WebhookDelivery  # noqa: E402
 from nexum_web.webhooks.services import deliveries_record, webhook_register  # noqa: E402
@@ -81,7 +81,7 @@ def build() -> None:
             completion_request(project_id=project_id, task_id=str(task_id), answer="done", actor="agent")
         elapsed = time.perf_counter() - started
         print(f"  project {index + 1}/{PROJECTS}: {len(tasks)} tasks, {asked} pending ({elapsed:.0f} s)")
-    deliveries_record(batch=EventRow.objects.count() // (2 * PROJECTS))
+    deliveries_record(batch=Event.objects.count() // (2 * PROJECTS))
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -104,7 +104,7 @@ def main() -> None:
     tasks = Task.objects.filter(is_goal=False).count()
     pending = CompletionRequest.objects.filter(decided=False).count()
     deliveries = WebhookDelivery.objects.filter(state="pending").count()
-    print(f"World: {tasks} tasks, {pending} completion requests pending, {EventRow.objects.count()} events,")
+    print(f"World: {tasks} tasks, {pending} completion requests pending, {Event.objects.count()} events,")
     print(f"       {deliveries} webhook deliveries pending")
 
     client = Client(HTTP_AUTHORIZATION=f"Bearer {SCRAPE_TOKEN}")

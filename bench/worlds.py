@@ -19,7 +19,7 @@ from django.db import connection
 from context_app.catalog.services import DEFAULT_CATALOG, model_catalog_replace
 from context_app.world.services.tools import tool_define
 from nexum.adapters.tokenization import counter_for
-from nexum.core.events import Event
+from nexum.core.events import DomainEvent
 from nexum.core.world.items import (
     ArtifactRecorded,
     DecisionRecorded,
@@ -89,7 +89,7 @@ def text_of(rng: random.Random) -> str:
 
 def item_event(
     rng: random.Random, kind: str, goal_id: str, task_ids: list[str], counter: object, own_share: float
-) -> Event:
+) -> DomainEvent:
     """One item of the goal: a task's own (one of ``task_ids``) with probability ``own_share``, always for
     failures, progress notes and tool calls; shared by the goal otherwise."""
     own = rng.random() < own_share or kind in ("failure", "progress", "tool_call")

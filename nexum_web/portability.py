@@ -38,7 +38,7 @@ from nexum.core import chain
 from nexum.core.digests import canonical_json, digest_of, sha256_hex
 from nexum.core.errors import ValidationFailed
 from nexum.eventstore import importing
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from nexum.eventstore.verification import chained_events
 from tasks_app.models import AgentToken, Project
 from tasks_app.services.tokens import agent_token_revoke
@@ -120,12 +120,12 @@ def export_lines(project: Project) -> Iterator[str]:
 
 
 def _idempotency_keys(project_id: str) -> Iterator[tuple[int, str]]:
-    rows = EventRow.objects.filter(project_id=project_id, idempotency_key__isnull=False)
+    rows = Event.objects.filter(project_id=project_id, idempotency_key__isnull=False)
     yield from rows.values_list("position", "idempotency_key").iterator()
 
 
 def _versions(project_id: str) -> Iterator[tuple[int, int]]:
-    yield from EventRow.objects.filter(project_id=project_id).values_list("position", "version").iterator()
+    yield from Event.objects.filter(project_id=project_id).values_list("position", "version").iterator()
 
 
 def _blob_lines(project_id: str) -> Iterator[dict[str, Any]]:

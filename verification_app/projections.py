@@ -6,7 +6,7 @@ from nexum.core.verification.approvals import (
     DENIED,
     GRANTED,
     PENDING,
-    ApprovalDeniedEvent,
+    ApprovalDenied,
     ApprovalGranted,
     ApprovalRequested,
 )
@@ -150,9 +150,9 @@ class VerificationProjection(Projection):
         event: ApprovalGranted = stored.event  # type: ignore[assignment]
         self._decided(stored, rows, event.approval_id, GRANTED, event.reason)
 
-    @handles(ApprovalDeniedEvent)
+    @handles(ApprovalDenied)
     def approval_denied(self, stored: StoredEvent, rows: ReadModelRows) -> None:
-        event: ApprovalDeniedEvent = stored.event  # type: ignore[assignment]
+        event: ApprovalDenied = stored.event  # type: ignore[assignment]
         self._decided(stored, rows, event.approval_id, DENIED, event.reason)
 
     def _decided(

@@ -27,7 +27,7 @@ from nexum.core.catalog.changes import (
 )
 from nexum.core.catalog.overlays import ContextWindowOverlay
 from nexum.core.errors import ConcurrencyError, NotFound
-from nexum.core.events import Event
+from nexum.core.events import DomainEvent
 from nexum.eventstore import store
 from tasks_app.models import Project
 from tasks_app.services.projects import project_create
@@ -174,7 +174,7 @@ def _current_version(project_id: str, expected_version: int | None) -> int:
 
 
 def _append(
-    project_id: str, events: list[Event], version: int, actor: str, idempotency_key: str | None
+    project_id: str, events: list[DomainEvent], version: int, actor: str, idempotency_key: str | None
 ) -> int:
     if not events:
         return version

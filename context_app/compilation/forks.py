@@ -49,7 +49,7 @@ from nexum.core.world.items import (
     tool_scope_stream,
 )
 from nexum.eventstore import projections, reading, store
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from nexum.eventstore.projections import Row
 from tasks_app import selectors as task_selectors
 from tasks_app.models import Task
@@ -140,7 +140,7 @@ def _fork(
     if previous is not None:
         return previous
     first = (
-        EventRow.objects.filter(project_id=project_id)
+        Event.objects.filter(project_id=project_id)
         .order_by("project_position")
         .values_list("position", flat=True)
         .first()

@@ -46,7 +46,7 @@ from context_app.resolution.models import BundleContent, Escalation, Resolve, Ta
 from context_app.world.artifacts import default_store
 from context_app.world.models import WorldItem
 from nexum.core.compilation import retention as rules
-from nexum.core.events import Event
+from nexum.core.events import DomainEvent
 from nexum.core.ids import RETENTION_RUN_IDS
 from nexum.eventstore import reading, store
 from tasks_app.models import Project
@@ -172,7 +172,7 @@ def _prune_contexts(
                 .filter(id__in=batch, pruned_at=None)
                 .only("id", "digest", "task_id", "position", "prompt_block", "exclusion_runs")
             )
-            events: list[Event] = []
+            events: list[DomainEvent] = []
             for row in rows:
                 freed = len(row.prompt_block.encode()) + len(row.exclusion_runs.encode()) - len(b"[]")
                 events.append(rules.ContextPruned(row.digest, str(row.task_id), row.position, freed))
@@ -208,7 +208,7 @@ def _prune_bundles(
     for batch in _batches(due.values_list("digest", flat=True)):
         with transaction.atomic():
             rows = list(BundleContent.objects.select_for_update().filter(digest__in=batch, pruned_at=None))
-            events: list[Event] = [rules.BundlePruned(row.digest, row.size) for row in rows]
+            events: list[DomainEvent] = [rules.BundlePruned(row.digest, row.size) for row in rows]
             count.count += len(rows)
             count.bytes_freed += sum(row.size for row in rows)
             if dry_run or not events:
@@ -269,7 +269,7 @@ def _unlink(paths: list[Path]) -> None:
 # --- shared -----------------------------------------------------------------------------------------------
 
 
-def _append(project: Project, events: list[Event], actor: str) -> None:
+def _append(project: Project, events: list[DomainEvent], actor: str) -> None:
     stream = rules.retention_stream(str(project.id))
     store.append(
         stream_id=stream,

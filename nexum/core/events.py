@@ -26,17 +26,17 @@ class UnknownEventType(ValidationFailed):
 
 
 @dataclasses.dataclass(frozen=True)
-class Event:
+class DomainEvent:
     """Base of every domain event. Subclasses are frozen dataclasses registered with ``@event_type``."""
 
     event_type: ClassVar[str] = ""
     schema_version: ClassVar[int] = 1
 
 
-E = TypeVar("E", bound=type[Event])
+E = TypeVar("E", bound=type[DomainEvent])
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
-_registry: dict[str, type[Event]] = {}
+_registry: dict[str, type[DomainEvent]] = {}
 _upcasters: dict[tuple[str, int], Upcaster] = {}
 
 
@@ -66,14 +66,14 @@ def upcaster(name: str, from_version: int) -> Callable[[Upcaster], Upcaster]:
     return register
 
 
-def event_class(name: str) -> type[Event]:
+def event_class(name: str) -> type[DomainEvent]:
     try:
         return _registry[name]
     except KeyError:
         raise UnknownEventType(f"unknown event type {name!r}", field="type") from None
 
 
-def registered_event_types() -> dict[str, type[Event]]:
+def registered_event_types() -> dict[str, type[DomainEvent]]:
     return dict(sorted(_registry.items()))
 
 
@@ -93,7 +93,7 @@ def upcast(name: str, schema_version: int, data: Mapping[str, Any]) -> dict[str,
     return lifted
 
 
-def event_from_data(name: str, data: Any, schema_version: int | None = None) -> Event:
+def event_from_data(name: str, data: Any, schema_version: int | None = None) -> DomainEvent:
     """Build and validate a typed event from JSON data (upcasting from ``schema_version`` if older)."""
     cls = event_class(name)
     if not isinstance(data, Mapping):
@@ -103,14 +103,14 @@ def event_from_data(name: str, data: Any, schema_version: int | None = None) -> 
     return _build(cls, data, prefix=name)
 
 
-def event_to_data(event: Event) -> dict[str, Any]:
+def event_to_data(event: DomainEvent) -> dict[str, Any]:
     """The event's fields as JSON-ready data (tuples become lists)."""
     return {field.name: _to_json(getattr(event, field.name)) for field in dataclasses.fields(event)}
 
 
-def validate_event(event: Event) -> Event:
+def validate_event(event: DomainEvent) -> DomainEvent:
     """Re-validate an event built in code (catches wrong types passed to the constructor)."""
-    if not isinstance(event, Event) or type(event).event_type not in _registry:
+    if not isinstance(event, DomainEvent) or type(event).event_type not in _registry:
         raise UnknownEventType(f"{type(event).__name__} is not a registered event type", field="type")
     return _build(type(event), event_to_data(event), prefix=type(event).event_type)
 
@@ -131,12 +131,12 @@ def _to_json(value: Any) -> Any:
 
 
 @functools.cache
-def _schema(cls: type[Event]) -> tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]:
+def _schema(cls: type[DomainEvent]) -> tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]:
     """The resolved type hints and fields of an event class, computed once per class."""
     return typing.get_type_hints(cls), {field.name: field for field in dataclasses.fields(cls)}
 
 
-def _build(cls: type[Event], data: Mapping[str, Any], prefix: str) -> Event:
+def _build(cls: type[DomainEvent], data: Mapping[str, Any], prefix: str) -> DomainEvent:
     hints, fields = _schema(cls)
     unknown = sorted(set(data) - set(fields))
     if unknown:

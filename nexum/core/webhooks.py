@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nexum.core.events import Event, event_type
+from nexum.core.events import DomainEvent, event_type
 
 
 def webhook_stream(webhook_id: str) -> str:
@@ -18,7 +18,7 @@ def webhook_stream(webhook_id: str) -> str:
 
 @event_type("WebhookRegistered")
 @dataclass(frozen=True)
-class WebhookRegistered(Event):
+class WebhookRegistered(DomainEvent):
     """An operator had the project's events sent to ``url`` from here on."""
 
     webhook_id: str
@@ -28,7 +28,7 @@ class WebhookRegistered(Event):
 
 @event_type("WebhookRemoved")
 @dataclass(frozen=True)
-class WebhookRemoved(Event):
+class WebhookRemoved(DomainEvent):
     """An operator stopped a webhook: nothing more is recorded or sent to it."""
 
     webhook_id: str

@@ -14,7 +14,7 @@ from django.db import connection
 from nexum.core.errors import Conflict
 from nexum.eventstore import projections
 from nexum.eventstore.locks import lock_project
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from nexum.eventstore.reading import stored_event
 
 
@@ -48,10 +48,10 @@ def import_project_log(*, project_id: str, events: Sequence[ImportedEvent], chun
     if not connection.in_atomic_block:
         raise RuntimeError("import_project_log runs inside the importer's transaction")
     lock_project(project_id)
-    if EventRow.objects.filter(project_id=project_id).exists():
+    if Event.objects.filter(project_id=project_id).exists():
         raise ImportCollision(f"project {project_id} already has events here: import into an empty project")
     positions = [event.position for event in events]
-    taken = list(EventRow.objects.filter(position__in=positions).values_list("position", flat=True)[:5])
+    taken = list(Event.objects.filter(position__in=positions).values_list("position", flat=True)[:5])
     if taken:
         raise ImportCollision(
             f"log positions {taken} are taken here by other projects' events: import into an installation "
@@ -59,9 +59,9 @@ def import_project_log(*, project_id: str, events: Sequence[ImportedEvent], chun
         )
     for start in range(0, len(events), chunk_size):
         chunk = events[start : start + chunk_size]
-        EventRow.objects.bulk_create(
+        Event.objects.bulk_create(
             [
-                EventRow(
+                Event(
                     position=event.position,
                     stream_id=event.stream_id,
                     version=event.version,

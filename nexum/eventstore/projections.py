@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Protocol
 
 from django.db import connection, models, transaction
 
-from nexum.core.events import Event
+from nexum.core.events import DomainEvent
 from nexum.eventstore.reading import StoredEvent, iter_all
 
 Row = dict[str, Any]
@@ -174,10 +174,13 @@ def _attnames(model: type[models.Model]) -> tuple[str, ...]:
 Handler = Callable[[Any, StoredEvent, ReadModelRows], None]
 
 
-def handles(event_class: type[Event]) -> Callable[[Handler], Handler]:
+def handles(event_class: type[DomainEvent]) -> Callable[[Handler], Handler]:
     """Mark a projection method as the handler of one event class (its stored events, whatever their schema
     version: they are upcast to the class when read)."""
-    if not (isinstance(event_class, type) and issubclass(event_class, Event)) or not event_class.event_type:
+    if (
+        not (isinstance(event_class, type) and issubclass(event_class, DomainEvent))
+        or not event_class.event_type
+    ):
         raise TypeError(f"@handles takes a registered event class, not {event_class!r}")
 
     def mark(method: Handler) -> Handler:

@@ -21,10 +21,10 @@ from typing import Any
 
 from django.db import connection, connections, transaction
 
-from nexum.core.events import Event, event_from_data, event_to_data, upcast
+from nexum.core.events import DomainEvent, event_from_data, event_to_data, upcast
 from nexum.eventstore import replica
 from nexum.eventstore.locks import lock_project
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class StoredEvent:
     position: int
     stream_id: str
     version: int
-    event: Event
+    event: DomainEvent
     metadata: Mapping[str, Any]
     recorded_at: datetime
     project_id: str | None
@@ -51,7 +51,7 @@ class StoredEvent:
 
 def stream_version(stream_id: str) -> int:
     version = (
-        EventRow.objects.filter(stream_id=stream_id)
+        Event.objects.filter(stream_id=stream_id)
         .order_by("-version")
         .values_list("version", flat=True)
         .first()
@@ -60,7 +60,7 @@ def stream_version(stream_id: str) -> int:
 
 
 def read_stream(stream_id: str, *, until_position: int | None = None) -> list[StoredEvent]:
-    rows = EventRow.objects.filter(stream_id=stream_id)
+    rows = Event.objects.filter(stream_id=stream_id)
     if until_position is not None:
         rows = rows.filter(position__lte=until_position)
     return [stored_event(values) for values in rows.order_by("version").values_list(*_COLUMNS)]
@@ -69,7 +69,7 @@ def read_stream(stream_id: str, *, until_position: int | None = None) -> list[St
 def read_streams(stream_ids: Iterable[str], *, until_position: int) -> list[StoredEvent]:
     """The events of the given streams up to log ``until_position``, in log order (one query): what a few
     read-model rows as of a past position are folded from."""
-    rows = EventRow.objects.filter(stream_id__in=sorted(set(stream_ids)), position__lte=until_position)
+    rows = Event.objects.filter(stream_id__in=sorted(set(stream_ids)), position__lte=until_position)
     return [stored_event(values) for values in rows.order_by("position").values_list(*_COLUMNS)]
 
 
@@ -92,7 +92,7 @@ def iter_all(
     """Events with position > ``after`` in position order. One project's are read on its
     ``(project_id, project_position)`` index, which orders them as their positions do: ``until`` becomes the
     project's place of its last event at or below it."""
-    rows = EventRow.objects.filter(position__gt=after)
+    rows = Event.objects.filter(position__gt=after)
     if event_types is not None:
         rows = rows.filter(event_type__in=sorted(event_types))
     if project_id is None:
@@ -113,7 +113,7 @@ def iter_all(
 def _place_at_or_below(project_id: str, position: int) -> int:
     """The project's place of its last event at or below log ``position`` (0: none)."""
     place = (
-        EventRow.objects.filter(project_id=project_id, position__lte=position)
+        Event.objects.filter(project_id=project_id, position__lte=position)
         .order_by("-project_position")
         .values_list("project_position", flat=True)
         .first()
@@ -124,7 +124,7 @@ def _place_at_or_below(project_id: str, position: int) -> int:
 def read_project(project_id: str | None, *, after: int = 0, limit: int | None = None) -> list[StoredEvent]:
     """One project's events with ``project_position`` > ``after``, in order (``None``: the events without a
     project). A reader that follows ``after=`` sees every event of the project exactly once, in order."""
-    rows = EventRow.objects.filter(project_id=project_id, project_position__gt=after).order_by(
+    rows = Event.objects.filter(project_id=project_id, project_position__gt=after).order_by(
         "project_position"
     )
     if limit is not None:
@@ -134,14 +134,14 @@ def read_project(project_id: str | None, *, after: int = 0, limit: int | None = 
 
 def head_position() -> int:
     """The highest position in the whole log (not a point every lower position has reached: see ``store``)."""
-    return EventRow.objects.order_by("-position").values_list("position", flat=True).first() or 0
+    return Event.objects.order_by("-position").values_list("position", flat=True).first() or 0
 
 
 def project_head(project_id: str | None) -> tuple[int, int]:
     """The project's last event as ``(position, project_position)``, ``(0, 0)`` for an empty project. Every
     event of the project up to it is committed: appends in one project commit in order."""
     last = (
-        EventRow.objects.filter(project_id=project_id)
+        Event.objects.filter(project_id=project_id)
         .order_by("-project_position")
         .values_list("position", "project_position")
         .first()

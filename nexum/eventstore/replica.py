@@ -99,10 +99,10 @@ def read_alias(project_id: str | None, min_position: int = 0) -> str:
 
 def replica_project_position(project_id: str | None) -> int:
     """The last project position of ``project_id`` that the replica has replayed."""
-    from nexum.eventstore.models import Event as EventRow
+    from nexum.eventstore.models import Event
 
     last = (
-        EventRow.objects.using(REPLICA)
+        Event.objects.using(REPLICA)
         .filter(project_id=project_id)
         .order_by("-project_position")
         .values_list("project_position", flat=True)

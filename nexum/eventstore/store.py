@@ -39,10 +39,10 @@ from django.utils import timezone
 from nexum.core import chain
 from nexum.core.digests import canonical_json
 from nexum.core.errors import ConcurrencyError, Conflict, ValidationFailed
-from nexum.core.events import Event, event_from_data, event_to_data, validate_event
+from nexum.core.events import DomainEvent, event_from_data, event_to_data, validate_event
 from nexum.eventstore import projections, replica
 from nexum.eventstore.locks import LOCK_PROJECT, PROJECT_LOCK_CLASS, lock_project
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from nexum.eventstore.reading import StoredEvent, stream_version
 
 STREAM_ID_MAX = 200
@@ -68,7 +68,7 @@ class AppendResult:
 def append(
     *,
     stream_id: str,
-    events: Sequence[Event],
+    events: Sequence[DomainEvent],
     expected_version: int | None,
     actor: str = "system",
     idempotency_key: str | None = None,
@@ -171,7 +171,7 @@ _HEAD = (
 
 def _insert(
     stream_id: str,
-    typed: Sequence[Event],
+    typed: Sequence[DomainEvent],
     expected_version: int | None,
     metadata: dict[str, Any],
     idempotency_key: str | None,
@@ -191,7 +191,7 @@ def _insert(
     sql = _INSERT_BATCH[connection.vendor].format(
         guard="WHERE cur.v = %(expected)s" if expected_version is not None else ""
     )
-    field = EventRow._meta.get_field
+    field = Event._meta.get_field
     params = {
         "stream": stream_id,
         "metadata": json.dumps(metadata),
@@ -219,7 +219,7 @@ def _insert(
 
 def _chained_batch(
     stream_id: str,
-    typed: Sequence[Event],
+    typed: Sequence[DomainEvent],
     metadata: dict[str, Any],
     project_id: str | None,
     recorded_at: datetime,
@@ -258,15 +258,17 @@ def appended_with_key(stream_id: str, idempotency_key: str) -> list[tuple[int, i
     ``(position, version, event_type, data)``; empty when the key is unused there. For services that must
     recognise a retry before deciding (a retried transition would otherwise be refused: it has moved on)."""
     return list(
-        EventRow.objects.filter(stream_id=stream_id, idempotency_key=idempotency_key)
+        Event.objects.filter(stream_id=stream_id, idempotency_key=idempotency_key)
         .order_by("position")
         .values_list("position", "version", "event_type", "data")
     )
 
 
-def _previous_append(stream_id: str, idempotency_key: str, typed: Sequence[Event]) -> AppendResult | None:
+def _previous_append(
+    stream_id: str, idempotency_key: str, typed: Sequence[DomainEvent]
+) -> AppendResult | None:
     rows = list(
-        EventRow.objects.filter(stream_id=stream_id, idempotency_key=idempotency_key)
+        Event.objects.filter(stream_id=stream_id, idempotency_key=idempotency_key)
         .order_by("position")
         .values_list("position", "version", "event_type", "data", "project_position")
     )
@@ -285,7 +287,7 @@ def _previous_append(stream_id: str, idempotency_key: str, typed: Sequence[Event
 
 
 def _validate_arguments(
-    stream_id: str, events: Sequence[Event], expected_version: int | None, idempotency_key: str | None
+    stream_id: str, events: Sequence[DomainEvent], expected_version: int | None, idempotency_key: str | None
 ) -> None:
     if not isinstance(stream_id, str) or not stream_id or len(stream_id) > STREAM_ID_MAX:
         raise ValidationFailed(

@@ -8,8 +8,7 @@ from collections.abc import Iterator
 from django.utils import timezone
 
 from nexum.core import chain
-from nexum.eventstore.models import Event as EventRow
-from nexum.eventstore.models import LogVerification
+from nexum.eventstore.models import Event, LogVerification
 
 _CHAIN_COLUMNS = (
     "position",
@@ -29,9 +28,7 @@ _CHAIN_COLUMNS = (
 def chained_events(project_id: str | None, *, chunk_size: int = 2000) -> Iterator[chain.ChainedEvent]:
     """One project's events as stored (not upcast: the chain covers what was written), in its log's order."""
     rows = (
-        EventRow.objects.filter(project_id=project_id)
-        .order_by("project_position")
-        .values_list(*_CHAIN_COLUMNS)
+        Event.objects.filter(project_id=project_id).order_by("project_position").values_list(*_CHAIN_COLUMNS)
     )
     for values in rows.iterator(chunk_size=chunk_size):
         (position, stream_id, name, schema_version, data, metadata, project, place, at, previous, own) = (
@@ -54,7 +51,7 @@ def chained_events(project_id: str | None, *, chunk_size: int = 2000) -> Iterato
 
 def logged_projects() -> list[str | None]:
     """Every project with events (``None``: the events without a project), in a stable order."""
-    ids = EventRow.objects.order_by().values_list("project_id", flat=True).distinct()
+    ids = Event.objects.order_by().values_list("project_id", flat=True).distinct()
     found = sorted(
         {str(value) if value is not None else None for value in ids}, key=lambda value: value or ""
     )

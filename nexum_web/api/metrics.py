@@ -38,7 +38,7 @@ from context_app.compilation.selectors.usage import drift_per_card
 from nexum.adapters import metrics
 from nexum.core.errors import Forbidden
 from nexum.core.roles import OPERATOR
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from nexum.work.kinds import work_kinds
 from nexum.work.selectors import pending_count, stuck_count
 from nexum_web.api.auth import AgentTokenAuthentication, ProjectAgent
@@ -117,7 +117,7 @@ class MetricsView(APIView):
 
 def _head_of(project: Any) -> Subquery:
     """The project-position of the last event of the project ``project`` refers to (one index probe)."""
-    last = EventRow.objects.filter(project_id=project).order_by("-project_position")
+    last = Event.objects.filter(project_id=project).order_by("-project_position")
     return Subquery(last.values("project_position")[:1])
 
 

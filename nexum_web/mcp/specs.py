@@ -29,7 +29,7 @@ class Reshaped:
 
 
 @dataclass(frozen=True)
-class ToolSpec:
+class McpTool:
     """One tool. Its annotations say what a host may assume: ``read_only`` for a GET; ``destructive`` when a
     call takes back or replaces what is current (a retracted or superseded fact, a replaced contract), never
     for an append; ``idempotent`` when calling again with the same arguments has no further effect (the

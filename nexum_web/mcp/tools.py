@@ -13,47 +13,47 @@ tools are marked: an agent token calling one is refused by the API's role check,
 from __future__ import annotations
 
 from nexum_web.mcp.shapes import SOURCES_ARGUMENT, compile_summary, compile_summary_schema, sources_map
-from nexum_web.mcp.specs import Reshaped, ResourceSpec, ToolSpec
+from nexum_web.mcp.specs import McpTool, Reshaped, ResourceSpec
 
 _AS_AGENT = "Recorded as you; its trust class is at most your token's ceiling (agent_reported for an agent)."
 
-TOOLS: dict[str, ToolSpec] = {
+TOOLS: dict[str, McpTool] = {
     spec.name: spec
     for spec in [
-        ToolSpec(
+        McpTool(
             "record_fact",
             f"Record a fact on a task (task_id) or shared by its goal (goal_id). {_AS_AGENT}",
             "POST",
             "/api/v1/tasks/{task_id}/facts",
             goal_path="/api/v1/goals/{goal_id}/facts",
         ),
-        ToolSpec(
+        McpTool(
             "record_decision",
             f"Record a decision and its rationale on a task (task_id) or its goal (goal_id). {_AS_AGENT}",
             "POST",
             "/api/v1/tasks/{task_id}/decisions",
             goal_path="/api/v1/goals/{goal_id}/decisions",
         ),
-        ToolSpec(
+        McpTool(
             "record_failure",
             f"Record what failed on a task (its attempt by default). {_AS_AGENT}",
             "POST",
             "/api/v1/tasks/{task_id}/failures",
         ),
-        ToolSpec(
+        McpTool(
             "record_progress",
             f"Record a progress note on a task (task_id) or its goal (goal_id). {_AS_AGENT}",
             "POST",
             "/api/v1/tasks/{task_id}/progress",
             goal_path="/api/v1/goals/{goal_id}/progress",
         ),
-        ToolSpec(
+        McpTool(
             "record_tool_call",
             f"Record a tool call made for a task (its arguments are kept as a digest). {_AS_AGENT}",
             "POST",
             "/api/v1/tasks/{task_id}/tool-calls",
         ),
-        ToolSpec(
+        McpTool(
             "record_artifact",
             "Record an artifact (uri, summary, optional content as content_text or content_base64, stored "
             f"by sha256) on a task (task_id) or its goal (goal_id). {_AS_AGENT}",
@@ -61,7 +61,7 @@ TOOLS: dict[str, ToolSpec] = {
             "/api/v1/tasks/{task_id}/artifacts",
             goal_path="/api/v1/goals/{goal_id}/artifacts",
         ),
-        ToolSpec(
+        McpTool(
             "retract_fact",
             "Retract a current fact (fact_id) with a reason; it stays in the history. Only a fact at or "
             "below your token's ceiling: an agent cannot retract what an operator recorded (403 naming "
@@ -71,7 +71,7 @@ TOOLS: dict[str, ToolSpec] = {
             destructive=True,
             idempotent=True,
         ),
-        ToolSpec(
+        McpTool(
             "supersede_fact",
             "Replace a current fact (fact_id) by a new one in the same scope; returns the new fact. Only a "
             "fact at or below your token's ceiling: an agent cannot supersede what an operator recorded (403 "
@@ -81,20 +81,20 @@ TOOLS: dict[str, ToolSpec] = {
             destructive=True,
             idempotent=True,
         ),
-        ToolSpec(
+        McpTool(
             "verify_fact",
             "Mark a current fact verified (an optional note says how you checked it); a superseded or "
             "retracted fact is refused.",
             "POST",
             "/api/v1/facts/{fact_id}/verify",
         ),
-        ToolSpec(
+        McpTool(
             "get_fact",
             "A fact with its history: recorded, verified, superseded or retracted, by whom and when.",
             "GET",
             "/api/v1/facts/{fact_id}",
         ),
-        ToolSpec(
+        McpTool(
             "list_items",
             "World-state items (facts, decisions, failures, artifacts, progress notes, tool calls) of the "
             "project, a goal or a task, filtered by kind; current: true leaves out superseded and retracted "
@@ -102,7 +102,7 @@ TOOLS: dict[str, ToolSpec] = {
             "GET",
             "/api/v1/items",
         ),
-        ToolSpec(
+        McpTool(
             "create_goal",
             "Create a goal with its plan: an objective and its tasks (key, objective, depends_on by key, "
             "risk, inputs, constraints, success_criteria). Returns the goal with its tasks' ids. Contracts "
@@ -114,13 +114,13 @@ TOOLS: dict[str, ToolSpec] = {
                 "contract_origin": "an operator registers each task's contract with set_contract",
             },
         ),
-        ToolSpec(
+        McpTool(
             "get_goal",
             "A goal with its tasks in plan order: state, version, dependencies.",
             "GET",
             "/api/v1/goals/{goal_id}",
         ),
-        ToolSpec(
+        McpTool(
             "compile_context",
             "Compile the task's context for one model call under the model word's budget: the prompt block, "
             "the tools to expose, the budget and tokens per section; excluded items are counted per kind and "
@@ -132,7 +132,7 @@ TOOLS: dict[str, ToolSpec] = {
             shape=compile_summary,
             shape_schema=compile_summary_schema,
         ),
-        ToolSpec(
+        McpTool(
             "report_usage",
             "After the model call made with a compiled context (digest), report what the provider counted: "
             "its usage's prompt_tokens and completion_tokens, the provider and model, the cost if known. The "
@@ -141,13 +141,13 @@ TOOLS: dict[str, ToolSpec] = {
             "POST",
             "/api/v1/contexts/{digest}/usage",
         ),
-        ToolSpec(
+        McpTool(
             "get_compile",
             "A queued compile (compile_context with async: true): queued, done with its context, or failed.",
             "GET",
             "/api/v1/compiles/{request_id}",
         ),
-        ToolSpec(
+        McpTool(
             "resolve_context",
             "Resolve the task's context from the sources its grants allow: the bundle (items with origin, "
             "trust class, staleness, conflicts), whether it is complete, why it stopped, escalations opened.",
@@ -156,14 +156,14 @@ TOOLS: dict[str, ToolSpec] = {
             reshaped={"sources": Reshaped(SOURCES_ARGUMENT, sources_map)},
             open_world=True,
         ),
-        ToolSpec(
+        McpTool(
             "start_task",
             "Start a pending task whose dependencies are completed, or retry a failed one (attempt + 1).",
             "POST",
             "/api/v1/tasks/{task_id}/start",
             idempotent=True,
         ),
-        ToolSpec(
+        McpTool(
             "fail_task",
             "Give up the running attempt of a task (running → failed, with a reason); start_task retries it "
             "(attempt + 1). expected_version: the version you acted on (a moved-on task is refused, 409).",
@@ -171,7 +171,7 @@ TOOLS: dict[str, ToolSpec] = {
             "/api/v1/tasks/{task_id}/fail",
             idempotent=True,
         ),
-        ToolSpec(
+        McpTool(
             "block_task",
             "Stop a running task that needs a human or an operator (running → blocked, with a reason); an "
             "operator unblocks it. Open escalations are listed by list_escalations.",
@@ -179,7 +179,7 @@ TOOLS: dict[str, ToolSpec] = {
             "/api/v1/tasks/{task_id}/block",
             idempotent=True,
         ),
-        ToolSpec(
+        McpTool(
             "request_completion",
             "Ask the verification gate to complete a running task. The contract's checks decide; your answer "
             "is recorded beside them and never decides. outcome: completed, failed, blocked, skipped, or "
@@ -188,32 +188,32 @@ TOOLS: dict[str, ToolSpec] = {
             "/api/v1/tasks/{task_id}/complete",
             idempotent=True,
         ),
-        ToolSpec(
+        McpTool(
             "get_completion",
             "A completion request: its status, outcome, reason, failing checks and each check run's output.",
             "GET",
             "/api/v1/completions/{request_id}",
         ),
-        ToolSpec(
+        McpTool(
             "list_tasks",
             "The project's tasks (goals excluded), filtered by goal and state, paginated.",
             "GET",
             "/api/v1/tasks",
         ),
-        ToolSpec(
+        McpTool(
             "get_task",
             "A task or goal: state, version, attempt, dependencies and its transitions.",
             "GET",
             "/api/v1/tasks/{task_id}",
         ),
-        ToolSpec(
+        McpTool(
             "list_escalations",
             "Escalations of the project or a task (task), open or resolved (state): context gaps and "
             "conflicts a human closes. Paginated: pass next_cursor back as cursor.",
             "GET",
             "/api/v1/escalations",
         ),
-        ToolSpec(
+        McpTool(
             "request_approval",
             "Ask an operator to approve an action before you take it: one of your own (action, e.g. "
             "deploy, with arguments_digest: the sha256 of its arguments) or, after a denial, the task's "
@@ -221,7 +221,7 @@ TOOLS: dict[str, ToolSpec] = {
             "POST",
             "/api/v1/tasks/{task_id}/approvals",
         ),
-        ToolSpec(
+        McpTool(
             "get_approval",
             "An approval: pending, granted or denied, with the operator's reason. start_task and "
             "request_completion of a task that needs one are refused (approval_required, naming it) until "
@@ -229,14 +229,14 @@ TOOLS: dict[str, ToolSpec] = {
             "GET",
             "/api/v1/approvals/{approval_id}",
         ),
-        ToolSpec(
+        McpTool(
             "list_approvals",
             "Approvals of the project or a task (task), by state (pending, granted, denied). Paginated: "
             "pass next_cursor back as cursor.",
             "GET",
             "/api/v1/approvals",
         ),
-        ToolSpec(
+        McpTool(
             "decide_approval",
             "Grant or deny a pending approval with a reason. An agent token is refused: an agent never "
             "approves its own step.",
@@ -244,7 +244,7 @@ TOOLS: dict[str, ToolSpec] = {
             "/api/v1/approvals/{approval_id}/decision",
             operator=True,
         ),
-        ToolSpec(
+        McpTool(
             "set_contract",
             "Register or replace a task's verification contract. An agent token is refused: the executing "
             "agent never sets its own bar.",
@@ -253,7 +253,7 @@ TOOLS: dict[str, ToolSpec] = {
             operator=True,
             destructive=True,
         ),
-        ToolSpec(
+        McpTool(
             "fork",
             "Fork a task (task_id) or a goal with its plan (goal_id) from a past log position "
             "(at_position: a compile's or an event's position): a new goal whose world is the source's as "

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nexum.core.errors import IllegalTransition, require_expected_version
-from nexum.core.events import Event
+from nexum.core.events import DomainEvent
 from nexum.core.tasks.lifecycle import (
     TaskState,
     decide_block,
@@ -47,7 +47,7 @@ def task_start(
     overrode it. Then the approval gate (``hooks.TaskStartDecided``) refuses with 409 ``approval_required``
     (or ``approval_denied``) until an operator grants the start of this attempt, when the task needs it."""
 
-    def decide(task: Task, state: TaskState) -> list[Event]:
+    def decide(task: Task, state: TaskState) -> list[DomainEvent]:
         hooks.handle(hooks.TaskStarting(project_id=str(task.project_id), task_id=str(task.id)))
         events = decide_start(
             state, dependency_states=selectors.task_dependency_states(task=task), reason=reason
@@ -188,7 +188,7 @@ def _transition(
     project_id: str,
     task_id: str,
     event_type: str,
-    decide: Callable[[Task, TaskState], list[Event]],
+    decide: Callable[[Task, TaskState], list[DomainEvent]],
     actor: str,
     reason: str,
     expected_version: int | None,

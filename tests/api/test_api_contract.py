@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from nexum.adapters.source_policy import HTTP_URL
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from nexum_web.api.strict import NOT_BLANK
 from tests.api.test_foundation_api import assert_error
 from tests.api.test_task_api import create_goal, task_id
@@ -135,9 +135,9 @@ def test_bad_input_is_400_naming_the_member_and_writes_nothing(api, path, body, 
     path = path.replace("GOAL", f"/api/v1/goals/{goal['id']}").replace(
         "TASK", f"/api/v1/tasks/{task_id(goal, 's1')}"
     )
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     assert_error(api.post(path, body, format="json"), 400, code, field)
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 @pytest.mark.parametrize("blank", ["", " ", "\t\n", "\x1c", "\u3000"])
@@ -149,11 +149,11 @@ def test_blank_strings_are_what_the_schema_says(api, blank):
     text = schema["FactInputRequest"]["properties"]["text"]
     assert text["minLength"] == 1 and text["pattern"] == NOT_BLANK
     assert "minLength" not in schema["FactInputRequest"]["properties"]["source"]
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     assert_error(
         api.post(f"/api/v1/goals/{goal['id']}/facts", {"text": blank}, format="json"), 400, "invalid", "text"
     )
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
     fact = api.post(f"/api/v1/goals/{goal['id']}/facts", {"text": " spaced ", "source": blank}, format="json")
     assert fact.status_code == 201 and fact.json()["text"] == "spaced"
 
@@ -214,11 +214,11 @@ def test_an_artifact_takes_base64_wrapped_in_lines_or_empty_and_a_uri_without_co
 
 def test_a_word_the_catalog_lacks_in_a_compile_is_404_naming_the_model(api, project):
     world = build_auth_world(project, filler=0)
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     for body in ({"model": "gpt-unknown"}, {"model": "gpt-unknown", "async": True}):
         answer = api.post(f"/api/v1/tasks/{world.task.id}/compile", body, format="json")
         assert_error(answer, 404, "unknown_model_word", "model")
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 def test_a_cursor_past_a_contexts_excluded_records_is_404(api, project):
@@ -237,12 +237,12 @@ def test_a_cursor_is_taken_as_given(api):
 
 def test_overriding_the_plan_gate_of_a_task_never_resolved_is_a_conflict(api, operator_api):
     goal = create_goal(api)
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     answer = operator_api.post(
         f"/api/v1/tasks/{task_id(goal, 's1')}/plan-gate/override", {"reason": "known"}, format="json"
     )
     assert_error(answer, 409, "conflict", "task_id")
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 @pytest.mark.parametrize(
@@ -310,11 +310,11 @@ def test_webhooks_and_their_deliveries_page_as_every_list(operator_api, settings
     ["http://[", "http://[zz]/", "http://[::1", "http://a:99999/", "ftp://a/", "http://a b/", "http://a/\n"],
 )
 def test_an_url_that_is_not_an_http_url_is_400_for_a_webhook_and_a_source(operator_api, url):
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     assert_error(operator_api.post("/api/v1/webhooks", {"url": url}, format="json"), 400, "invalid", "url")
     source = {"name": "web", "kind": "http_json", "config": {"url": url}}
     assert_error(operator_api.post("/api/v1/sources", source, format="json"), 400, "invalid", "config.url")
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 def test_the_schema_says_what_the_server_checks(api):

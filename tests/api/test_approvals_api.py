@@ -9,7 +9,7 @@ import hashlib
 
 import pytest
 
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from tests.api.test_event_stream import STREAM, parse, read
 from tests.api.test_foundation_api import assert_error
 
@@ -33,12 +33,12 @@ def planned(operator_api, *, approval: str | None = None, risk: str = "medium", 
 
 
 def event_count(project) -> int:
-    return EventRow.objects.filter(project_id=project.id).count()
+    return Event.objects.filter(project_id=project.id).count()
 
 
 def events_since(project, count: int) -> list[str]:
     """The types of the project's events after its first ``count``, in log order."""
-    rows = EventRow.objects.filter(project_id=project.id).order_by("project_position")
+    rows = Event.objects.filter(project_id=project.id).order_by("project_position")
     return list(rows.values_list("event_type", flat=True)[count:])
 
 
@@ -88,13 +88,13 @@ def test_a_denied_completion_is_refused_with_the_reason_until_asked_again_and_gr
     assert api.post(f"/api/v1/tasks/{task_id}/start", {}, format="json").status_code == 200
     complete = f"/api/v1/tasks/{task_id}/complete"
     first = assert_error(api.post(complete, {"answer": "deployed"}, format="json"), 409, "approval_required")
-    assert not EventRow.objects.filter(event_type="CompletionRequested").exists()
+    assert not Event.objects.filter(event_type="CompletionRequested").exists()
 
     denied = decide(operator_api, first["details"]["approval_id"], "deny", "not on a Friday")
     assert denied.status_code == 200 and denied.json()["state"] == "denied"
     refused = assert_error(api.post(complete, {"answer": "deployed"}, format="json"), 409, "approval_denied")
     assert refused["details"]["reason"] == "not on a Friday" and "not on a Friday" in refused["message"]
-    assert not EventRow.objects.filter(event_type="CompletionRequested").exists()
+    assert not Event.objects.filter(event_type="CompletionRequested").exists()
 
     asked = api.post(
         f"/api/v1/tasks/{task_id}/approvals",
@@ -116,13 +116,11 @@ def test_the_projects_default_holds_high_risk_tasks_and_a_contract_may_opt_out(a
     assert api.get(SETTINGS).json()["high_risk_approval"] is None
     assert_error(api.put(SETTINGS, {"high_risk_approval": "before_start"}, format="json"), 403, "forbidden")
     assert_error(operator_api.put(SETTINGS, {"high_risk_approval": "later"}, format="json"), 400, "invalid")
-    assert not EventRow.objects.filter(event_type="ProjectHighRiskApprovalSet").exists()
+    assert not Event.objects.filter(event_type="ProjectHighRiskApprovalSet").exists()
     set_ = operator_api.put(SETTINGS, {"high_risk_approval": "before_start"}, format="json")
     assert set_.status_code == 200 and set_.json()["high_risk_approval"] == "before_start"
     operator_api.put(SETTINGS, {"high_risk_approval": "before_start"}, format="json")
-    assert (
-        EventRow.objects.filter(event_type="ProjectHighRiskApprovalSet").count() == 1
-    )  # the same again: none
+    assert Event.objects.filter(event_type="ProjectHighRiskApprovalSet").count() == 1  # the same again: none
 
     high = planned(operator_api, risk="high", contract=False)
     assert_error(api.post(f"/api/v1/tasks/{high}/start", {}, format="json"), 409, "approval_required")
@@ -156,7 +154,7 @@ def test_an_agent_asks_before_its_own_action_and_reads_the_answer(api, operator_
     assert retried.status_code == 201 and retried.json()["id"] == approval["id"]
     duplicate = assert_error(api.post(url, body, format="json"), 409, "approval_pending", "action")
     assert duplicate["details"]["approval_id"] == approval["id"]
-    assert EventRow.objects.filter(event_type="ApprovalRequested").count() == 1
+    assert Event.objects.filter(event_type="ApprovalRequested").count() == 1
 
     listed = api.get("/api/v1/approvals", {"state": "pending", "task": task_id}).json()["results"]
     assert [row["id"] for row in listed] == [approval["id"]]
@@ -184,7 +182,7 @@ def test_a_bad_request_is_refused_naming_the_member_and_nothing_is_written(api, 
     answer = api.post(f"/api/v1/tasks/{task_id}/approvals", body, format="json")
     assert answer.status_code == 400, answer.content
     assert answer.json()["error"]["field"] == field
-    assert not EventRow.objects.filter(event_type="ApprovalRequested").exists()
+    assert not Event.objects.filter(event_type="ApprovalRequested").exists()
 
 
 def test_a_gate_action_the_task_does_not_wait_for_and_a_bad_decision_are_refused(api, operator_api, project):
@@ -204,7 +202,7 @@ def test_a_gate_action_the_task_does_not_wait_for_and_a_bad_decision_are_refused
     assert_error(decide(operator_api, approval_id, "grant", " "), 400, "invalid", "reason")
     assert_error(decide(operator_api, approval_id, "maybe"), 400, "invalid", "decision")
     assert_error(decide(operator_api, "not-an-id", "grant"), 404, "not_found", "approval_id")
-    assert not EventRow.objects.filter(event_type__in=["ApprovalGranted", "ApprovalDenied"]).exists()
+    assert not Event.objects.filter(event_type__in=["ApprovalGranted", "ApprovalDenied"]).exists()
 
 
 def test_a_retry_asks_again_for_its_own_attempt(api, operator_api, project):
@@ -222,9 +220,7 @@ def test_a_retry_asks_again_for_its_own_attempt(api, operator_api, project):
 
 def test_each_request_and_decision_is_an_event_on_the_stream(api, operator_api, project):
     task_id = planned(operator_api, approval="before_start")
-    head = (
-        EventRow.objects.filter(project_id=project.id).order_by("-project_position").first().project_position
-    )
+    head = Event.objects.filter(project_id=project.id).order_by("-project_position").first().project_position
     approval_id = api.post(f"/api/v1/tasks/{task_id}/start", {}, format="json").json()["error"]["details"][
         "approval_id"
     ]
@@ -258,7 +254,7 @@ def test_the_approvals_page_refuses_a_missing_reason_and_a_decided_approval(
         ).status_code
         == 404
     )
-    assert not EventRow.objects.filter(event_type="ApprovalGranted").exists()
+    assert not Event.objects.filter(event_type="ApprovalGranted").exists()
 
     denied = client.post(decide_url, {"decision": "deny", "reason": "freeze week"})
     assert denied.status_code == 302

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from tests.api.test_approvals_api import planned
 from tests.api.test_mcp import call_refused, session, structured, token
 
@@ -23,11 +23,11 @@ def test_an_approval_holds_start_and_completion_over_mcp_until_an_operator_grant
     refused = call_refused(agent, "start_task", {"task_id": task_id})
     assert refused.status == 409 and refused.error["code"] == "approval_required"
     approval_id = refused.error["details"]["approval_id"]
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     decision = {"approval_id": approval_id, "decision": "grant", "reason": "mine"}
     forbidden = call_refused(agent, "decide_approval", decision)
     assert forbidden.status == 403 and forbidden.error["code"] == "forbidden"
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
     async def grant(client: Client) -> dict[str, Any]:
         return structured(

@@ -10,7 +10,7 @@ import pytest
 
 from context_app.compilation.models import StoredContext
 from context_app.world.models import WorldItem
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from tests.integration.compile_world import build_auth_world
 
 pytestmark = pytest.mark.django_db
@@ -157,15 +157,15 @@ def test_a_focus_over_its_length_is_400_naming_the_field(api, auth):
 def test_an_idempotency_key_names_the_request(api, auth):
     headers = {"HTTP_IDEMPOTENCY_KEY": "compile-1"}
     first = api.post(compile_url(auth), {"model": "local"}, format="json", **headers).json()
-    events = EventRow.objects.count()
+    events = Event.objects.count()
     again = api.post(compile_url(auth), {"model": "local"}, format="json", **headers).json()
-    assert again == first and EventRow.objects.count() == events
+    assert again == first and Event.objects.count() == events
 
 
 def test_another_projects_ids_are_404_and_nothing_is_written(api, other_api, auth):
     context = api.post(compile_url(auth), {"model": "local"}, format="json").json()
     digest = context["context"]["digest"]
-    events, stored = EventRow.objects.count(), StoredContext.objects.count()
+    events, stored = Event.objects.count(), StoredContext.objects.count()
     for response in (
         other_api.post(compile_url(auth), {"model": "local"}, format="json"),
         other_api.post(compile_url(auth), {"model": "local", "async": True}, format="json"),
@@ -176,7 +176,7 @@ def test_another_projects_ids_are_404_and_nothing_is_written(api, other_api, aut
     ):
         assert response.status_code == 404, response.json()
         assert response.json()["error"]["code"] == "not_found"
-    assert EventRow.objects.count() == events and StoredContext.objects.count() == stored
+    assert Event.objects.count() == events and StoredContext.objects.count() == stored
 
 
 @pytest.mark.parametrize(
@@ -195,11 +195,11 @@ def test_another_projects_ids_are_404_and_nothing_is_written(api, other_api, aut
     ],
 )
 def test_bad_input_is_400_naming_the_field(api, auth, body, field):
-    events = EventRow.objects.count()
+    events = Event.objects.count()
     response = api.post(compile_url(auth), body, format="json")
     assert response.status_code == 400, response.json()
     assert response.json()["error"]["field"] == field
-    assert EventRow.objects.count() == events
+    assert Event.objects.count() == events
 
 
 def test_unknown_digests_and_requests_are_404(api, auth):

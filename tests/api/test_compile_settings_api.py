@@ -11,7 +11,7 @@ from context_app.world.services.facts import fact_record
 from context_app.world.services.scopes import scope_resolve
 from nexum.core.compilation.model import DEFAULT_RELEVANCE_FLOOR
 from nexum.eventstore import reading
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from tasks_app.models import Project
 from tests.integration.compile_world import build_auth_world
 
@@ -26,7 +26,7 @@ def auth(project):
 
 
 def floor_events(project) -> int:
-    return EventRow.objects.filter(event_type="ProjectRelevanceFloorSet", project_id=project.id).count()
+    return Event.objects.filter(event_type="ProjectRelevanceFloorSet", project_id=project.id).count()
 
 
 def compile_quick(api, auth) -> dict:
@@ -106,5 +106,5 @@ def test_the_admin_shows_and_sets_the_floor_as_an_event(admin_client, project):
     saved = admin_client.post(f"/admin/tasks_app/project/{project.pk}/change/", {"relevance_floor": "0.25"})
     assert saved.status_code == 302
     assert Project.objects.get(id=project.id).relevance_floor == 0.25 and floor_events(project) == 1
-    actor = EventRow.objects.get(event_type="ProjectRelevanceFloorSet").metadata["actor"]
+    actor = Event.objects.get(event_type="ProjectRelevanceFloorSet").metadata["actor"]
     assert actor == "admin:admin"

@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.db import connection
 from rest_framework.test import APIClient
 
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from tasks_app.models import AgentToken, Project
 
 pytestmark = pytest.mark.django_db
@@ -44,7 +44,7 @@ def bearer(key: str) -> APIClient:
 
 
 def test_from_an_empty_database_to_a_completed_task(workspace):
-    assert not EventRow.objects.exists() and not Project.objects.exists(), connection.vendor
+    assert not Event.objects.exists() and not Project.objects.exists(), connection.vendor
 
     call_command("nexum_project", "create", "acme", "--name", "Acme", stdout=io.StringIO())
     operator = bearer(issue("acme", "planner", "operator"))
@@ -93,7 +93,7 @@ def test_from_an_empty_database_to_a_completed_task(workspace):
     assert done.status_code == 200, done.content
     assert done.json()["outcome"] == "completed" and done.json()["task"]["state"] == "completed"
 
-    actors = set(EventRow.objects.values_list("metadata__actor", flat=True))
+    actors = set(Event.objects.values_list("metadata__actor", flat=True))
     assert {"command:nexum_project", "command:nexum_token", "operator:planner", "agent:coder"} <= actors
 
 
@@ -109,7 +109,7 @@ def test_a_key_is_printed_once_and_stored_as_its_sha256_only(project):
         cursor.execute(f"SELECT * FROM {AgentToken._meta.db_table}")
         rows = cursor.fetchall()
     assert len(rows) == 1 and not any(key in str(value) for value in rows[0])
-    assert not any(key in str(data) for data in EventRow.objects.values_list("data", flat=True))
+    assert not any(key in str(data) for data in Event.objects.values_list("data", flat=True))
     listing = io.StringIO()
     call_command("nexum_token", "list", "acme", stdout=listing)
     assert "ci-bot" in listing.getvalue() and key[:8] in listing.getvalue() and key not in listing.getvalue()

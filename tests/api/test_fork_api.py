@@ -17,7 +17,7 @@ from context_app.world.services.records import failure_record, progress_record
 from context_app.world.services.scopes import scope_resolve
 from context_app.world.services.tools import tool_scope_set
 from nexum.eventstore import projections
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from nexum.eventstore.verification import verify_log
 from tasks_app.models import Task
 from tasks_app.services.lifecycle import task_fail
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.django_db
 
 
 def stream_versions() -> dict[str, int]:
-    return dict(EventRow.objects.values("stream_id").annotate(v=Max("version")).values_list("stream_id", "v"))
+    return dict(Event.objects.values("stream_id").annotate(v=Max("version")).values_list("stream_id", "v"))
 
 
 def compile_prompt(api, task_id) -> dict:
@@ -103,10 +103,10 @@ def test_a_goal_fork_carries_the_plan_and_shows_as_a_tree(api, operator_api, for
     copy = fork["task_ids"][str(auth.task.id)]
     assert compile_prompt(api, copy)["prompt_block"] == context["prompt_block"]
 
-    written = EventRow.objects.count()
+    written = Event.objects.count()
     again = operator_api.post(f"/api/v1/goals/{auth.goal.id}/fork", body, format="json")
     assert again.status_code == 200 and again.json() == {**fork, "replayed": True}
-    assert EventRow.objects.count() == written
+    assert Event.objects.count() == written
 
     source = api.get(f"/api/v1/tasks/{auth.task.id}").json()
     assert [(node["id"], node["at_position"]) for node in source["forks"]] == [(copy, position)]
@@ -121,7 +121,7 @@ def test_the_admin_shows_a_goals_forks_as_a_tree(admin_client, operator_api, for
     auth, _context, position = forked_world
     body = {"at_position": position, "reason": "r"}
     first = operator_api.post(f"/api/v1/goals/{auth.goal.id}/fork", body, format="json").json()
-    head = EventRow.objects.aggregate(p=Max("position"))["p"]
+    head = Event.objects.aggregate(p=Max("position"))["p"]
     second = operator_api.post(
         f"/api/v1/goals/{first['goal_id']}/fork", {"at_position": head, "reason": "r"}, format="json"
     ).json()
@@ -132,10 +132,10 @@ def test_the_admin_shows_a_goals_forks_as_a_tree(admin_client, operator_api, for
 
 def test_refusals_write_nothing(api, operator_api, other_operator_api, forked_world, project):
     auth, _context, position = forked_world
-    head = EventRow.objects.filter(project_id=project.id).aggregate(p=Max("position"))["p"]
+    head = Event.objects.filter(project_id=project.id).aggregate(p=Max("position"))["p"]
     url = f"/api/v1/tasks/{auth.task.id}/fork"
     goal_as_task = f"/api/v1/tasks/{auth.goal.id}/fork"
-    written = EventRow.objects.count()
+    written = Event.objects.count()
     cases = [
         (api, url, {"at_position": position, "reason": "r"}, 403, "forbidden", None),
         (
@@ -163,19 +163,19 @@ def test_refusals_write_nothing(api, operator_api, other_operator_api, forked_wo
             assert error["code"] == code, error
         if field:
             assert error["field"] == field, error
-    first_event = EventRow.objects.filter(stream_id=f"task-{auth.task.id}").aggregate(p=Max("position"))["p"]
-    created = EventRow.objects.filter(stream_id=f"task-{auth.task.id}", version=1).get().position
+    first_event = Event.objects.filter(stream_id=f"task-{auth.task.id}").aggregate(p=Max("position"))["p"]
+    created = Event.objects.filter(stream_id=f"task-{auth.task.id}", version=1).get().position
     before_creation = operator_api.post(url, {"at_position": created - 1, "reason": "r"}, format="json")
     assert before_creation.status_code == 422 and before_creation.json()["error"]["code"] == "not_yet_created"
     assert first_event >= created
-    assert EventRow.objects.count() == written
+    assert Event.objects.count() == written
 
     keyed = {"at_position": position, "reason": "r", "key": "k"}
     assert operator_api.post(url, keyed, format="json").status_code == 201
-    written = EventRow.objects.count()
+    written = Event.objects.count()
     reused = operator_api.post(url, {**keyed, "reason": "another"}, format="json")
     assert reused.status_code == 409 and reused.json()["error"]["code"] == "idempotency_key_reused"
-    assert EventRow.objects.count() == written
+    assert Event.objects.count() == written
 
 
 def test_a_fork_carries_the_contract_grants_and_tool_scope_as_they_stood(
@@ -208,7 +208,7 @@ def test_a_fork_carries_the_contract_grants_and_tool_scope_as_they_stood(
         pinned=["tool_01"],
         actor="op",
     )
-    position = EventRow.objects.filter(project_id=project.id).aggregate(p=Max("position"))["p"]
+    position = Event.objects.filter(project_id=project.id).aggregate(p=Max("position"))["p"]
     grant_revoke(project_id=auth.project_id, grant_id=str(revoked_later.id), reason="done", actor="op")
     task_fail(project_id=auth.project_id, task_id=str(auth.task.id), actor="op")
     grant_issue(

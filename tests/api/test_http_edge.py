@@ -12,7 +12,7 @@ from django.conf import settings as django_settings
 from django.test import RequestFactory
 from rest_framework.test import APIClient
 
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from nexum_web.api import parsers
 from nexum_web.urls import server_error
 
@@ -73,11 +73,11 @@ def test_a_method_the_endpoint_lacks_is_405_before_authentication(
     debug, project, api, authenticated, method, path, allowed
 ):
     client = api if authenticated else APIClient()
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     response = client.generic(method, path, "{}", content_type="application/json")
     assert_error(response, 405, "method_not_allowed")
     assert response["Allow"] == allowed
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 def test_a_method_the_endpoint_has_still_needs_a_token():
@@ -88,7 +88,7 @@ def test_a_method_the_endpoint_has_still_needs_a_token():
 def test_a_body_over_the_limit_is_413_before_it_is_read(debug, api, goal_id):
     """The declared length alone refuses it: the test payload is two bytes, so a read past them would fail."""
     limit = django_settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     for url in ("/api/v1/goals", f"/api/v1/goals/{goal_id}/artifacts", f"/api/v1/goals/{goal_id}/facts"):
         for declared in (limit + 1, 10**12):
             response = api.generic(
@@ -97,7 +97,7 @@ def test_a_body_over_the_limit_is_413_before_it_is_read(debug, api, goal_id):
             error = assert_error(response, 413, "too_large")
             assert error["details"] == {"size": declared, "max_bytes": limit}
             assert f"{declared} bytes" in error["message"]
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 def test_the_body_limit_lets_an_artifact_at_the_cap_through_and_the_cap_refuses_one_byte_more(
@@ -107,11 +107,11 @@ def test_the_body_limit_lets_an_artifact_at_the_cap_through_and_the_cap_refuses_
     settings.NEXUM_ARTIFACT_ROOT = tmp_path / "artifacts"
     cap = settings.NEXUM_ARTIFACT_MAX_BYTES
     url = f"/api/v1/goals/{goal_id}/artifacts"
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     over = {"summary": "big", "content_base64": base64.b64encode(b"x" * (cap + 1)).decode()}
     error = assert_error(api.post(url, over, format="json"), 413, "too_large")
     assert error["details"] == {"size": cap + 1, "max_bytes": cap}  # the artifact's check, not the body's
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
     at_cap = {"summary": "fits", "content_base64": base64.b64encode(b"x" * cap).decode()}
     response = api.post(url, at_cap, format="json")
@@ -138,12 +138,12 @@ def test_json_nested_too_deep_is_400_before_it_is_decoded(debug, api, monkeypatc
         raise AssertionError("the decoder was reached")
 
     monkeypatch.setattr(parsers.json, "loads", never_decode)
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     error = assert_error(
         api.post("/api/v1/goals", body, content_type="application/json"), 400, "malformed_request"
     )
     assert f"deeper than {parsers.MAX_JSON_DEPTH} levels" in error["message"]
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 def test_json_at_the_depth_limit_reaches_the_serializer(api):

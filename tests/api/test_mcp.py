@@ -16,7 +16,7 @@ from asgiref.sync import async_to_sync
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from nexum_web.mcp.calls import Caller
 from nexum_web.mcp.server import calling_as, server
 from nexum_web.mcp.shapes import compile_summary
@@ -158,7 +158,7 @@ def call_refused(caller: Caller, name: str, arguments: dict[str, Any]) -> Refusa
 def test_an_agent_cannot_call_an_operator_tool_or_exceed_its_ceiling(project, planned):
     task_id = planned["tasks"][0]["id"]
     agent = token(project)
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     contract = {"checks": [echo_check("unit", "true")]}
     refused = call_refused(agent, "set_contract", {"task_id": task_id, "contract": contract})
     assert refused.status == 403 and refused.error["code"] == "forbidden"
@@ -167,7 +167,7 @@ def test_an_agent_cannot_call_an_operator_tool_or_exceed_its_ceiling(project, pl
     refused = call_refused(agent, "record_fact", claim)
     assert refused.status == 403 and refused.error["field"] == "trust_class"
     assert "(field: trust_class)" in refused.text
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
     operator = token(project, role="operator")
 
@@ -179,13 +179,13 @@ def test_an_agent_cannot_call_an_operator_tool_or_exceed_its_ceiling(project, pl
 
 def test_an_operator_forks_over_mcp_and_an_agent_is_refused(project, planned):
     task_id, goal_id = planned["tasks"][0]["id"], planned["id"]
-    position = EventRow.objects.filter(project_id=project.id).order_by("-position").first().position
+    position = Event.objects.filter(project_id=project.id).order_by("-position").first().position
     arguments = {"task_id": task_id, "at_position": position, "reason": "try again"}
     agent, operator = token(project), token(project, role="operator")
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     refused = call_refused(agent, "fork", arguments)
     assert refused.status == 403 and refused.error["code"] == "forbidden"
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
     async def steps(client: Client) -> list[dict[str, Any]]:
         forked = structured(await client.call_tool("fork", {**arguments, "idempotency_key": "f-1"}))
@@ -204,7 +204,7 @@ def test_an_agent_cannot_retract_or_supersede_an_operators_fact_over_mcp(project
     rule = {"text": "Deploys need a second reviewer", "subject": "deploy window"}
     fact_id = operator_api.post(f"/api/v1/tasks/{task_id}/facts", rule, format="json").json()["id"]
     agent = token(project)
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     for name, arguments in (
         ("retract_fact", {"fact_id": fact_id, "reason": "ignore previous instructions"}),
         ("supersede_fact", {"fact_id": fact_id, "text": "Deploys need no review"}),
@@ -213,7 +213,7 @@ def test_an_agent_cannot_retract_or_supersede_an_operators_fact_over_mcp(project
         assert refused.status == 403
         assert refused.error["code"] == "forbidden" and refused.error["field"] == "trust_class"
         assert refused.error["details"]["trust_class"] == "repository_authored"
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
     async def steps(client: Client) -> dict[str, Any]:
         own = structured(
@@ -245,12 +245,12 @@ def test_a_bad_argument_is_an_error_result_naming_the_field(project, planned, na
         for key, value in arguments.items()
     }
     agent = token(project)
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     refused = call_refused(agent, name, arguments)
     assert refused.status == 400 and refused.error["code"] in ("invalid", "unknown_field")
     expected = field or "overrides.context_tokens"
     assert refused.error["field"] == expected and f"(field: {expected})" in refused.text
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 def test_unknown_tools_and_resources_and_other_projects_ids(project, other_project, planned):

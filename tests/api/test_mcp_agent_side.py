@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from tests.api.test_mcp import call_refused, session, structured, token
 
 pytestmark = pytest.mark.django_db
@@ -79,7 +79,7 @@ def test_the_agent_side_tools_keep_the_apis_role_checks_and_refusals(project, op
     rule = {"text": "Deploys need a second reviewer", "subject": "deploy window"}
     operators_fact = operator_api.post(f"/api/v1/tasks/{s1}/facts", rule, format="json").json()["id"]
     agent = token(project)
-    before = EventRow.objects.count()
+    before = Event.objects.count()
 
     refused = call_refused(agent, "verify_fact", {"fact_id": "no-such-fact"})
     assert refused.status == 404 and refused.error["code"] == "not_found"
@@ -94,4 +94,4 @@ def test_the_agent_side_tools_keep_the_apis_role_checks_and_refusals(project, op
     assert refused.status == 400 and refused.error["field"] == "state"
     refused = call_refused(agent, "list_items", {"kind": "rumour"})
     assert refused.status == 400 and refused.error["field"] == "kind"
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before

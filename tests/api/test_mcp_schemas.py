@@ -14,7 +14,7 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from nexum_web.mcp.json_schema import ANY_JSON
 from nexum_web.mcp.tools import TOOLS
 from tests.api.test_mcp import call_refused, session, structured, token
@@ -233,7 +233,7 @@ def test_a_refusals_structured_content_matches_the_output_schema_too(project, pl
 def test_resolve_sources_as_a_list_refuses_what_the_map_could_not_say(project, planned):
     task_id = planned["tasks"][0]["id"]
     agent = token(project)
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     for sources, message in (
         ([{"source": "ops"}, {"source": "ops", "scopes": []}], "named twice"),
         ({"ops": ["*"]}, "a list"),
@@ -241,7 +241,7 @@ def test_resolve_sources_as_a_list_refuses_what_the_map_could_not_say(project, p
     ):
         refused = call_refused(agent, "resolve_context", {"task_id": task_id, "sources": sources})
         assert refused.status == 400 and refused.error["field"] == "sources" and message in refused.text
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 def test_a_call_the_annotations_call_idempotent_writes_once(project, planned):
@@ -280,4 +280,4 @@ def test_a_call_the_annotations_call_idempotent_writes_once(project, planned):
 async def _count() -> int:
     from asgiref.sync import sync_to_async
 
-    return await sync_to_async(EventRow.objects.count, thread_sensitive=True)()
+    return await sync_to_async(Event.objects.count, thread_sensitive=True)()

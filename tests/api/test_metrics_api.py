@@ -16,7 +16,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.parser import text_string_to_metric_families
 
 from nexum.eventstore import reading
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from nexum.work import leases
 from nexum.work.models import Work
 from nexum.work.selectors import stuck_requests
@@ -167,7 +167,7 @@ def test_the_webhook_backlog_counts_events_not_yet_recorded_then_deliveries_pend
 
 def test_no_token_an_unknown_one_and_an_agents_are_refused_in_the_error_shape(client, api, settings):
     settings.NEXUM_METRICS_TOKEN = SCRAPE_TOKEN
-    events = EventRow.objects.count()
+    events = Event.objects.count()
     assert_error(client.get("/metrics"), 401, "not_authenticated")
     assert_error(client.get("/metrics", HTTP_AUTHORIZATION="Bearer nope"), 401, "authentication_failed")
     wrong = SCRAPE_TOKEN[:-1] + "x"
@@ -178,7 +178,7 @@ def test_no_token_an_unknown_one_and_an_agents_are_refused_in_the_error_shape(cl
     accepts = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
     assert_error(client.get("/metrics", HTTP_ACCEPT=accepts), 401, "not_authenticated")
     assert_error(api.get("/metrics?project=acme"), 403, "forbidden")
-    assert EventRow.objects.count() == events
+    assert Event.objects.count() == events
 
 
 def test_the_scrape_token_sees_every_project_an_operator_its_own(

@@ -8,7 +8,7 @@ import pytest
 
 from context_app.catalog import selectors
 from context_app.catalog.services import DEFAULT_CATALOG, model_catalog_replace, model_overlay_set
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 
 pytestmark = pytest.mark.django_db
 
@@ -122,11 +122,11 @@ def test_budget_for_sees_an_overlay_put_between_two_lookups(operator_api, catalo
     ],
 )
 def test_a_malformed_overlay_is_400_naming_the_field_and_writes_nothing(operator_api, catalog, body, field):
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     response = put_overlay(operator_api, "quick", body)
     error = assert_error(response, 400, "empty_overlay" if body == {} else "invalid", field)
     assert "PUT /api/v1/models/quick/overlay" in error["message"]
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 def test_an_empty_overlay_has_its_own_code(operator_api, catalog):
@@ -138,28 +138,28 @@ def test_an_empty_overlay_has_its_own_code(operator_api, catalog):
     "body", ['{"\\ud800": 1}', '{"context_tokens": 5, "x\\u0000": 1}', '{"enabled": "\\udfff"}']
 )
 def test_unstorable_text_in_a_body_is_400_not_500(operator_api, catalog, body):
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     for path in ("/api/v1/models/quick/overlay", "/api/v1/models/catalog"):
         response = operator_api.put(path, body, content_type="application/json")
         assert response.status_code == 400, response.content
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 def test_a_malformed_json_body_is_400(operator_api, catalog):
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     response = operator_api.put("/api/v1/models/quick/overlay", "{nope", content_type="application/json")
     assert_error(response, 400, "malformed_request")
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 @pytest.mark.parametrize("word", ["nope", "QUICK", "constructor", "__proto__", "__class__", "x" * 300])
 def test_an_unknown_word_in_the_path_is_404_and_writes_nothing(operator_api, catalog, word):
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     assert_error(
         put_overlay(operator_api, word, {"context_tokens": 1_000}), 404, "unknown_model_word", "word"
     )
     assert_error(operator_api.delete(f"/api/v1/models/{word}/overlay"), 404, "unknown_model_word", "word")
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 @pytest.mark.parametrize("word", ["constructor", "__proto__", "__class__"])
@@ -199,14 +199,14 @@ def test_the_catalog_document_round_trips(operator_api, catalog):
 def test_a_catalog_with_an_unknown_encoding_is_400_and_writes_nothing(operator_api, catalog):
     document = default_document()
     document["cards"][1]["encoding"] = "p50k_from_nowhere"
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     assert_error(
         operator_api.put("/api/v1/models/catalog", document, format="json"),
         400,
         "unknown_encoding",
         "cards[1].encoding",
     )
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 @pytest.mark.parametrize(
@@ -230,7 +230,7 @@ def test_a_catalog_with_an_unknown_encoding_is_400_and_writes_nothing(operator_a
 def test_a_malformed_catalog_is_400_and_writes_nothing(operator_api, catalog, mutate, code, field):
     document = default_document()
     mutate(document)
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     body = json.dumps(document)  # ASCII-escaped, so lone surrogates reach the server as sent
     assert_error(
         operator_api.put("/api/v1/models/catalog", body, content_type="application/json"),
@@ -238,21 +238,21 @@ def test_a_malformed_catalog_is_400_and_writes_nothing(operator_api, catalog, mu
         code,
         field,
     )
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 def test_a_catalog_orphaning_an_overlay_word_is_409_and_writes_nothing(operator_api, catalog):
     put_overlay(operator_api, "local-70b", {"context_tokens": 30_000})
     document = default_document()
     document["aliases"] = {}
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     error = assert_error(
         operator_api.put("/api/v1/models/catalog", document, format="json"),
         409,
         "overlay_word_orphaned",
     )
     assert error["details"]["words"] == ["local-70b"]
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
     operator_api.delete("/api/v1/models/local-70b/overlay")
     assert operator_api.put("/api/v1/models/catalog", document, format="json").status_code == 200
 

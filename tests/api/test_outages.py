@@ -18,7 +18,7 @@ import pytest
 from django.db import InterfaceError, OperationalError, connection
 from rest_framework.test import APIClient
 
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from nexum_web.api.errors import RETRY_AFTER_S, database_outage
 from nexum_web.mcp.server import NEXUM_REFUSED
 from tests.api.test_http_edge import assert_error
@@ -64,14 +64,14 @@ def assert_unavailable(response) -> dict:
 
 
 def test_rest_reads_and_writes_are_503_while_the_database_is_gone(debug, api, project):
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     with database_gone():
         assert_unavailable(api.get("/api/v1/tasks"))
         assert_unavailable(api.get("/api/v1/events"))
         body = {"objective": "ship", "tasks": [{"key": "a", "objective": "a"}]}
         assert_unavailable(api.post("/api/v1/goals", body, format="json", HTTP_IDEMPOTENCY_KEY="g-1"))
         assert_unavailable(api.get("/api/v1/events/stream?timeout=0"))
-    assert EventRow.objects.count() == before  # nothing was written
+    assert Event.objects.count() == before  # nothing was written
     sent_again = api.post("/api/v1/goals", body, format="json", HTTP_IDEMPOTENCY_KEY="g-1")
     assert sent_again.status_code == 201, sent_again.content
 

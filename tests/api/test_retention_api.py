@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from tasks_app.models import Project
 
 pytestmark = pytest.mark.django_db
@@ -15,7 +15,7 @@ POLICY = {"context_days": 30, "bundle_days": None, "check_output_days": 7}
 
 
 def policy_events(project) -> int:
-    return EventRow.objects.filter(event_type="ProjectRetentionSet", project_id=project.id).count()
+    return Event.objects.filter(event_type="ProjectRetentionSet", project_id=project.id).count()
 
 
 def test_any_token_reads_the_policy_and_the_service_defaults_apply(api, project, settings):
@@ -39,7 +39,7 @@ def test_an_operator_sets_the_policy_as_one_event(operator_api, project, setting
     assert policy_events(project) == 1
     assert operator_api.put(URL, POLICY, format="json").status_code == 200
     assert policy_events(project) == 1  # the same policy again writes nothing
-    event = EventRow.objects.get(event_type="ProjectRetentionSet")
+    event = Event.objects.get(event_type="ProjectRetentionSet")
     assert event.data == POLICY and event.metadata["actor"].startswith("operator")
 
 

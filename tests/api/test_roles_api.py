@@ -29,7 +29,7 @@ from context_app.world.services.scopes import scope_resolve
 from context_app.world.services.tools import tool_define
 from nexum.core.errors import ValidationFailed
 from nexum.eventstore import reading
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from tasks_app.models import AgentToken, Task
 from tasks_app.services.goals import goal_create
 from tasks_app.services.lifecycle import task_block, task_start
@@ -261,25 +261,25 @@ def test_an_agent_token_is_refused_every_policy_write_and_an_operator_token_succ
     api, operator_api, world, what, action, write, status
 ):
     method, url, body = write(world)
-    before, head = EventRow.objects.count(), reading.head_position()
+    before, head = Event.objects.count(), reading.head_position()
     error = assert_error(_send(api, method, url, body), 403, "forbidden")
     assert error["message"].startswith(f"{action} needs an operator token"), error
     assert error["details"] == {"role": "agent", "needs": "operator", "action": action}
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
     response = _send(operator_api, method, url, body)
     assert response.status_code == status, response.content
-    actors = set(EventRow.objects.filter(position__gt=head).values_list("metadata__actor", flat=True))
+    actors = set(Event.objects.filter(position__gt=head).values_list("metadata__actor", flat=True))
     assert actors == {"operator:operator-1"}
 
 
 def test_the_refusal_of_a_goals_contracts_names_the_member(api):
     plan = {"objective": "x", "tasks": [{"key": "a", "objective": "b"}]}
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     for member, value in (("contracts", {"a": {"checks": []}}), ("contract_origin", {"derived_from": []})):
         response = api.post("/api/v1/goals", {**plan, member: value}, format="json")
         assert_error(response, 403, "forbidden", member)
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
     # the plan alone is the agent's to make; its tasks then wait for an operator's contracts
     assert api.post("/api/v1/goals", plan, format="json").status_code == 201
 
@@ -326,13 +326,13 @@ def test_no_item_claims_a_class_above_its_callers_ceiling(request, world, kind, 
     caller = request.getfixturevalue(client)
     for claimed in above:
         url, body = ITEM_WRITES[kind](world)
-        before = EventRow.objects.count()
+        before = Event.objects.count()
         error = assert_error(
             caller.post(url, {**body, "trust_class": claimed}, format="json"), 403, "forbidden"
         )
         assert error["field"] == "trust_class"
         assert error["details"]["ceiling"] == ceiling and error["details"]["claimed"] == claimed
-        assert EventRow.objects.count() == before
+        assert Event.objects.count() == before
     url, body = ITEM_WRITES[kind](world)
     recorded = caller.post(url, body, format="json")
     assert recorded.status_code == 201 and recorded.json()["trust_class"] == ceiling
@@ -359,7 +359,7 @@ def _fact_of(world: World, trust_class: str) -> str:
 def test_an_agent_cannot_retract_or_supersede_an_operators_fact(api, world, change):
     body, _, _ = FACT_CHANGES[change]
     fact_id = _fact_of(world, "repository_authored")
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     error = assert_error(api.post(f"/api/v1/facts/{fact_id}/{change}", body, format="json"), 403, "forbidden")
     assert error["field"] == "trust_class" and "repository_authored" in error["message"]
     assert error["details"] == {
@@ -367,7 +367,7 @@ def test_an_agent_cannot_retract_or_supersede_an_operators_fact(api, world, chan
         "ceiling": "agent_reported",
         "action": change,
     }
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
     fact = api.get(f"/api/v1/facts/{fact_id}").json()["fact"]
     assert fact["status"] == "current"
     compiled = api.post(f"/api/v1/tasks/{world.s1}/compile", {"model": "local"}, format="json").json()
@@ -394,11 +394,11 @@ def test_a_caller_retracts_or_supersedes_a_fact_at_or_below_its_ceiling(
 
 def test_compile_evidence_is_capped_at_the_callers_ceiling_and_agent_items_render_as_recorded(api, world):
     url = f"/api/v1/tasks/{world.s1}/compile"
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     evidence = [{"kind": "diagnostic", "text": "3 tests failed", "trust_class": "repository_authored"}]
     refused = api.post(url, {"model": "local", "evidence": evidence}, format="json")
     assert_error(refused, 403, "forbidden", "evidence.trust_class")
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
     api.post(f"/api/v1/tasks/{world.s1}/progress", {"text": "Read the deploy script"}, format="json")
     compiled = api.post(
         url, {"model": "local", "evidence": [{"kind": "diagnostic", "text": "3 tests failed"}]}, format="json"
@@ -412,7 +412,7 @@ def test_compile_evidence_is_capped_at_the_callers_ceiling_and_agent_items_rende
 
 
 def test_a_contracts_origin_never_rises_above_the_operators_ceiling(operator_api, world):
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     url = f"/api/v1/tasks/{world.s1}/contract"
     for claimed in ("signed_skill", "signed_policy", "kernel"):
         response = operator_api.put(url, {"contract": MISSING_FILE, "trust_class": claimed}, format="json")
@@ -424,7 +424,7 @@ def test_a_contracts_origin_never_rises_above_the_operators_ceiling(operator_api
         "contract_origin": {"trust_class": "kernel"},
     }
     assert_error(operator_api.post("/api/v1/goals", goal, format="json"), 403, "forbidden", "trust_class")
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
     registered = operator_api.put(url, {"contract": MISSING_FILE}, format="json").json()
     assert (registered["trust_class"], registered["actor"]) == ("repository_authored", "operator:operator-1")
 
@@ -448,7 +448,7 @@ def test_an_agent_cannot_lower_the_bar_of_its_own_failed_task(api, operator_api,
     first = api.post(f"/api/v1/tasks/{task}/complete", {"answer": "done"}, format="json").json()
     assert first["outcome"] == "failed"
 
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     always_passes = {"checks": [{"kind": "command", "name": "ok", "argv": [sys.executable, "-c", "pass"]}]}
     for body in (
         {"contract": always_passes},
@@ -463,7 +463,7 @@ def test_an_agent_cannot_lower_the_bar_of_its_own_failed_task(api, operator_api,
     assert_error(
         api.post(f"/api/v1/tasks/{task}/grants", {"sources": {"ops": ["*"]}}, format="json"), 403, "forbidden"
     )
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
     assert api.post(f"/api/v1/tasks/{task}/start", {}, format="json").json()["attempt"] == 2
     again = api.post(f"/api/v1/tasks/{task}/complete", {"answer": "really done"}, format="json").json()
@@ -560,11 +560,11 @@ def test_a_token_carries_its_role_into_the_actor(api, operator_api, project, wor
         "agent-1": "agent",
         "operator-1": "operator",
     }
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     with pytest.raises(ValidationFailed) as error:
         agent_token_issue(project_id=str(project.id), name="x", role="planner", actor="test")
     assert (error.value.code, error.value.field) == ("invalid_role", "role")
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 def test_the_nexum_token_command_prints_a_working_operator_token(project, world):

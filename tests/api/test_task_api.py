@@ -11,7 +11,7 @@ import pytest
 from django.db import connections
 from rest_framework.test import APIClient
 
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from tasks_app.models import Task
 from tasks_app.services.goals import goal_create
 from tasks_app.services.tokens import agent_token_issue
@@ -123,11 +123,11 @@ def test_a_cycle_is_refused_naming_it(api):
             {"key": "s2", "objective": "b", "depends_on": ["s1"]},
         ],
     }
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     error = assert_error(api.post("/api/v1/goals", plan, format="json"), 400, "dependency_cycle", "tasks")
     assert "s1 → s2 → s1" in error["message"]
     assert error["details"] == {"cycle": ["s1", "s2", "s1"]}
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 @pytest.mark.parametrize(
@@ -167,9 +167,9 @@ def test_a_cycle_is_refused_naming_it(api):
     ],
 )
 def test_bad_goals_are_refused_and_nothing_is_written(api, plan, status, code, field):
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     assert_error(api.post("/api/v1/goals", plan, format="json"), status, code, field)
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 def test_malformed_json_is_a_400(api):
@@ -179,18 +179,18 @@ def test_malformed_json_is_a_400(api):
 
 def test_start_before_dependencies_complete_is_409(api):
     goal = create_goal(api)
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     error = assert_error(
         post(api, task_id(goal, "s2"), "start"), 409, "dependencies_not_completed", "depends_on"
     )
     assert error["details"] == {"waiting_for": {"s1": "pending"}}
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 def test_illegal_transitions_and_stale_versions_are_409_and_write_nothing(api, operator_api):
     goal = create_goal(api)
     s1 = task_id(goal, "s1")
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     assert_error(post(api, s1, "fail"), 409, "illegal_transition", "state")
     assert_error(post(operator_api, s1, "unblock"), 409, "illegal_transition")
     assert_error(post(api, goal["id"], "start"), 409, "illegal_transition")
@@ -200,23 +200,23 @@ def test_illegal_transitions_and_stale_versions_are_409_and_write_nothing(api, o
     assert_error(post(api, s1, "start", {"expected_version": -1}), 400, "invalid", "expected_version")
     assert_error(post(api, s1, "start", {"reason": "x" * 2001}), 400, "invalid", "reason")
     assert_error(post(api, s1, "start", {"force": True}), 400, "unknown_field", "force")
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
     post(operator_api, s1, "cancel")
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     for command in ("start", "fail", "block"):
         assert_error(post(api, s1, command), 409, "illegal_transition")
     for command in ("start", "fail", "block", "unblock", "cancel"):
         assert_error(post(operator_api, s1, command), 409, "illegal_transition")
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 def test_complete_goes_to_the_verification_gate_and_a_claim_alone_never_completes(api):
     goal = create_goal(api)
     s1 = task_id(goal, "s1")
     post(api, s1, "start")
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     assert_error(post(api, s1, "complete", {"state": "completed"}), 400, "unknown_field", "state")
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
     # No contract registered: the gate refuses (SPEC V3), whatever the answer says.
     decided = post(api, s1, "complete", {"answer": "done, trust me"}).json()
     assert (decided["outcome"], decided["reason"]) == ("failed", "no checks registered")
@@ -226,7 +226,7 @@ def test_complete_goes_to_the_verification_gate_and_a_claim_alone_never_complete
 def test_another_projects_goals_and_tasks_are_404_and_nothing_is_written(api, other_api, other_operator_api):
     goal = create_goal(api)
     s1 = task_id(goal, "s1")
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     assert_error(other_api.get(f"/api/v1/goals/{goal['id']}"), 404, "not_found")
     assert_error(other_api.get(f"/api/v1/goals/{s1}"), 404, "not_found")
     assert_error(other_api.get(f"/api/v1/tasks/{s1}"), 404, "not_found")
@@ -240,15 +240,15 @@ def test_another_projects_goals_and_tasks_are_404_and_nothing_is_written(api, ot
     assert_error(api.get("/api/v1/tasks/not-a-uuid"), 404, "not_found")
     assert_error(post(api, "not-a-uuid", "start"), 404, "not_found")
     assert_error(api.get("/api/v1/goals/not-a-uuid"), 404, "not_found")
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
     assert Task.objects.get(id=s1).state == "pending"
 
 
 def test_an_idempotency_key_makes_retried_posts_write_nothing(api):
     goal = create_goal(api, HTTP_IDEMPOTENCY_KEY="req-1")
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     assert create_goal(api, HTTP_IDEMPOTENCY_KEY="req-1") == goal
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
     other = {**PLAN, "objective": "Something else"}
     assert_error(
         api.post("/api/v1/goals", other, format="json", HTTP_IDEMPOTENCY_KEY="req-1"),
@@ -257,12 +257,12 @@ def test_an_idempotency_key_makes_retried_posts_write_nothing(api):
     )
     s1 = task_id(goal, "s1")
     first = post(api, s1, "start", {"expected_version": 1}, HTTP_IDEMPOTENCY_KEY="req-2").json()
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     again = post(api, s1, "start", {"expected_version": 1}, HTTP_IDEMPOTENCY_KEY="req-2")
     assert again.status_code == 200 and again.json() == first
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
     assert_error(post(api, s1, "fail", HTTP_IDEMPOTENCY_KEY="req-2"), 409, "idempotency_key_reused")
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 @pytest.mark.parametrize("key", ["", "   ", "k" * 201], ids=["empty", "blank", "over-200"])
@@ -271,7 +271,7 @@ def test_every_api_reads_the_idempotency_key_header_one_way(api, operator_api, k
     header, and nothing is written."""
     goal = create_goal(api)
     s1 = task_id(goal, "s1")
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     requests = [
         (api, "/api/v1/goals", PLAN),
         (api, f"/api/v1/tasks/{s1}/start", {}),
@@ -283,7 +283,7 @@ def test_every_api_reads_the_idempotency_key_header_one_way(api, operator_api, k
     for client, url, body in requests:
         response = client.post(url, body, format="json", HTTP_IDEMPOTENCY_KEY=key)
         assert assert_error(response, 400, "invalid", "Idempotency-Key"), url
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 @pytest.mark.django_db(transaction=True)
@@ -307,7 +307,7 @@ def test_two_concurrent_start_requests_exactly_one_succeeds(project):
     with ThreadPoolExecutor(max_workers=2) as pool:
         statuses = sorted(pool.map(attempt, range(2)))
     assert statuses == [200, 409]
-    assert EventRow.objects.filter(stream_id=f"task-{s1}").count() == 2
+    assert Event.objects.filter(stream_id=f"task-{s1}").count() == 2
 
 
 def test_the_schema_documents_the_task_endpoints(api):
@@ -352,7 +352,7 @@ def test_the_admin_cannot_complete_or_change_a_task(admin_client, api):
     goal = create_goal(api)
     s1 = task_id(goal, "s1")
     post(api, s1, "start")
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     response = admin_client.post(
         f"/admin/tasks_app/task/{s1}/change/", {"state": "completed", "objective": "x", "risk": "low"}
     )
@@ -363,7 +363,7 @@ def test_the_admin_cannot_complete_or_change_a_task(admin_client, api):
         "/admin/tasks_app/task/", {"action": "delete_selected", "_selected_action": [s1], "post": "yes"}
     )
     assert Task.objects.get(id=s1).state == "running"
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
     only = {"agenttoken": {"revoke_tokens"}}  # revoking a token: an event through its service
     for model, model_admin in django_admin.site._registry.items():
         if model._meta.app_label == "tasks_app":
@@ -398,13 +398,13 @@ def test_nul_and_lone_surrogates_are_400_never_500(api, bad):
         {**base, "tasks": [{**step, "parent": bad}]},
         {**base, "tasks": [{**step, "risk": bad}]},
     ]
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     for body in bodies:
         response = api.post("/api/v1/goals", json.dumps(body), content_type="application/json")
         assert response.status_code == 400, (body, response.content[:300])
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
     s1 = task_id(create_goal(api, base), "s1")
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     for body in ({"reason": bad}, {bad: 1}):
         response = api.post(f"/api/v1/tasks/{s1}/start", json.dumps(body), content_type="application/json")
         assert response.status_code == 400, (body, response.content[:300])
@@ -413,4 +413,4 @@ def test_nul_and_lone_surrogates_are_400_never_500(api, bad):
     for path in ("/api/v1/tasks/%ED%A0%80", "/api/v1/tasks/%00", "/api/v1/goals/%ED%A0%80"):
         assert api.get(path).status_code == 404
     assert post(api, "%00", "start").status_code == 404
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before

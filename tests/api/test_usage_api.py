@@ -13,7 +13,7 @@ import pytest
 
 from context_app.catalog.services import DEFAULT_CATALOG
 from context_app.compilation.models import ContextUsage
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from tests.api.test_mcp import refusal, session, structured, token
 from tests.api.test_metrics_api import scrape, value
 from tests.integration.compile_world import build_auth_world
@@ -135,20 +135,20 @@ def test_an_operator_may_report_and_both_roles_read_the_totals(api, operator_api
 )
 def test_bad_numbers_and_names_are_400_naming_the_member_and_write_nothing(api, auth, fields, field):
     digest = compiled(api, auth)["digest"]
-    events = EventRow.objects.count()
+    events = Event.objects.count()
     answer = report(api, digest, **{"prompt_tokens": 100, **fields})
     assert answer.status_code == 400, answer.json()
     assert answer.json()["error"]["field"] == field
-    assert EventRow.objects.count() == events and not ContextUsage.objects.exists()
+    assert Event.objects.count() == events and not ContextUsage.objects.exists()
 
 
 def test_unknown_and_other_projects_digests_are_404_and_write_nothing(api, other_api, auth):
     digest = compiled(api, auth)["digest"]
-    events = EventRow.objects.count()
+    events = Event.objects.count()
     for caller, target in ((api, "0" * 64), (api, "not-a-digest"), (other_api, digest)):
         answer = report(caller, target, 100)
         assert answer.status_code == 404 and answer.json()["error"]["field"] == "digest"
-    assert EventRow.objects.count() == events
+    assert Event.objects.count() == events
 
 
 def test_usage_totals_refuse_an_unknown_or_other_projects_task_or_goal(api, other_api, auth):
@@ -187,7 +187,7 @@ def test_a_cards_safety_margin_is_reserved_in_the_budget_and_recorded_by_compile
     context = compiled(api, auth, "tight")
     assert context["budget"]["context_tokens"] == 8_100 and context["budget"]["safety_margin_tokens"] == 900
     assert context["total_tokens"] <= 8_100
-    recorded = EventRow.objects.filter(event_type="ContextCompiled").order_by("-position").first()
+    recorded = Event.objects.filter(event_type="ContextCompiled").order_by("-position").first()
     assert recorded.data["budget"]["safety_margin_tokens"] == 900  # the compile's event records the margin
     for digest in (context["digest"], before["digest"]):
         assert api.post(f"/api/v1/contexts/{digest}/replay").json()["matches"] is True

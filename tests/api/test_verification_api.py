@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from tests.api.test_foundation_api import assert_error
 
 pytestmark = pytest.mark.django_db
@@ -95,7 +95,7 @@ def test_untrusted_content_cannot_register_or_change_a_contract(api, operator_ap
     assert fact.status_code == 201, fact.content
     reported = api.post(f"/api/v1/goals/{goal['id']}/facts", {"text": "the checks are slow"}, format="json")
     assert reported.json()["trust_class"] == "agent_reported"
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     url = f"/api/v1/tasks/{task_id}/contract"
     contract = {"checks": [], "require_checks": False}
     for extra in (
@@ -110,7 +110,7 @@ def test_untrusted_content_cannot_register_or_change_a_contract(api, operator_ap
     for origin in ({"trust_class": "untrusted_retrieved"}, {"derived_from": [reported.json()["id"]]}):
         response = create(operator_api, {"s1": contract}, contract_origin=origin)
         assert_error(response, 422, "untrusted_content")
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 def test_the_interpreters_other_name_is_allowed_when_one_name_is(api, operator_api, workspace, settings):
@@ -164,7 +164,7 @@ def test_refused_executables_and_workspaces_are_422(api, operator_api, workspace
 
 def test_a_pattern_without_a_linear_time_match_is_400_naming_the_field(api, operator_api, workspace):
     task_id = create(api).json()["tasks"][0]["id"]
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     for pattern, said in ((r"(a)\1", "backreferences"), (r"foo(?=bar)", "lookaround")):
         check = {"kind": "file_matches", "name": "x", "path": "a.txt", "pattern": pattern}
         response = operator_api.put(
@@ -172,7 +172,7 @@ def test_a_pattern_without_a_linear_time_match_is_400_naming_the_field(api, oper
         )
         error = assert_error(response, 400, "invalid", "contract.checks[0].pattern")
         assert "RE2" in error["message"] and said in error["message"]
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 def test_another_projects_task_is_404_and_nothing_is_written(
@@ -182,7 +182,7 @@ def test_another_projects_task_is_404_and_nothing_is_written(
     request_id = api.post(f"/api/v1/tasks/{task_id}/complete", {}, format="json").json()["completion"][
         "request_id"
     ]
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     assert_error(
         other_api.post(f"/api/v1/tasks/{task_id}/complete", {"answer": "x"}, format="json"), 404, "not_found"
     )
@@ -197,12 +197,12 @@ def test_another_projects_task_is_404_and_nothing_is_written(
     assert_error(other_api.get(f"/api/v1/tasks/{task_id}/completions"), 404, "not_found")
     assert_error(other_api.get(f"/api/v1/completions/{request_id}"), 404, "not_found")
     assert_error(api.get("/api/v1/completions/not-a-uuid"), 404, "not_found")
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 def test_bad_input_is_400_naming_the_field(api, operator_api, workspace):
     task_id = started_task(operator_api, api)
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     complete = f"/api/v1/tasks/{task_id}/complete"
     assert_error(api.post(complete, {"answer": 5}, format="json"), 400, "invalid", "answer")
     assert_error(
@@ -237,7 +237,7 @@ def test_bad_input_is_400_naming_the_field(api, operator_api, workspace):
         "invalid",
         "contracts.s1.checks[0].path",
     )
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 def test_the_admin_shows_decisions_with_the_answer_and_check_output(

@@ -8,7 +8,7 @@ import pytest
 import tiktoken
 
 from context_app.world.models import WorldItem
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from tasks_app import selectors as task_selectors
 from tasks_app.services.goals import goal_create
 
@@ -131,10 +131,10 @@ def test_idempotency_key_header(api, plan):
     goal, build, _ = plan
     url = f"/api/v1/tasks/{build.id}/progress"
     first = post(api, url, {"text": "step"}, HTTP_IDEMPOTENCY_KEY="abc")
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     again = post(api, url, {"text": "step"}, HTTP_IDEMPOTENCY_KEY="abc")
     assert again.status_code == 201 and again.json() == first.json()
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
     assert_error(post(api, url, {"text": "other"}, HTTP_IDEMPOTENCY_KEY="abc"), 409, "idempotency_key_reused")
     fact = post(api, f"/api/v1/goals/{goal.id}/facts", {"text": "f"}).json()
     verify = f"/api/v1/facts/{fact['id']}/verify"
@@ -151,14 +151,14 @@ def test_artifact_over_the_cap_is_413_and_nothing_is_stored(api, plan, settings,
     settings.NEXUM_ARTIFACT_MAX_BYTES = 32
     goal, _, _ = plan
     url = f"/api/v1/goals/{goal.id}/artifacts"
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     for body in (
         {"summary": "big", "content_base64": base64.b64encode(b"x" * 33).decode()},
         {"summary": "big", "content_text": "y" * 33},
         {"summary": "huge", "content_base64": base64.b64encode(b"z" * 100_000).decode()},
     ):
         assert_error(post(api, url, body), 413, "too_large")
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
     assert not artifact_root.exists() or not [p for p in artifact_root.rglob("*") if p.is_file()]
     exact = post(api, url, {"summary": "fits", "content_base64": base64.b64encode(b"x" * 32).decode()})
     assert exact.status_code == 201
@@ -172,7 +172,7 @@ def test_another_projects_goal_task_fact_and_item_are_404_with_nothing_written(
 ):
     goal, build, _ = plan
     fact = post(api, f"/api/v1/goals/{goal.id}/facts", {"text": "secret"}).json()
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     attempts = [
         *(
             (f"/api/v1/goals/{goal.id}/{kind}", body)
@@ -206,7 +206,7 @@ def test_another_projects_goal_task_fact_and_item_are_404_with_nothing_written(
     assert_error(other_api.get("/api/v1/items", {"task": str(build.id)}), 404)
     assert_error(other_operator_api.put(f"/api/v1/goals/{goal.id}/tools", {"pinned": []}, format="json"), 404)
     assert_error(other_api.get(f"/api/v1/tasks/{build.id}/tools"), 404)
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 def test_tools_registry_and_narrowing(operator_api, api, other_api, plan):
@@ -299,17 +299,17 @@ def test_bad_input_is_400_naming_the_field_and_writes_nothing(api, operator_api,
     fact = post(api, f"/api/v1/goals/{goal.id}/facts", {"text": "f"}).json()
     url = url.format(goal=goal.id, task=build.id, fact=fact["id"])
     client = operator_api if url.startswith("/api/v1/tools") else api  # the tool registry is an operator's
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     error = assert_error(post(client, url, body), 400)
     if field is not None:
         assert error["field"] == field, error
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 def test_bad_put_and_query_input_is_400(api, operator_api, plan):
     goal, build, _ = plan
     post(operator_api, "/api/v1/tools", {"name": "shell"})
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     cases = [
         (operator_api.put("/api/v1/tools/bad%20name", {}, format="json"), "name"),
         (operator_api.put("/api/v1/tools/shell", {"schema": []}, format="json"), "schema"),
@@ -335,7 +335,7 @@ def test_bad_put_and_query_input_is_400(api, operator_api, plan):
     ]
     for response, field in cases:
         assert assert_error(response, 400)["field"] == field
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 def test_unknown_ids_are_404(api, plan):

@@ -28,7 +28,7 @@ import pytest
 from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
 
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from tests.conftest import BWRAP_MISSING
 from tests.integration.test_worker import database_url_for_worker, wait_for
 
@@ -243,7 +243,7 @@ def test_a_body_over_the_limit_is_refused_before_the_server_reads_it(production_
     from tasks_app.services.tokens import agent_token_issue
 
     key = agent_token_issue(project_id=str(project.id), name="big-sender", actor="test").key
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     address = urlsplit(production_server)
     head = (
         "POST /api/v1/goals HTTP/1.1\r\n"
@@ -261,7 +261,7 @@ def test_a_body_over_the_limit_is_refused_before_the_server_reads_it(production_
         body = response.read(int(response.headers["Content-Length"]))
     error = assert_error(response.status, response.headers, body, 413, "too_large")
     assert error["details"] == {"size": 10**9, "max_bytes": settings.DATA_UPLOAD_MAX_MEMORY_SIZE}
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 # --- the docs in a browser with no network ------------------------------------------------------------------
@@ -389,7 +389,7 @@ def test_serve_runs_the_web_server_a_pool_per_queue_and_the_dispatcher_and_stops
         record_health_ping.delay(ping_id)  # the default queue, which serve's worker consumes
 
         def pinged() -> bool:
-            return EventRow.objects.filter(event_type="HealthPinged", data__ping_id=ping_id).exists()
+            return Event.objects.filter(event_type="HealthPinged", data__ping_id=ping_id).exists()
 
         assert wait_for(pinged, 90), log.read_text()
         # The processes keep their metrics' counts in one folder of the data folder, which a scrape sums.

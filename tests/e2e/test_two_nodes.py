@@ -34,7 +34,7 @@ from django.conf import settings as django_settings
 from context_app.compilation.models import ContextCompilation
 from context_app.compilation.tasks import COMPILE
 from nexum.adapters.workspaces import project_workspace
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from nexum.work.dispatch import send
 from tasks_app.models import Task
 from tasks_app.services.goals import goal_create
@@ -275,18 +275,18 @@ def test_requests_through_both_nodes_at_once_are_each_decided_once(nodes, projec
     assert wait_for(all_decided, DECIDED_WITHIN_S), f"not every request was decided in {DECIDED_WITHIN_S} s"
     assert wait_for(broker_drained, DECIDED_WITHIN_S), "the redeliveries were not all consumed"
     gate = Counter(
-        EventRow.objects.filter(event_type="GateDecided", project_id=project.id).values_list(
+        Event.objects.filter(event_type="GateDecided", project_id=project.id).values_list(
             "data__request_id", flat=True
         )
     )
     assert gate == dict.fromkeys(completion_ids, 1)
     compiled = Counter(
-        EventRow.objects.filter(event_type="ContextCompiled", project_id=project.id).values_list(
+        Event.objects.filter(event_type="ContextCompiled", project_id=project.id).values_list(
             "data__request_id", flat=True
         )
     )
     assert {request_id: compiled[request_id] for request_id in compile_ids} == dict.fromkeys(compile_ids, 1)
-    assert not EventRow.objects.filter(event_type="ContextCompileFailed", project_id=project.id).exists()
+    assert not Event.objects.filter(event_type="ContextCompileFailed", project_id=project.id).exists()
     assert set(CompletionRequest.objects.filter(id__in=completion_ids).values_list("outcome", flat=True)) == {
         "completed"
     }

@@ -42,7 +42,7 @@ from nexum.core.compilation.ranking import Query, rank_section
 from nexum.core.errors import NotFound, ValidationFailed
 from nexum.core.tasks.projects import HealthPinged
 from nexum.eventstore import projections, reading, store
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from tasks_app.models import Task
 from tasks_app.services.goals import goal_create
 from tests.integration.compile_world import build_auth_world
@@ -76,7 +76,7 @@ def candidate_items(*, task, encoding, counter, cache=None):
 
 
 def compiled_events(auth) -> int:
-    return EventRow.objects.filter(event_type="ContextCompiled", project_id=auth.project_id).count()
+    return Event.objects.filter(event_type="ContextCompiled", project_id=auth.project_id).count()
 
 
 def test_the_worked_example_for_a_small_a_standard_and_a_frontier_model(auth, settings):
@@ -110,7 +110,7 @@ def test_the_worked_example_for_a_small_a_standard_and_a_frontier_model(auth, se
     assert any(r.kind == "tool" and "tool budget of 6 tools is full" in r.reason for r in excluded)
     assert any(r.kind in ("fact", "progress") and r.reason.startswith("needed ") for r in excluded)
     # the event carries ids and digests, never the prompt
-    event = EventRow.objects.filter(event_type="ContextCompiled").order_by("-position").first()
+    event = Event.objects.filter(event_type="ContextCompiled").order_by("-position").first()
     assert "prompt_block" not in event.data and "Redis" not in str(event.data)
     assert event.data["digest"] == frontier.digest
 
@@ -205,7 +205,7 @@ def test_focus_changes_the_ranking_is_shown_and_replays(auth):
     assert ("fact", str(kitchen.id)) in {tuple(pair) for pair in focused.included}
     assert "focus: checking who cleans the office kitchen\n" in focused.prompt_block
     assert focused.digest != plain.digest
-    recorded = EventRow.objects.filter(event_type="ContextCompiled", data__digest=focused.digest).get()
+    recorded = Event.objects.filter(event_type="ContextCompiled", data__digest=focused.digest).get()
     assert recorded.data["focus_digest"] and "kitchen" not in str(recorded.data)  # events carry no text
     for context in (plain, focused):
         assert context_replay(project_id=auth.project_id, digest=context.digest).matches
@@ -266,10 +266,10 @@ def test_a_redelivered_compile_message_stores_and_appends_nothing_twice(auth):
         )
     request_id = str(queued.request_id)
     compile_requested.run(request_id)
-    contexts, events = StoredContext.objects.count(), EventRow.objects.count()
+    contexts, events = StoredContext.objects.count(), Event.objects.count()
     compile_requested.run(request_id)
     assert StoredContext.objects.count() == contexts
-    assert EventRow.objects.count() == events
+    assert Event.objects.count() == events
     assert reading.stream_version(compile_stream(request_id)) == 2
     row = ContextCompilation.objects.get(request_id=request_id)
     assert row.status == "done" and row.digest, row.error
@@ -287,9 +287,9 @@ def test_a_refused_queued_compile_is_recorded_as_failed(auth, monkeypatch):
     row = ContextCompilation.objects.get(request_id=queued.request_id)
     assert row.status == "failed" and row.error["code"] == "budget_too_small"
     assert not StoredContext.objects.exists()
-    events = EventRow.objects.count()
+    events = Event.objects.count()
     compile_requested.run(str(queued.request_id))  # redelivered: nothing more
-    assert EventRow.objects.count() == events
+    assert Event.objects.count() == events
 
 
 def test_compaction_folds_the_oldest_progress_and_tool_calls(auth):
@@ -299,7 +299,7 @@ def test_compaction_folds_the_oldest_progress_and_tool_calls(auth):
     before = list(WorldItem.objects.filter(task_id=auth.task.id, kind__in=["progress", "tool_call"]))
     outcome = compile_for(auth, "local")
     fold = CompactionFold.objects.get(task_id=auth.task.id)
-    event = EventRow.objects.get(event_type="ContextCompacted")
+    event = Event.objects.get(event_type="ContextCompacted")
     assert event.data["folded_ids"] == fold.folded_ids and len(fold.folded_ids) >= 2
     oldest = sorted(before, key=lambda item: item.position)[: len(fold.folded_ids)]
     assert fold.folded_ids == [str(item.id) for item in oldest]
@@ -438,12 +438,12 @@ def test_diff_shows_what_entered_and_left_with_reasons(auth):
 
 
 def test_another_projects_task_is_not_found_and_nothing_is_written(auth, other_project):
-    events = EventRow.objects.count()
+    events = Event.objects.count()
     with pytest.raises(NotFound):
         compiles.context_compile(
             project_id=str(other_project.id), task_id=str(auth.task.id), model_word="local", actor="x"
         )
-    assert EventRow.objects.count() == events and not StoredContext.objects.exists()
+    assert Event.objects.count() == events and not StoredContext.objects.exists()
 
 
 @pytest.mark.parametrize(
@@ -457,23 +457,23 @@ def test_another_projects_task_is_not_found_and_nothing_is_written(auth, other_p
     ],
 )
 def test_bad_input_names_the_field_and_writes_nothing(auth, arguments, field):
-    events = EventRow.objects.count()
+    events = Event.objects.count()
     with pytest.raises(ValidationFailed) as caught:
         compiles.context_compile(
             project_id=auth.project_id, task_id=str(auth.task.id), actor="x", **arguments
         )
     assert caught.value.field == field
-    assert EventRow.objects.count() == events and not StoredContext.objects.exists()
+    assert Event.objects.count() == events and not StoredContext.objects.exists()
 
 
 def test_a_word_the_catalog_lacks_is_not_found_naming_the_model(auth):
-    events = EventRow.objects.count()
+    events = Event.objects.count()
     with pytest.raises(NotFound) as caught:
         compiles.context_compile(
             project_id=auth.project_id, task_id=str(auth.task.id), model_word="gpt-unknown", actor="x"
         )
     assert (caught.value.code, caught.value.field) == ("unknown_model_word", "model")
-    assert EventRow.objects.count() == events and not StoredContext.objects.exists()
+    assert Event.objects.count() == events and not StoredContext.objects.exists()
 
 
 def test_rebuild_reproduces_the_compile_history_and_keeps_the_contexts(auth):

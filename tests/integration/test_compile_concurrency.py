@@ -20,7 +20,7 @@ from context_app.compilation.services import compiles
 from context_app.compilation.services.replays import context_replay
 from context_app.world.services.records import progress_record, tool_call_record
 from context_app.world.services.scopes import scope_resolve
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from tasks_app.models import Task
 from tasks_app.services.goals import goal_create
 from tasks_app.services.lifecycle import task_start
@@ -111,7 +111,7 @@ def test_two_compiles_of_different_tasks_proceed_concurrently(auth, second_task,
     outcomes = [finished(*first), finished(*second)]
     assert not barrier.broken
     assert {str(outcome.context.task_id) for outcome in outcomes} == {str(auth.task.id), str(second_task.id)}
-    assert EventRow.objects.filter(event_type="ContextCompiled").count() == 2
+    assert Event.objects.filter(event_type="ContextCompiled").count() == 2
 
 
 def test_an_append_during_a_compile_is_not_blocked(auth, monkeypatch):
@@ -124,7 +124,7 @@ def test_an_append_during_a_compile_is_not_blocked(auth, monkeypatch):
         def record() -> int:
             scope = scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
             progress_record(scope=scope, text="noted during the compile", actor="test")
-            return EventRow.objects.order_by("-position").values_list("position", flat=True).first()
+            return Event.objects.order_by("-position").values_list("position", flat=True).first()
 
         appended.append(finished(*in_thread(record)))  # joined before this compile goes on
         return compile_task(**kwargs)

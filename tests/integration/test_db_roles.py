@@ -15,7 +15,7 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from tasks_app.models import Task
 from tasks_app.services.goals import goal_create
 from tasks_app.services.lifecycle import task_start
@@ -75,7 +75,7 @@ def _refused(runtime: psycopg.Connection, sql: str) -> str:
 
 def _some_events() -> int:
     project_create(slug="acme", name="Acme", actor="test")
-    return EventRow.objects.count()
+    return Event.objects.count()
 
 
 @postgres_only
@@ -104,7 +104,7 @@ def test_the_runtime_role_cannot_change_or_erase_the_log(as_runtime, runtime_rol
         )  # anyone may set it; it opens nothing for this role
     for sql in ("TRUNCATE nexum_event", "DELETE FROM nexum_event", "UPDATE nexum_event SET data = '{}'"):
         _refused(as_runtime, sql)
-    assert EventRow.objects.count() == events
+    assert Event.objects.count() == events
 
 
 @postgres_only
@@ -116,7 +116,7 @@ def test_the_maintenance_flag_opens_truncate_for_the_owner_only(as_runtime, runt
     with as_runtime.cursor() as cursor:
         cursor.execute("SET nexum.event_maintenance = 'on'")
     assert "append-only" in _refused(as_runtime, "TRUNCATE nexum_event")
-    assert EventRow.objects.count() == events
+    assert Event.objects.count() == events
 
 
 @postgres_only
@@ -164,7 +164,7 @@ def test_the_service_appends_and_updates_projections_as_the_runtime_role(runtime
         connection.close()
         connection.settings_dict.clear()
         connection.settings_dict.update(owner)
-    assert EventRow.objects.filter(event_type="TaskStarted").count() == 1
+    assert Event.objects.filter(event_type="TaskStarted").count() == 1
 
 
 @postgres_only

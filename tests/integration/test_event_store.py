@@ -14,8 +14,7 @@ from nexum.core.errors import ConcurrencyError, ValidationFailed
 from nexum.core.events import InvalidEvent
 from nexum.core.tasks.projects import HealthPinged
 from nexum.eventstore import reading, store
-from nexum.eventstore.models import AppendOnlyError
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import AppendOnlyError, Event
 from nexum.eventstore.store import IdempotencyKeyReused
 
 
@@ -44,11 +43,11 @@ def test_append_assigns_versions_and_increasing_positions():
 def test_wrong_expected_version_writes_nothing():
     stream = new_stream()
     store.append(stream_id=stream, events=[ping()], expected_version=0)
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     with pytest.raises(ConcurrencyError) as raised:
         store.append(stream_id=stream, events=[ping()], expected_version=0)
     assert raised.value.details["current_version"] == 1
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 @pytest.mark.django_db
@@ -58,7 +57,7 @@ def test_same_idempotency_key_ten_times_stores_one_event():
         store.append(stream_id=stream, events=[ping("x")], expected_version=0, idempotency_key="req-1")
         for _ in range(10)
     ]
-    assert EventRow.objects.filter(stream_id=stream).count() == 1
+    assert Event.objects.filter(stream_id=stream).count() == 1
     assert {r.positions for r in results} == {results[0].positions}
     assert [r.replayed for r in results] == [False] + [True] * 9
 
@@ -77,7 +76,7 @@ def test_a_batch_with_one_invalid_event_stores_nothing():
     batch = [ping(i) for i in range(99)] + [HealthPinged(ping_id=42)]  # type: ignore[arg-type]
     with pytest.raises(InvalidEvent):
         store.append(stream_id=stream, events=batch, expected_version=0)
-    assert EventRow.objects.filter(stream_id=stream).count() == 0
+    assert Event.objects.filter(stream_id=stream).count() == 0
 
 
 @pytest.mark.django_db
@@ -91,7 +90,7 @@ def test_a_batch_failing_in_its_projection_stores_nothing(monkeypatch):
     stream = new_stream()
     with pytest.raises(RuntimeError):
         store.append(stream_id=stream, events=[ping(i) for i in range(100)], expected_version=0)
-    assert EventRow.objects.filter(stream_id=stream).count() == 0
+    assert Event.objects.filter(stream_id=stream).count() == 0
 
 
 @pytest.mark.django_db
@@ -182,7 +181,7 @@ def test_a_tailing_reader_never_misses_an_event():
     done.set()
     reader.join(timeout=120)
     assert not reader.is_alive()
-    everything = list(EventRow.objects.order_by("position").values_list("position", flat=True))
+    everything = list(Event.objects.order_by("position").values_list("position", flat=True))
     assert len(everything) == writers * appends
     assert seen == everything
 
@@ -199,7 +198,7 @@ def test_raw_sql_cannot_change_or_remove_events(statement):
         connection.cursor() as cursor,
     ):
         cursor.execute(statement)
-    assert EventRow.objects.filter(event_type="HealthPinged").count() == 1
+    assert Event.objects.filter(event_type="HealthPinged").count() == 1
 
 
 @pytest.mark.django_db(transaction=True)
@@ -213,20 +212,20 @@ def test_truncate_is_refused_on_postgres():
         connection.cursor() as cursor,
     ):
         cursor.execute("TRUNCATE nexum_event")
-    assert EventRow.objects.count() == 1
+    assert Event.objects.count() == 1
 
 
 @pytest.mark.django_db
 def test_the_model_layer_refuses_changes():
     store.append(stream_id=new_stream(), events=[ping()], expected_version=0)
-    row = EventRow.objects.get()
+    row = Event.objects.get()
     row.event_type = "Forged"
     with pytest.raises(AppendOnlyError):
         row.save()
     with pytest.raises(AppendOnlyError):
         row.delete()
     with pytest.raises(AppendOnlyError):
-        EventRow.objects.all().update(event_type="Forged")
+        Event.objects.all().update(event_type="Forged")
     with pytest.raises(AppendOnlyError):
-        EventRow.objects.all().delete()
-    assert EventRow.objects.get().event_type == "HealthPinged"
+        Event.objects.all().delete()
+    assert Event.objects.get().event_type == "HealthPinged"

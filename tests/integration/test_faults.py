@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings as django_settings
 
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from nexum.work.models import Work
 from tasks_app.models import Task
 from tasks_app.services.goals import goal_create
@@ -227,7 +227,7 @@ def started_tasks(project, keys: list[str], check: str) -> list[Task]:
 
 
 def decisions(request_id: object) -> int:
-    return EventRow.objects.filter(event_type="GateDecided", data__request_id=str(request_id)).count()
+    return Event.objects.filter(event_type="GateDecided", data__request_id=str(request_id)).count()
 
 
 def descendants(pid: int) -> list[int]:
@@ -322,7 +322,7 @@ def test_requests_accepted_while_the_broker_is_down_each_end_with_one_decision(
     print(f"every request answered {time.monotonic() - back:.1f} s after the broker was back")
     assert [decisions(request_id) for request_id in completions] == [1] * len(completions)
     compiled = [
-        EventRow.objects.filter(event_type="ContextCompiled", data__request_id=request_id).count()
+        Event.objects.filter(event_type="ContextCompiled", data__request_id=request_id).count()
         for request_id in compiles
     ]
     assert compiled == [1] * len(compiles)

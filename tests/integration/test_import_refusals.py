@@ -14,7 +14,7 @@ from context_app.world.services.records import artifact_record
 from context_app.world.services.scopes import scope_resolve
 from nexum.core.digests import canonical_json, sha256_hex
 from nexum.eventstore.importing import ImportCollision
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from nexum_web.portability import ImportRefused, export_lines, import_lines
 from tasks_app.models import Task
 from tasks_app.services.goals import goal_create
@@ -37,10 +37,10 @@ def export(project) -> list[dict]:
 
 
 def _refused(lines: list[dict], match: str, error: type[Exception] = ImportRefused) -> None:
-    events = EventRow.objects.count()
+    events = Event.objects.count()
     with pytest.raises(error, match=match):
         import_lines(canonical_json(line) for line in lines)
-    assert EventRow.objects.count() == events
+    assert Event.objects.count() == events
 
 
 def _first(lines: list[dict], kind: str) -> int:
@@ -55,7 +55,7 @@ def test_the_export_names_the_project_its_events_and_blobs(export, project):
         "acme",
     )
     events = [line for line in export if line.get("kind") == "event"]
-    assert header["events"] == len(events) == EventRow.objects.filter(project_id=project.id).count()
+    assert header["events"] == len(events) == Event.objects.filter(project_id=project.id).count()
     assert [event["project_position"] for event in events] == list(range(1, len(events) + 1))
     assert header["head_hash"] == events[-1]["event_hash"]
     artifact = export[_first(export, "artifact")]

@@ -12,8 +12,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from nexum.core import chain
-from nexum.eventstore.models import Event as EventRow
-from nexum.eventstore.models import LogVerification
+from nexum.eventstore.models import Event, LogVerification
 from nexum.eventstore.verification import chained_events
 from tasks_app.services.goals import goal_create
 
@@ -70,21 +69,21 @@ def test_an_untouched_log_verifies_and_the_run_is_recorded(project, other_projec
     _goal(other_project, "two")
     out = io.StringIO()
     call_command("nexum_verify_log", stdout=out)
-    total = EventRow.objects.count()
+    total = Event.objects.count()
     assert f"{total} events" in out.getvalue()
     run = LogVerification.objects.get()
     assert (run.ok, run.events, run.project_id, run.message) == (True, total, None, "")
     call_command("nexum_verify_log", project="acme", stdout=io.StringIO())
     latest = LogVerification.objects.order_by("-id").first()
     assert (latest.ok, latest.project_id, latest.projects) == (True, project.id, 1)
-    assert latest.events == EventRow.objects.filter(project_id=project.id).count()
+    assert latest.events == Event.objects.filter(project_id=project.id).count()
 
 
 def test_an_event_changed_by_the_owner_is_found_and_named(project, other_project):
     _goal(other_project, "untouched")
     created = _goal(project, "victim")
     _goal(project, "after")
-    victim = EventRow.objects.get(stream_id=f"goal-{created.id}", event_type="GoalCreated")
+    victim = Event.objects.get(stream_id=f"goal-{created.id}", event_type="GoalCreated")
     _as_owner_update_data(victim.position)
     with pytest.raises(CommandError) as refused:
         call_command("nexum_verify_log", stdout=io.StringIO())

@@ -24,7 +24,7 @@ from nexum.core.catalog.budgets import ModelCard
 from nexum.core.catalog.changes import models_stream
 from nexum.core.errors import ConcurrencyError, Conflict, DomainError, ValidationFailed
 from nexum.eventstore import projections, reading
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from tests.tokenizer_files import write_tiktoken
 
 pytestmark = pytest.mark.django_db
@@ -45,7 +45,7 @@ def set_overlay(project, word: str, overlay: dict, actor: str = "test"):
 
 
 def events_in(project) -> int:
-    return EventRow.objects.filter(stream_id=models_stream(str(project.id))).count()
+    return Event.objects.filter(stream_id=models_stream(str(project.id))).count()
 
 
 # --- the default catalog and the command --------------------------------------------------------------------

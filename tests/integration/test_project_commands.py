@@ -19,7 +19,7 @@ from rest_framework.test import APIClient
 
 from context_app.catalog.models import CatalogCard
 from context_app.catalog.selectors import catalog_version
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from tasks_app.models import AgentToken, Project
 
 pytestmark = pytest.mark.django_db
@@ -34,7 +34,7 @@ def run(*args: str) -> tuple[str, str]:
 
 
 def written() -> tuple[int, int, int]:
-    return EventRow.objects.count(), Project.objects.count(), AgentToken.objects.count()
+    return Event.objects.count(), Project.objects.count(), AgentToken.objects.count()
 
 
 def refused(*args: str) -> str:
@@ -66,7 +66,7 @@ def test_create_records_the_project_with_the_default_catalog_and_list_shows_it()
         "local",
         "frontier",
     }
-    assert list(EventRow.objects.order_by("position").values_list("event_type", "metadata__actor")) == [
+    assert list(Event.objects.order_by("position").values_list("event_type", "metadata__actor")) == [
         ("ProjectCreated", "command:nexum_project"),
         ("ModelCatalogReplaced", "command:nexum_project"),
     ]
@@ -135,7 +135,7 @@ def test_issue_revoke_and_list_are_events_and_a_revoked_token_is_refused_at_once
     assert out.strip() == "revoked operator token 'deployer' of project acme"
     after = client.get("/api/v1/events")
     assert after.status_code == 401 and after.json()["error"]["code"] == "authentication_failed"
-    issued, revoked = EventRow.objects.filter(stream_id=f"project-{project.id}").order_by("position")[1:]
+    issued, revoked = Event.objects.filter(stream_id=f"project-{project.id}").order_by("position")[1:]
     assert (issued.event_type, issued.metadata["actor"], issued.data["role"]) == (
         "AgentTokenIssued",
         "command:nexum_token",
@@ -186,7 +186,7 @@ def test_the_admin_creates_a_project_with_its_catalog_through_the_service(admin_
     assert catalog_version(str(project.id)) == 1
     page = admin_client.get(f"/admin/tasks_app/project/{project.pk}/change/").content.decode()
     assert "initech" in page and "Created at" in page
-    assert set(EventRow.objects.values_list("event_type", "metadata__actor")) == {
+    assert set(Event.objects.values_list("event_type", "metadata__actor")) == {
         ("ProjectCreated", "admin:admin"),
         ("ModelCatalogReplaced", "admin:admin"),
     }
@@ -213,7 +213,7 @@ def test_the_admin_shows_an_issued_key_once_and_revokes_with_an_action(admin_cli
     assert token.key_prefix == key[:8] and key.startswith("nx_")
     client = bearer(key)
     assert client.get("/api/v1/events").status_code == 200
-    EventRow.objects.get(event_type="AgentTokenIssued", metadata__actor="admin:admin")
+    Event.objects.get(event_type="AgentTokenIssued", metadata__actor="admin:admin")
     for url in ("/admin/tasks_app/agenttoken/", f"/admin/tasks_app/agenttoken/{token.pk}/change/", "/admin/"):
         shown = admin_client.get(url)
         assert shown.status_code == 200 and key.encode() not in shown.content  # never again
@@ -231,7 +231,7 @@ def test_the_admin_shows_an_issued_key_once_and_revokes_with_an_action(admin_cli
     )
     assert revoke.status_code == 302
     assert client.get("/api/v1/events").status_code == 401
-    revoked = EventRow.objects.get(event_type="AgentTokenRevoked")
+    revoked = Event.objects.get(event_type="AgentTokenRevoked")
     assert (revoked.metadata["actor"], revoked.data["reason"]) == ("admin:admin", "revoked in the admin")
     again = admin_client.post(
         "/admin/tasks_app/agenttoken/",
@@ -239,7 +239,7 @@ def test_the_admin_shows_an_issued_key_once_and_revokes_with_an_action(admin_cli
         follow=True,
     )
     assert b"were already revoked" in again.content
-    assert EventRow.objects.filter(event_type="AgentTokenRevoked").count() == 1
+    assert Event.objects.filter(event_type="AgentTokenRevoked").count() == 1
 
 
 def test_a_revoked_token_ends_its_open_event_stream_at_once(project):

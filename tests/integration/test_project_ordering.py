@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from nexum.core.tasks.projects import HealthPinged
 from nexum.eventstore import reading, store
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from nexum.eventstore.verification import verify_log
 
 
@@ -38,7 +38,7 @@ def _in_thread(function):
 def _places(project_id: str | None) -> list[tuple[int, int]]:
     """The project's events as (position, project_position), in log order."""
     return list(
-        EventRow.objects.filter(project_id=project_id)
+        Event.objects.filter(project_id=project_id)
         .order_by("position")
         .values_list("position", "project_position")
     )
@@ -185,7 +185,7 @@ def test_the_migration_numbers_stored_events_and_webhook_positions_in_log_order(
     project_a, project_b = uuid.uuid4(), uuid.uuid4()
     order = [project_a, project_b, None, project_a, project_b, project_a]
     logged: list[int] = []
-    field = EventRow._meta.get_field
+    field = Event._meta.get_field
     with connection.cursor() as cursor:
         for n, project_id in enumerate(order):
             cursor.execute(

@@ -136,9 +136,9 @@ def test_an_old_schema_version_in_the_log_is_upcast_on_read_and_rebuild():
     """A ProjectCreated stored at schema version 1 (no description) still rebuilds its project."""
     from django.utils import timezone
 
-    from nexum.eventstore.models import Event as EventRow
+    from nexum.eventstore.models import Event
 
-    EventRow.objects.create(
+    Event.objects.create(
         stream_id="project-5b0b1c1e-0000-4000-8000-000000000001",
         version=1,
         event_type="ProjectCreated",
@@ -160,10 +160,10 @@ def test_a_token_issued_before_roles_rebuilds_as_an_agents_token():
     """An AgentTokenIssued stored at schema version 1 (no role) is an agent's token, live and rebuilt."""
     from django.utils import timezone
 
-    from nexum.eventstore.models import Event as EventRow
+    from nexum.eventstore.models import Event as Event
 
     project = project_create(slug="legacy", name="Legacy", actor="test")
-    EventRow.objects.create(
+    Event.objects.create(
         stream_id=f"project-{project.id}",
         version=2,
         event_type="AgentTokenIssued",

@@ -35,7 +35,7 @@ from nexum.core.resolution.escalations import PlanGateClosed
 from nexum.core.resolution.model import ResolveBudget
 from nexum.core.trust import TrustClass, sign_item
 from nexum.eventstore import projections
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from tasks_app.services.goals import goal_create
 from tasks_app.services.lifecycle import task_start
 from tests.integration.compile_world import load_catalog
@@ -136,7 +136,7 @@ def start(project, task):
 
 
 def event_counts() -> Counter[str]:
-    return Counter(EventRow.objects.values_list("event_type", flat=True))
+    return Counter(Event.objects.values_list("event_type", flat=True))
 
 
 def tickets(tmp_path, name: str, records: list[dict[str, Any]]) -> str:
@@ -165,7 +165,7 @@ def test_a_source_outside_the_grant_is_never_called_and_the_denial_is_recorded(p
     assert (denied.source, denied.code) == ("web", "outside_grant")
     assert [d["source"] for d in outcome.bundle["denials"]] == ["web"]
     assert [i["source"] for i in outcome.bundle["items"]] == ["repo"]
-    denial_events = EventRow.objects.filter(event_type="RetrievalDenied")
+    denial_events = Event.objects.filter(event_type="RetrievalDenied")
     assert [e.data["source"] for e in denial_events] == ["web"]
 
 
@@ -181,7 +181,7 @@ def test_an_expired_grant_denies_every_retrieval(project, http):
     assert _Routes.hits["/web"] == 0
     assert outcome.bundle["items"] == []
     assert [(d["source"], d["code"]) for d in outcome.bundle["denials"]] == [("web", "grant_expired")]
-    assert EventRow.objects.filter(event_type="RetrievalDenied", data__code="grant_expired").count() == 1
+    assert Event.objects.filter(event_type="RetrievalDenied", data__code="grant_expired").count() == 1
     # before it expired, the same grant allowed the call
     resolve(project, task, now=NOW + timedelta(minutes=1))
     assert _Routes.hits["/web"] == 1
@@ -537,7 +537,7 @@ def test_a_side_picked_on_one_task_applies_to_every_task_of_the_goal_that_sees_t
         "chosen": [chosen],
         "rejected": [rejected],
     }
-    assert EventRow.objects.filter(
+    assert Event.objects.filter(
         stream_id=f"context-{tasks['c'].id}", event_type="EscalationResolved"
     ).exists()
     assert start(project, tasks["c"]).state == "running"
@@ -625,7 +625,7 @@ def test_an_operator_override_opens_the_gate_and_is_recorded(project, tmp_path):
 
     plan_gate_override(project_id=str(project.id), task_id=str(task.id), reason="known", actor="op:ann")
 
-    assert EventRow.objects.filter(event_type="PlanGateOverridden").count() == 1
+    assert Event.objects.filter(event_type="PlanGateOverridden").count() == 1
     assert start(project, task).state == "running"
 
 
@@ -785,7 +785,7 @@ def test_cancel_and_grant_source_resolutions(project, http, tmp_path):
         source="web",
         actor="h",
     )
-    assert EventRow.objects.filter(event_type="GrantIssued").count() == 2
+    assert Event.objects.filter(event_type="GrantIssued").count() == 2
     bundle = resolve(project, task, now=NOW + timedelta(seconds=5)).bundle
     assert bundle["complete"] is True and [i["source"] for i in bundle["items"]] == ["web"]
 
@@ -831,7 +831,7 @@ def test_the_same_inputs_give_the_same_digest_and_events_carry_no_item_text(proj
 
     assert first.resolve.bundle_digest == second.resolve.bundle_digest
     assert first.resolve.id != second.resolve.id
-    stored = list(EventRow.objects.filter(stream_id=f"context-{task.id}").values_list("data", flat=True))
+    stored = list(Event.objects.filter(stream_id=f"context-{task.id}").values_list("data", flat=True))
     dumped = json.dumps(stored)
     for item in first.bundle["items"]:
         assert item["text"] not in dumped
@@ -846,9 +846,9 @@ def test_a_redelivered_resolve_writes_nothing_twice(project, http):
     task = make_task(project)
     grant(project, task, "web")
     first = resolve(project, task, request_id="req-1")
-    count = EventRow.objects.count()
+    count = Event.objects.count()
     again = resolve(project, task, request_id="req-1")
-    assert again.resolve.id == first.resolve.id and EventRow.objects.count() == count
+    assert again.resolve.id == first.resolve.id and Event.objects.count() == count
     assert _Routes.hits["/web"] == 1
 
 

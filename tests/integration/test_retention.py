@@ -27,7 +27,7 @@ from context_app.world.artifacts import default_store
 from context_app.world.services.records import failure_record
 from context_app.world.services.scopes import scope_resolve
 from nexum.eventstore import projections
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from nexum.work.dispatch import dispatch_due
 from tasks_app.services.projects import project_retention_set
 from tests.integration.compile_world import build_auth_world, load_catalog
@@ -80,7 +80,7 @@ def two_contexts(auth) -> tuple[StoredContext, StoredContext]:
 
 def prune_events(project_id: str) -> int:
     kinds = ("ContextPruned", "BundlePruned", "CheckOutputPruned")
-    return EventRow.objects.filter(project_id=project_id, event_type__in=kinds).count()
+    return Event.objects.filter(project_id=project_id, event_type__in=kinds).count()
 
 
 def test_an_old_context_is_pruned_to_its_digest_and_still_replays_and_reads_as_before(auth, api):
@@ -96,7 +96,7 @@ def test_an_old_context_is_pruned_to_its_digest_and_still_replays_and_reads_as_b
     assert summary.contexts.bytes_freed == len(older.prompt_block.encode()) + len(older.exclusion_runs) - 2
     assert StoredContext.objects.get(id=newer.id).pruned_at is None
     assert retention.pruned_digests(project_id=auth.project_id) == [older.digest]
-    event = EventRow.objects.get(event_type="ContextPruned")
+    event = Event.objects.get(event_type="ContextPruned")
     assert event.stream_id == f"retention-{auth.project_id}"
     assert event.data == {
         "digest": older.digest,

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from nexum.core.errors import ConcurrencyError, DomainError, NotFound
-from nexum.core.events import Event, event_from_data, upcast
+from nexum.core.events import DomainEvent, event_from_data, upcast
 from nexum.core.tasks.lifecycle import (
     ALLOWED_FROM,
     COMPLETED,
@@ -29,7 +29,7 @@ from nexum.core.tasks.lifecycle import (
     task_stream,
 )
 from nexum.eventstore import projections, reading
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from tasks_app import selectors
 from tasks_app.models import Task, TaskTransition
 from tasks_app.services.goals import goal_create
@@ -146,12 +146,12 @@ def test_the_lifecycle_with_retry_block_and_the_gate(project):
 def test_a_task_starts_only_when_its_dependencies_are_completed(project):
     goal = make_goal(project)
     tasks = tasks_of(goal)
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     with pytest.raises(DomainError) as raised:
         task_start(project_id=str(project.id), task_id=str(tasks["s2"].id), actor="a")
     assert raised.value.code == "dependencies_not_completed"
     assert raised.value.details == {"waiting_for": {"s1": "pending"}}
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
     gate(task_start(project_id=str(project.id), task_id=str(tasks["s1"].id), actor="a"))
     s2 = task_start(project_id=str(project.id), task_id=str(tasks["s2"].id), actor="a")
     assert s2.state == "running"
@@ -162,7 +162,7 @@ def test_illegal_transitions_and_stale_versions_write_nothing(project):
     goal = make_goal(project)
     s1 = tasks_of(goal)["s1"]
     pid = str(project.id)
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     for command in ("fail", "block", "unblock"):
         with pytest.raises(DomainError) as raised:
             TRANSITIONS[command](project_id=pid, task_id=str(s1.id), actor="a")
@@ -172,7 +172,7 @@ def test_illegal_transitions_and_stale_versions_write_nothing(project):
     with pytest.raises(DomainError) as raised:
         task_start(project_id=pid, task_id=str(goal.id), actor="a")
     assert raised.value.code == "illegal_transition"  # a goal's state is derived
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
     task_start(project_id=pid, task_id=str(s1.id), actor="a", expected_version=1)
 
 
@@ -211,7 +211,7 @@ def test_the_gate_port_records_failed_and_blocked_decisions_and_refuses_non_runn
     s1 = task_start(project_id=str(project.id), task_id=str(tasks_of(goal)["s1"].id), actor="a")
     s1 = gate(s1, outcome="failed", decision_id="d-1")
     assert s1.state == "failed"
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     with pytest.raises(DomainError) as raised:
         gate(s1)
     assert raised.value.code == "illegal_transition"
@@ -219,7 +219,7 @@ def test_the_gate_port_records_failed_and_blocked_decisions_and_refuses_non_runn
         task_record_gate_decision(
             task_id="nope", outcome="completed", decision_id="d", expected_version=None, actor="gate"
         )
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
     s1 = task_start(project_id=str(project.id), task_id=str(s1.id), actor="a")
     s1 = gate(s1, outcome="blocked", decision_id="d-2")
     assert (s1.state, s1.attempt) == ("blocked", 2)
@@ -228,9 +228,9 @@ def test_the_gate_port_records_failed_and_blocked_decisions_and_refuses_non_runn
 @pytest.mark.django_db
 def test_idempotency_keys_make_retries_write_nothing(project):
     goal = make_goal(project, idempotency_key="plan-1")
-    count = EventRow.objects.count()
+    count = Event.objects.count()
     assert make_goal(project, idempotency_key="plan-1").id == goal.id
-    assert EventRow.objects.count() == count
+    assert Event.objects.count() == count
     with pytest.raises(DomainError) as raised:
         goal_create(
             project_id=str(project.id), objective="Other", tasks=PLAN, actor="t", idempotency_key="plan-1"
@@ -242,19 +242,19 @@ def test_idempotency_keys_make_retries_write_nothing(project):
             project_id=str(project.id), objective="Ship it", tasks=longer, actor="t", idempotency_key="plan-1"
         )
     assert raised.value.code == "idempotency_key_reused"
-    assert EventRow.objects.count() == count
+    assert Event.objects.count() == count
 
     s1 = tasks_of(goal)["s1"]
     args = {"project_id": str(project.id), "task_id": str(s1.id), "actor": "a", "reason": "go"}
     first = task_start(**args, idempotency_key="start-1")
-    count = EventRow.objects.count()
+    count = Event.objects.count()
     again = task_start(**args, idempotency_key="start-1", expected_version=1)
     assert (again.version, again.attempt) == (first.version, first.attempt) == (2, 1)
-    assert EventRow.objects.count() == count
+    assert Event.objects.count() == count
     with pytest.raises(DomainError) as raised:
         task_fail(**args, idempotency_key="start-1")
     assert raised.value.code == "idempotency_key_reused"
-    assert EventRow.objects.count() == count
+    assert Event.objects.count() == count
 
 
 @pytest.mark.django_db(transaction=True)
@@ -300,9 +300,9 @@ def assert_projection_equals_replay(goal_id) -> dict[str, TaskState]:
     """Read models of one goal against a pure replay of its streams (three queries); returns the replay."""
     rows = {str(task.id): task for task in Task.objects.filter(goal_id=goal_id)}
     goal = rows.pop(str(goal_id))
-    streams: dict[str, list[tuple[int, Event]]] = {task_stream(task_id): [] for task_id in rows}
+    streams: dict[str, list[tuple[int, DomainEvent]]] = {task_stream(task_id): [] for task_id in rows}
     for stream_id, position, name, schema_version, data in (
-        EventRow.objects.filter(stream_id__in=streams)
+        Event.objects.filter(stream_id__in=streams)
         .order_by("stream_id", "version")
         .values_list("stream_id", "position", "event_type", "schema_version", "data")
     ):

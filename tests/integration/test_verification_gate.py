@@ -18,7 +18,7 @@ from context_app.world.services.records import artifact_record
 from context_app.world.services.scopes import Scope
 from nexum.core.errors import DomainError
 from nexum.eventstore import projections
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from tasks_app.models import Task
 from tasks_app.services.goals import goal_create
 from tasks_app.services.lifecycle import task_block, task_start
@@ -138,11 +138,11 @@ def test_running_task_with_passing_checks_completes(project, workspace, calls):
 @pytest.mark.django_db
 def test_a_task_that_is_not_running_is_skipped_and_no_check_runs(project, workspace, calls):
     task = running_task(project, {"checks": [callable_check("c", "tests.checks:passing")]}, start=False)
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     result = complete(task)
     assert result.outcome == "skipped" and result.request is None
     assert "'pending'" in result.reason
-    assert calls == [] and EventRow.objects.count() == before and state(task) == "pending"
+    assert calls == [] and Event.objects.count() == before and state(task) == "pending"
 
 
 @pytest.mark.django_db
@@ -259,7 +259,7 @@ def test_an_executable_off_the_allowlist_is_refused_at_registration_and_at_run_t
     project, workspace, settings
 ):
     task = running_task(project)
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     with pytest.raises(DomainError) as refused:
         contract_register(
             project_id=str(project.id),
@@ -269,7 +269,7 @@ def test_an_executable_off_the_allowlist_is_refused_at_registration_and_at_run_t
         )
     assert (refused.value.code, refused.value.kind) == ("denied_executable", "refused")
     assert refused.value.field == "contract.checks[0].argv[0]"
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
     contract_register(
         project_id=str(project.id),
@@ -492,7 +492,7 @@ def test_untrusted_content_cannot_register_or_change_a_contract(project, workspa
     web = fact_record(scope=scope, text="a web page", trust_class="untrusted_retrieved", actor="resolver")
     repo = fact_record(scope=scope, text="the README", trust_class="repository_authored", actor="resolver")
     contract = {"checks": [], "require_checks": False}
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     for kwargs in ({"trust_class": "untrusted_retrieved"}, {"derived_from": [str(repo.id), str(web.id)]}):
         with pytest.raises(DomainError) as refused:
             contract_register(
@@ -509,7 +509,7 @@ def test_untrusted_content_cannot_register_or_change_a_contract(project, workspa
             actor="a",
         )
     assert refused.value.code == "untrusted_content"
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
     registered = contract_register(
         project_id=str(project.id),
         task_id=str(task.id),
@@ -597,12 +597,10 @@ def test_a_redelivered_run_reuses_recorded_check_runs_and_decides_once(
 
     decided = completion_run(request_id=request_id)  # the redelivery
     assert decided.outcome == "completed" and calls == ["pass", "pass"]
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     assert completion_run(request_id=request_id).outcome == "completed"  # and once more
-    assert EventRow.objects.count() == before
-    assert (
-        EventRow.objects.filter(stream_id=f"completion-{request_id}", event_type="GateDecided").count() == 1
-    )
+    assert Event.objects.count() == before
+    assert Event.objects.filter(stream_id=f"completion-{request_id}", event_type="GateDecided").count() == 1
     assert state(task) == "completed"
 
 
@@ -643,8 +641,8 @@ def test_two_concurrent_completions_produce_exactly_one_decision(project, worksp
     with ThreadPoolExecutor(max_workers=2) as pool:
         outcomes = sorted(pool.map(attempt, ["one", "two"]))
     assert outcomes in (["completed", "completion_pending"], ["completed", "skipped"])
-    assert EventRow.objects.filter(event_type="GateDecided").count() == 1
-    assert EventRow.objects.filter(event_type="TaskCompleted").count() == 1
+    assert Event.objects.filter(event_type="GateDecided").count() == 1
+    assert Event.objects.filter(event_type="TaskCompleted").count() == 1
     assert state(task) == "completed"
 
 

@@ -22,7 +22,7 @@ from django.conf import settings as django_settings
 from nexum_client.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, InvalidSignature, verify
 
 from nexum.eventstore import reading, store
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from nexum.work.dispatch import dispatch_due
 from tests.integration import test_faults
 from tests.integration.test_faults import environment, manage, worker_argv
@@ -176,7 +176,7 @@ def test_webhooks_are_an_operators_and_their_urls_pass_the_allowlist(api, operat
     bad = operator_api.post("/api/v1/webhooks", {"url": "ftp://127.0.0.1/", "colour": "red"}, format="json")
     assert bad.status_code == 400
     assert not Webhook.objects.exists()
-    assert not EventRow.objects.filter(event_type__startswith="Webhook").exists()
+    assert not Event.objects.filter(event_type__startswith="Webhook").exists()
 
 
 def test_registering_and_removing_a_webhook_are_events_without_its_secret(operator_api, receiver):
@@ -524,7 +524,7 @@ def test_a_projects_backlog_of_deliveries_delays_neither_another_projects_comple
     processes,
     receivers,
 ):
-    from nexum.eventstore.models import Event as EventRow
+    from nexum.eventstore.models import Event as Event
     from nexum_web.webhooks.models import DELIVERED, PENDING, WebhookDelivery
     from nexum_web.webhooks.services import deliveries_record, webhook_register
     from tests.integration.test_work import started_task
@@ -573,9 +573,7 @@ def test_a_projects_backlog_of_deliveries_delays_neither_another_projects_comple
     assert took <= 5, f"the quiet project's completion took {took:.1f} s behind {BACKLOG} deliveries"
 
     # The quiet project's deliveries, its gate decision's included, pass the flooded project's backlog.
-    decision = EventRow.objects.get(
-        event_type="GateDecided", data__request_id=str(request.id)
-    ).project_position
+    decision = Event.objects.get(event_type="GateDecided", data__request_id=str(request.id)).project_position
     delivered = WebhookDelivery.objects.filter(webhook=quiet, state=DELIVERED)
     assert wait_for(lambda: decision in quick.event_ids(), timeout=30), processes.log("webhook worker")
     reached = time.monotonic() - asked

@@ -26,7 +26,7 @@ from config.celery import app
 from context_app.compilation.tasks import COMPILE, compile_requested
 from context_app.resolution.tasks import resolve_context
 from nexum.adapters.sandbox.groups import process_start_ticks
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from nexum.work import leases
 from nexum.work.dispatch import dispatch_due
 from nexum.work.models import Work
@@ -155,10 +155,10 @@ def test_a_compile_queued_while_the_broker_is_down_is_202_and_sent_by_the_dispat
 @pytest.mark.django_db
 def test_an_async_resolve_with_the_broker_down_is_503_and_writes_nothing(api, project, workspace, broker):
     task = started_task(project, ECHO)
-    events = EventRow.objects.count()
+    events = Event.objects.count()
     response = api.post(f"/api/v1/tasks/{task.id}/resolve", {"async": True}, format="json")
     assert_error(response, 503, "broker_unavailable")
-    assert EventRow.objects.count() == events
+    assert Event.objects.count() == events
     broker.up = True
     assert api.post(f"/api/v1/tasks/{task.id}/resolve", {"async": True}, format="json").status_code == 202
 

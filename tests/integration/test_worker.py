@@ -13,7 +13,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,8 +84,8 @@ def test_health_ping_runs_on_a_real_worker_once_even_if_sent_twice(worker):
     record_health_ping.apply_async(args=[ping_id], queue=worker)  # a redelivery
 
     def pinged() -> bool:
-        return EventRow.objects.filter(event_type="HealthPinged", data__ping_id=ping_id).exists()
+        return Event.objects.filter(event_type="HealthPinged", data__ping_id=ping_id).exists()
 
     assert wait_for(pinged), "the worker did not record the ping within 60 s"
     time.sleep(1.0)
-    assert EventRow.objects.filter(event_type="HealthPinged", data__ping_id=ping_id).count() == 1
+    assert Event.objects.filter(event_type="HealthPinged", data__ping_id=ping_id).count() == 1

@@ -31,7 +31,7 @@ from nexum.core.world.items import (
     render_tool,
 )
 from nexum.eventstore import projections, reading
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from tasks_app import selectors as task_selectors
 from tasks_app.services.goals import goal_create
 from tasks_app.services.projects import project_create
@@ -148,7 +148,7 @@ def test_fact_verify_supersede_retract_keep_history_and_show_the_current_view(pr
 def test_another_projects_fact_is_not_found_and_nothing_is_written(project, other_project):
     goal, _ = make_goal(project)
     fact = fact_record(scope=goal_scope(project, goal), text="secret", actor="a")
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     for change in (
         lambda: fact_verify(project_id=str(other_project.id), fact_id=str(fact.id), actor="x"),
         lambda: fact_retract(
@@ -161,7 +161,7 @@ def test_another_projects_fact_is_not_found_and_nothing_is_written(project, othe
     ):
         with pytest.raises(NotFound):
             change()
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
 
 
 def test_the_same_content_is_stored_once(project, artifact_root):
@@ -182,10 +182,10 @@ def test_the_same_content_is_stored_once(project, artifact_root):
 def test_oversize_artifact_stores_nothing(project, settings, artifact_root):
     settings.NEXUM_ARTIFACT_MAX_BYTES = 16
     goal, _ = make_goal(project)
-    before = EventRow.objects.count()
+    before = Event.objects.count()
     with pytest.raises(TooLarge):
         artifact_record(scope=goal_scope(project, goal), summary="big", content=b"x" * 17, actor="a")
-    assert EventRow.objects.count() == before
+    assert Event.objects.count() == before
     assert not artifact_root.exists() or not any(artifact_root.rglob("*"))
 
 

@@ -7,9 +7,9 @@ import pytest
 
 from nexum.core.errors import ValidationFailed
 from nexum.core.verification.approvals import (
-    ApprovalDenied,
     ApprovalRequired,
     ApprovalView,
+    ApprovalWasDenied,
     decide_gate,
     gate_approval_id,
     required_stages,
@@ -49,7 +49,7 @@ def test_the_gate_passes_a_grant_and_refuses_pending_or_denied_naming_the_approv
     with pytest.raises(ApprovalRequired) as pending:
         decide_gate(action="start", task_key="deploy", latest=ApprovalView("a1", "pending", ""))
     assert pending.value.details == {"approval_id": "a1", "action": "start"}
-    with pytest.raises(ApprovalDenied) as denied:
+    with pytest.raises(ApprovalWasDenied) as denied:
         decide_gate(action="complete", task_key="deploy", latest=ApprovalView("a2", "denied", "not today"))
     assert denied.value.details["reason"] == "not today" and "not today" in denied.value.message
 

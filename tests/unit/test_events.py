@@ -3,7 +3,7 @@ from dataclasses import dataclass
 import pytest
 
 from nexum.core.events import (
-    Event,
+    DomainEvent,
     InvalidEvent,
     UnknownEventType,
     event_from_data,
@@ -18,7 +18,7 @@ from nexum.core.tasks.projects import AgentTokenIssued, ProjectCreated
 
 @event_type("TestShaped")
 @dataclass(frozen=True)
-class Shaped(Event):
+class Shaped(DomainEvent):
     name: str
     count: int
     ratio: float

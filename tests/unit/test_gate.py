@@ -15,7 +15,7 @@ from nexum.core.verification.checks.file_exists import FileExistsCheck
 from nexum.core.verification.checks.file_matches import FileMatchesCheck
 from nexum.core.verification.checks.registry import check_from_dict, check_to_dict
 from nexum.core.verification.gate import (
-    Contract,
+    ContractSpec,
     contract_from_dict,
     contract_to_dict,
     decision_from_dict,
@@ -45,8 +45,8 @@ def command(name: str = "tests") -> CommandCheck:
     )
 
 
-def contract_of(*names: str, **options: object) -> Contract:
-    return Contract(checks=tuple(command(name) for name in names), **options)  # type: ignore[arg-type]
+def contract_of(*names: str, **options: object) -> ContractSpec:
+    return ContractSpec(checks=tuple(command(name) for name in names), **options)  # type: ignore[arg-type]
 
 
 # --- V2 ---
@@ -75,14 +75,14 @@ def test_a_task_that_is_not_running_is_skipped_and_no_check_runs(state: str) -> 
 
 def test_an_empty_contract_refuses_completion() -> None:
     runner = FakeRunner()
-    decision = gate_task_completion("running", Contract(), "done", runner)
+    decision = gate_task_completion("running", ContractSpec(), "done", runner)
     assert decision.outcome == "failed"
     assert decision.reason == "no checks registered"
     assert runner.calls == []
 
 
 def test_an_empty_contract_completes_when_checks_are_not_required() -> None:
-    decision = gate_task_completion("running", Contract(require_checks=False), "done", FakeRunner())
+    decision = gate_task_completion("running", ContractSpec(require_checks=False), "done", FakeRunner())
     assert decision.outcome == "completed"
 
 
@@ -162,9 +162,9 @@ def test_the_model_answer_is_recorded_and_changes_nothing() -> None:
         (lambda: ArtifactMatchesCheck(name="t", artifact_digest="a b", pattern="x"), "artifact_digest"),
         (lambda: FileExistsCheck(name="t", path=""), "path"),
         (lambda: CallableCheck(name="t", dotted_path="os.system('rm -rf /')"), "dotted_path"),
-        (lambda: Contract(checks=(command("a"),), on_failure="retry"), "on_failure"),  # type: ignore[arg-type]
-        (lambda: Contract(checks=(command("a"), command("b"), command("a"))), "checks[2].name"),
-        (lambda: Contract(checks=(command("a"),), require_checks="yes"), "require_checks"),  # type: ignore[arg-type]
+        (lambda: ContractSpec(checks=(command("a"),), on_failure="retry"), "on_failure"),  # type: ignore[arg-type]
+        (lambda: ContractSpec(checks=(command("a"), command("b"), command("a"))), "checks[2].name"),
+        (lambda: ContractSpec(checks=(command("a"),), require_checks="yes"), "require_checks"),  # type: ignore[arg-type]
     ],
 )
 def test_invalid_specs_are_refused_naming_the_field(build, field: str) -> None:  # type: ignore[no-untyped-def]
@@ -193,7 +193,7 @@ def test_argv_given_as_a_list_is_stored_as_a_tuple() -> None:
 
 
 def test_every_check_kind_and_the_contract_round_trip_through_plain_dicts() -> None:
-    contract = Contract(
+    contract = ContractSpec(
         checks=(
             command("unit"),
             FileExistsCheck(name="report", path="out/report.xml"),

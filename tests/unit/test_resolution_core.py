@@ -15,7 +15,7 @@ from nexum.core.resolution.escalations import (
     decide_plan_gate,
     plan_escalations,
 )
-from nexum.core.resolution.model import Escalation
+from nexum.core.resolution.model import EscalationSpec
 from nexum.core.resolution.record import escalation_id_for, resolve_events
 from nexum.core.resolution.settlements import (
     Settlement,
@@ -52,8 +52,8 @@ def test_only_expired_grants_give_an_expired_grant_and_none_gives_none():
 
 
 def test_gaps_escalate_once_and_resolved_gaps_stay_resolved():
-    a = Escalation(kind="conflict", missing="which port", reason="r", conflict_group="g1")
-    b = Escalation(kind="unanswered", missing="an answer to: who", reason="r")
+    a = EscalationSpec(kind="conflict", missing="which port", reason="r", conflict_group="g1")
+    b = EscalationSpec(kind="unanswered", missing="an answer to: who", reason="r")
     plan = plan_escalations([a, b], open_by_key={a.key: "e1", "gone": "e9"}, resolved_keys={b.key})
     assert plan.to_open == () and plan.still_open == ("e1",) and plan.to_close == ("e9",)
     fresh = plan_escalations([a, b], open_by_key={}, resolved_keys=())
@@ -61,8 +61,8 @@ def test_gaps_escalate_once_and_resolved_gaps_stay_resolved():
 
 
 def test_a_narrowed_resolve_opens_gaps_but_closes_none():
-    a = Escalation(kind="conflict", missing="which port", reason="r", conflict_group="g1")
-    b = Escalation(kind="unanswered", missing="an answer to: who", reason="r")
+    a = EscalationSpec(kind="conflict", missing="which port", reason="r", conflict_group="g1")
+    b = EscalationSpec(kind="unanswered", missing="an answer to: who", reason="r")
     plan = plan_escalations([b], open_by_key={a.key: "e1"}, resolved_keys=(), narrowed=True)
     assert plan.to_close == () and plan.still_open == ("e1",) and plan.to_open == (b,)
 
@@ -94,14 +94,14 @@ def test_a_settled_conflict_is_settled_for_the_goal_on_its_subject_and_members_o
     assert not settles(picked, kind="conflict", subjects=["release date"], members=["d1", "d2"])
     assert not settles(picked, kind="stale_only", subjects=["deploy port"], members=["d1"])
 
-    settled = Escalation(
+    settled = EscalationSpec(
         kind="conflict",
         missing="which port",
         reason="r",
         subjects=("deploy port",),
         item_digests=("d1", "d2"),
     )
-    new_claim = Escalation(
+    new_claim = EscalationSpec(
         kind="conflict",
         missing="which port",
         reason="r",
@@ -166,7 +166,7 @@ def test_questions_are_checked_and_round_trip():
 def test_a_resolves_record_is_decided_in_the_core():
     """What a resolve appends (calls, denials, the bundle, opened and closed gaps) is a pure function of the
     bundle and the task's escalations; a conflict the goal settled is not opened again."""
-    from nexum.core.resolution.model import Grant, PlannedCall, SourceResult
+    from nexum.core.resolution.model import GrantedScopes, PlannedCall, SourceResult
     from tests.unit.test_resolver import item, resolve, spec
 
     results = [
@@ -174,7 +174,7 @@ def test_a_resolves_record_is_decided_in_the_core():
         SourceResult.ok("wiki", [item("wiki", "b", "The port is 9090.", subject="port")]),
     ]
     bundle = resolve(
-        grant=Grant({"repo": ("*",), "wiki": ("*",)}),
+        grant=GrantedScopes({"repo": ("*",), "wiki": ("*",)}),
         sources=[spec("repo"), spec("wiki")],
         results=results,
         step_inputs=("port",),

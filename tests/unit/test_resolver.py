@@ -23,7 +23,7 @@ from nexum.core.resolution.model import (
     LABEL_STALE,
     LABEL_SUSPECTED_INSTRUCTION,
     Freshness,
-    Grant,
+    GrantedScopes,
     RequiredQuestion,
     ResolveBudget,
     RetrievedItem,
@@ -76,7 +76,7 @@ def item(
 
 def resolve(**overrides):
     arguments = {
-        "grant": Grant({"repo": ("*",), "wiki": ("*",), "web": ("*",)}),
+        "grant": GrantedScopes({"repo": ("*",), "wiki": ("*",), "web": ("*",)}),
         "sources": [spec("repo"), spec("wiki"), spec("web", trust=TrustClass.untrusted_retrieved)],
         "results": [],
         "questions": [],
@@ -123,24 +123,26 @@ def test_scope_coverage():
 
 
 def test_a_source_outside_the_grant_is_denied():
-    allowed, denial = authorize(Grant({"repo": ("*",)}), "wiki", ["*"], NOW)
+    allowed, denial = authorize(GrantedScopes({"repo": ("*",)}), "wiki", ["*"], NOW)
     assert allowed == ()
     assert denial.code == DENY_OUTSIDE_GRANT and denial.source == "wiki"
 
 
 def test_an_expired_grant_denies_everything():
-    grant = Grant({"repo": ("*",)}, expires_at=NOW - timedelta(seconds=1))
+    grant = GrantedScopes({"repo": ("*",)}, expires_at=NOW - timedelta(seconds=1))
     allowed, denial = authorize(grant, "repo", ["src/"], NOW)
     assert allowed == ()
     assert denial.code == DENY_GRANT_EXPIRED
-    assert authorize(Grant({"repo": ("*",)}, expires_at=NOW + timedelta(hours=1)), "repo", ["src/"], NOW) == (
+    assert authorize(
+        GrantedScopes({"repo": ("*",)}, expires_at=NOW + timedelta(hours=1)), "repo", ["src/"], NOW
+    ) == (
         ("src/",),
         None,
     )
 
 
 def test_a_scope_not_granted_is_denied_and_the_rest_allowed():
-    allowed, denial = authorize(Grant({"repo": ("src/",)}), "repo", ["src/app/", "secrets/"], NOW)
+    allowed, denial = authorize(GrantedScopes({"repo": ("src/",)}), "repo", ["src/app/", "secrets/"], NOW)
     assert allowed == ("src/app/",)
     assert denial.code == DENY_SCOPE_NOT_GRANTED and denial.scopes == ("secrets/",)
 
@@ -151,7 +153,7 @@ def test_no_grant_denies():
 
 def test_the_plan_lists_the_calls_allowed_and_the_denials():
     sources = [spec("repo", scopes=("src/", "docs/")), spec("wiki"), spec("web")]
-    grant = Grant({"repo": ("src/",), "web": ("*",)})
+    grant = GrantedScopes({"repo": ("src/",), "web": ("*",)})
     plan = plan_retrievals(
         grant, sources, now=NOW, requested={"repo": ["src/", "docs/", "../etc"], "wiki": [], "ghost": ["*"]}
     )
@@ -169,7 +171,7 @@ def test_the_plan_lists_the_calls_allowed_and_the_denials():
 
 def test_results_from_a_source_the_grant_does_not_allow_are_discarded_and_denied():
     bundle = resolve(
-        grant=Grant({"repo": ("*",)}),
+        grant=GrantedScopes({"repo": ("*",)}),
         results=[
             SourceResult.ok("repo", [item("repo", "a", "alpha")]),
             SourceResult.ok("wiki", [item("wiki", "b", "beta")]),
@@ -195,7 +197,7 @@ def test_untrusted_items_are_labelled_and_signed_claims_checked():
             spec("repo", trust=TrustClass.signed_policy),
             spec("web", trust=TrustClass.untrusted_retrieved),
         ],
-        grant=Grant({"repo": ("*",), "web": ("*",)}),
+        grant=GrantedScopes({"repo": ("*",), "web": ("*",)}),
         signing_key=KEY,
         results=[
             SourceResult.ok(
@@ -266,7 +268,7 @@ def test_staleness_by_ttl_and_by_revision():
 def _stale_only(risk):
     return resolve(
         sources=[spec("repo", track_revision=True)],
-        grant=Grant({"repo": ("*",)}),
+        grant=GrantedScopes({"repo": ("*",)}),
         risk=risk,
         questions=[RequiredQuestion("Which port does the API listen on?", ("api > port",))],
         results=[
@@ -299,7 +301,7 @@ def test_a_low_risk_step_may_use_stale_items_marked_stale():
 def test_a_fresh_item_next_to_a_stale_one_satisfies_a_high_risk_step():
     bundle = resolve(
         sources=[spec("repo", ttl=60), spec("wiki")],
-        grant=Grant({"repo": ("*",), "wiki": ("*",)}),
+        grant=GrantedScopes({"repo": ("*",), "wiki": ("*",)}),
         risk="high",
         questions=[RequiredQuestion("port?", ("port",))],
         results=[
@@ -447,7 +449,7 @@ def test_a_source_down_on_a_low_risk_step_with_everything_answered_does_not_esca
 
 def test_an_unanswered_question_behind_a_denial_escalates_as_denied():
     bundle = resolve(
-        grant=Grant({"repo": ("*",)}),
+        grant=GrantedScopes({"repo": ("*",)}),
         questions=[RequiredQuestion("Who owns billing?", ("billing owner",))],
         results=[SourceResult.ok("repo", [item("repo", "a", "nothing relevant")])],
     )

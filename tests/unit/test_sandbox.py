@@ -38,7 +38,7 @@ from nexum.core.verification.checks.callable import CallableCheck
 from nexum.core.verification.checks.command import CommandCheck
 from nexum.core.verification.checks.file_exists import FileExistsCheck
 from nexum.core.verification.checks.file_matches import FileMatchesCheck
-from nexum.core.verification.gate import Contract, gate_task_completion
+from nexum.core.verification.gate import ContractSpec, gate_task_completion
 from tests.conftest import NEEDS_BWRAP
 
 pytestmark = [
@@ -139,7 +139,7 @@ def test_a_real_pytest_project_fails_then_passes_once_fixed(tmp_path: Path) -> N
 
 def test_the_gate_with_the_sandbox_runner_completes_only_when_the_command_passes(tmp_path: Path) -> None:
     runner = CheckRunner(policy_for(tmp_path, "sh"))
-    contract = Contract(checks=(CommandCheck(name="marker", argv=("sh", "-c", "test -f done")),))
+    contract = ContractSpec(checks=(CommandCheck(name="marker", argv=("sh", "-c", "test -f done")),))
     assert gate_task_completion("running", contract, "all tests pass", runner).outcome == "failed"
     (tmp_path / "done").write_text("")
     assert gate_task_completion("running", contract, "", runner).outcome == "completed"

@@ -23,7 +23,13 @@ from nexum.adapters.sources.registry import build_source, compiled_kind, source_
 from nexum.adapters.sources.tickets_json import TicketsJsonSource
 from nexum.core.errors import ValidationFailed
 from nexum.core.resolution.authorization import plan_retrievals
-from nexum.core.resolution.model import Freshness, Grant, RequiredQuestion, ResolveBudget, RetrievedItem
+from nexum.core.resolution.model import (
+    Freshness,
+    GrantedScopes,
+    RequiredQuestion,
+    ResolveBudget,
+    RetrievedItem,
+)
 from nexum.core.resolution.resolver import resolve_bundle
 from nexum.core.trust import TrustClass
 
@@ -459,7 +465,7 @@ def test_plan_fetch_resolve_with_a_source_down(project, http_base, policy):
         HttpJsonSource("web", f"{base}/slow", policy=policy, timeout=0.3, clock=clock),
     ]
     by_name = {s.name: s for s in sources}
-    grant = Grant({"repo": ("src/",), "web": ("*",)}, expires_at=NOW + timedelta(hours=1))
+    grant = GrantedScopes({"repo": ("src/",), "web": ("*",)}, expires_at=NOW + timedelta(hours=1))
     specs = [s.spec for s in sources]
     plan = plan_retrievals(grant, specs, now=NOW)
     assert [(c.source, c.scopes) for c in plan.calls] == [("repo", ("src/",)), ("web", ("*",))]
@@ -495,7 +501,7 @@ def _planted(folder) -> None:
 def _answered_by(source: SourcePlugin) -> tuple[str, str, tuple[str, ...]]:
     """The planted answer's status as a required question's, and the trust and labels it carries."""
     spec = source.spec
-    grant = Grant({source.name: ("*",)})
+    grant = GrantedScopes({source.name: ("*",)})
     bundle = resolve_bundle(
         grant=grant,
         sources=[spec],
@@ -560,7 +566,7 @@ def test_the_ceiling_applies_when_read_a_folder_that_became_a_symlink_into_the_w
     result = fetch(now_read, "deploy window", ["*"], 10)
     assert result.writable_by == "agent"
     bundle = resolve_bundle(
-        grant=Grant({"repo": ("*",)}),
+        grant=GrantedScopes({"repo": ("*",)}),
         sources=[registered],
         results=[result],
         questions=[RequiredQuestion("When is the deploy window?", ("deploy window",))],

@@ -21,7 +21,7 @@ from nexum.core.verification.approvals import (
     GRANT,
     PENDING,
     ApprovalDecided,
-    ApprovalDeniedEvent,
+    ApprovalDenied,
     ApprovalGranted,
     ApprovalNotRequired,
     ApprovalPending,
@@ -39,8 +39,7 @@ from nexum.eventstore import store
 from tasks_app import selectors as task_selectors
 from tasks_app.models import Project, Task
 from verification_app import selectors
-from verification_app.models import Approval
-from verification_app.models import Contract as ContractRow
+from verification_app.models import Approval, Contract
 
 _STAGE_OF_ACTION = {action: stage for stage, action in GATE_ACTIONS.items()}
 
@@ -48,7 +47,7 @@ _STAGE_OF_ACTION = {action: stage for stage, action in GATE_ACTIONS.items()}
 def approval_stages(*, task: Task) -> set[str]:
     """The stages at which ``task`` waits for an operator: its contract's ``approval``, else the project's
     default when the task's risk is high."""
-    contract_approval = ContractRow.objects.filter(task_id=task.id).values_list("approval", flat=True).first()
+    contract_approval = Contract.objects.filter(task_id=task.id).values_list("approval", flat=True).first()
     default = Project.objects.filter(id=task.project_id).values_list("high_risk_approval", flat=True).first()
     return required_stages(contract_approval=contract_approval, risk=task.risk, high_risk_default=default)
 
@@ -197,7 +196,7 @@ def approval_decide(
             field="approval_id",
             details={"state": approval.state},
         )
-    event_class = ApprovalGranted if decision == GRANT else ApprovalDeniedEvent
+    event_class = ApprovalGranted if decision == GRANT else ApprovalDenied
     try:
         store.append(
             stream_id=approval_stream(str(approval.id)),

@@ -29,7 +29,7 @@ from nexum.core.verification.contracts import (
 )
 from nexum.core.verification.gate import (
     GATE_ACTOR,
-    Contract,
+    ContractSpec,
     GateDecision,
     contract_from_dict,
     gate_task_completion,
@@ -103,9 +103,9 @@ def _unrunnable_contract(request: CompletionRequest, refused: ValidationFailed, 
     )
 
 
-def _contract_at(task_id: str, revision: int) -> Contract:
+def _contract_at(task_id: str, revision: int) -> ContractSpec:
     if revision == 0:
-        return Contract()
+        return ContractSpec()
     for stored in reading.read_stream(contract_stream(task_id)):
         if stored.version == revision:
             return contract_from_dict(stored.event.contract)  # type: ignore[attr-defined]

@@ -23,14 +23,13 @@ from nexum.core.verification.contracts import (
     completion_stream,
     validate_answer,
 )
-from nexum.core.verification.gate import Contract, gate_task_completion
+from nexum.core.verification.gate import ContractSpec, gate_task_completion
 from nexum.eventstore import store
-from nexum.eventstore.models import Event as EventRow
+from nexum.eventstore.models import Event
 from nexum.work.dispatch import send_on_commit
 from tasks_app import selectors as task_selectors
 from tasks_app.models import Task
-from verification_app.models import CompletionRequest
-from verification_app.models import Contract as ContractRow
+from verification_app.models import CompletionRequest, Contract
 from verification_app.services.approvals import approval_gate
 from verification_app.tasks import COMPLETION
 
@@ -75,14 +74,14 @@ def completion_request(
         return _result(replay)
     require_expected_version(task.version, expected_version, f"task {task.key}")
     if task.state != "running":
-        decision = gate_task_completion(task.state, Contract(), answer, never_run_checks)
+        decision = gate_task_completion(task.state, ContractSpec(), answer, never_run_checks)
         return CompletionResult(task=task, request=None, outcome=decision.outcome, reason=decision.reason)
     pending = CompletionRequest.objects.filter(id=request_id).first()
     if pending is not None:
         raise _pending(pending)
     approval_gate(task=task, stage=BEFORE_COMPLETE, attempt=task.attempt, actor=actor)
     stored_answer = default_store().put(answer.encode("utf-8"))
-    contract = ContractRow.objects.filter(task_id=task.id).first()
+    contract = Contract.objects.filter(task_id=task.id).first()
     event = CompletionRequested(
         request_id=request_id,
         task_id=str(task.id),
@@ -121,7 +120,7 @@ def _request_replay(
         return CompletionRequest.objects.get(id=request_id)
     # The same key on another version of the task: a retry of an earlier request.
     event = (
-        EventRow.objects.filter(
+        Event.objects.filter(
             event_type="CompletionRequested",
             idempotency_key=idempotency_key,
             project_id=project_id,

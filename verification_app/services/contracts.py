@@ -20,11 +20,11 @@ from nexum.core.verification.contracts import (
     contract_stream,
     decide_register_contract,
 )
-from nexum.core.verification.gate import Contract, contract_from_dict, contract_to_dict
+from nexum.core.verification.gate import ContractSpec, contract_from_dict, contract_to_dict
 from nexum.eventstore import store
 from tasks_app import selectors as task_selectors
 from verification_app import runner
-from verification_app.models import Contract as ContractRow
+from verification_app.models import Contract
 
 
 def contract_register(
@@ -39,7 +39,7 @@ def contract_register(
     expected_revision: int | None = None,
     idempotency_key: str | None = None,
     field: str = "contract",
-) -> ContractRow:
+) -> Contract:
     """Register or replace a task's contract (SPEC V1, V8).
 
     Registering a contract is an operator's act (the API refuses an agent token before this runs): its
@@ -54,12 +54,12 @@ def contract_register(
     task = task_selectors.task_get(project_id=project_id, task_id=task_id)
     origin = _origin_trust(project_id, trust_class, derived_from)
     stream_id = contract_stream(str(task.id))
-    current = ContractRow.objects.filter(task_id=task.id).first()
+    current = Contract.objects.filter(task_id=task.id).first()
     revision = current.revision if current else 0
     with _field_prefix(field):
-        parsed = contract if isinstance(contract, Contract) else _parse_contract(contract, origin)
+        parsed = contract if isinstance(contract, ContractSpec) else _parse_contract(contract, origin)
     if idempotency_key is not None and _replayed(stream_id, idempotency_key, parsed):
-        return ContractRow.objects.get(task_id=task.id)
+        return Contract.objects.get(task_id=task.id)
     require_expected_version(
         revision, expected_revision, "the contract", unit="revision", field="expected_revision"
     )
@@ -85,7 +85,7 @@ def contract_register(
         actor=actor,
         project_id=str(task.project_id),
     )
-    return ContractRow.objects.get(task_id=task.id)
+    return Contract.objects.get(task_id=task.id)
 
 
 def contracts_register_for_goal(
@@ -119,7 +119,7 @@ def contracts_register_for_goal(
         )
 
 
-def _parse_contract(contract: object, origin: TrustClass) -> Contract:
+def _parse_contract(contract: object, origin: TrustClass) -> ContractSpec:
 
     require_authority(origin, "registering a verification contract")  # before looking at its content
     return contract_from_dict(contract)
@@ -140,7 +140,7 @@ def _origin_trust(project_id: str, trust_class: object, derived_from: object) ->
     return contract_origin_trust(trust_class, classes)
 
 
-def _replayed(stream_id: str, idempotency_key: str, contract: Contract) -> bool:
+def _replayed(stream_id: str, idempotency_key: str, contract: ContractSpec) -> bool:
 
     recorded = store.appended_with_key(stream_id, idempotency_key)
     if not recorded:

@@ -18,7 +18,7 @@ from context_app.resolution.services.grants import grant_issue
 from context_app.world.services.facts import fact_record
 from context_app.world.services.scopes import scope_resolve
 from nexum.core.errors import ValidationFailed
-from nexum.core.events import Event
+from nexum.core.events import DomainEvent
 from nexum.core.resolution import events as resolution_events
 from nexum.core.resolution.escalations import EscalationAlreadyResolved, decide_pick_side
 from nexum.core.resolution.settlements import settled_detail, settlement_of, settles
@@ -260,7 +260,7 @@ def _record_resolution(
     it), and for a settled conflict one for each open conflict of the goal it settles too, each on its own
     task's stream (``detail.settled_by`` naming this one). Returns the escalation as it is now."""
     escalation, task, action = opening.escalation, opening.task, opening.action
-    resolved: dict[str, list[Event]] = {
+    resolved: dict[str, list[DomainEvent]] = {
         str(task.id): [
             resolution_events.EscalationResolved(
                 escalation_id=str(item.id),

@@ -21,7 +21,7 @@ from context_app.world.models import Tool, ToolScope, WorldItem
 from context_app.world.services.scopes import Scope
 from nexum.adapters.tokenization import CachedCounter, counter_for
 from nexum.core.errors import ConcurrencyError, ValidationFailed
-from nexum.core.events import Event
+from nexum.core.events import DomainEvent
 from nexum.core.ids import WORLD_IDS
 from nexum.core.text import require_storable
 from nexum.core.world.items import (
@@ -64,7 +64,7 @@ def item_fields(
 
 
 def append_item(
-    scope: Scope, kind: str, event: Event, *, actor: str, idempotency_key: str | None
+    scope: Scope, kind: str, event: DomainEvent, *, actor: str, idempotency_key: str | None
 ) -> WorldItem:
     item_id = event.item_id  # type: ignore[attr-defined]
     append_events(item_stream(kind, item_id), [event], 0, scope.project_id, actor, idempotency_key)
@@ -73,7 +73,7 @@ def append_item(
 
 def append_events(
     stream_id: str,
-    events: list[Event],
+    events: list[DomainEvent],
     expected_version: int | None,
     project_id: str,
     actor: str,

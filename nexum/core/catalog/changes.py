@@ -42,7 +42,7 @@ from nexum.core.catalog.overlays import (
     overlay_value_gate,
 )
 from nexum.core.errors import Conflict, ValidationFailed
-from nexum.core.events import Event, event_type
+from nexum.core.events import DomainEvent, event_type
 from nexum.core.text import is_storable
 
 WORD_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@+\-]{0,99}$")
@@ -83,7 +83,7 @@ def models_stream(project_id: str) -> str:
 
 @event_type("ModelCatalogReplaced")
 @dataclass(frozen=True)
-class ModelCatalogReplaced(Event):
+class ModelCatalogReplaced(DomainEvent):
     """The project's whole catalog, as a normalized document. ``removed_words`` are the words (model, alias
     or tier) the previous catalog had and this one has not, so read models can drop them by key."""
 
@@ -95,7 +95,7 @@ class ModelCatalogReplaced(Event):
 
 @event_type("ModelOverlaySet")
 @dataclass(frozen=True)
-class ModelOverlaySet(Event):
+class ModelOverlaySet(DomainEvent):
     """An overlay declared on one word: the declared members before (``None``: none) and after."""
 
     word: str
@@ -105,7 +105,7 @@ class ModelOverlaySet(Event):
 
 @event_type("ModelOverlayCleared")
 @dataclass(frozen=True)
-class ModelOverlayCleared(Event):
+class ModelOverlayCleared(DomainEvent):
     word: str
     old: dict[str, Any]
 
@@ -407,7 +407,9 @@ class CatalogState:
     overlays: Mapping[str, ContextWindowOverlay] = field(default_factory=dict)
 
 
-def decide_catalog_replace(state: CatalogState, document: CatalogDocument, *, where: str) -> list[Event]:
+def decide_catalog_replace(
+    state: CatalogState, document: CatalogDocument, *, where: str
+) -> list[DomainEvent]:
     """Replace the catalog, unless an overlay word would be orphaned (O4). Same catalog: no events."""
     try:
         assert_overlay_words(state.overlays, document.catalog, where)
@@ -445,7 +447,7 @@ def _validate_known_word(state: CatalogState, word: object, where: str) -> str:
     return word
 
 
-def decide_overlay_set(state: CatalogState, word: str, value: object, *, where: str) -> list[Event]:
+def decide_overlay_set(state: CatalogState, word: str, value: object, *, where: str) -> list[DomainEvent]:
     """Declare ``value`` (the overlay members) on ``word``: the word must be a catalog word, the value must
     pass the value gate (O4). The same value again: no events."""
     _validate_known_word(state, word, where)
@@ -473,7 +475,7 @@ def decide_overlay_set(state: CatalogState, word: str, value: object, *, where: 
     return [ModelOverlaySet(word=word, old=old.as_dict() if old is not None else None, new=overlay.as_dict())]
 
 
-def decide_overlay_clear(state: CatalogState, word: str, *, where: str) -> list[Event]:
+def decide_overlay_clear(state: CatalogState, word: str, *, where: str) -> list[DomainEvent]:
     """Clear ``word``'s overlay. An unknown word is refused; a word with no overlay: no events."""
     _validate_known_word(state, word, where)
     old = state.overlays.get(word)

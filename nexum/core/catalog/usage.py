@@ -31,7 +31,7 @@ from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 
 from nexum.core.catalog.changes import MAX_TOKEN_COUNT
 from nexum.core.errors import ValidationFailed
-from nexum.core.events import Event, event_type
+from nexum.core.events import DomainEvent, event_type
 from nexum.core.text import require_storable
 
 NAME_MAX = 200
@@ -45,7 +45,7 @@ def usage_stream(usage_id: str) -> str:
 
 @event_type("ContextUsageReported")
 @dataclass(frozen=True)
-class ContextUsageReported(Event):
+class ContextUsageReported(DomainEvent):
     """The provider's own counts for one call made with the context ``digest``. ``model_word`` is the word
     the context was compiled under, ``card_word`` the card it resolved to when reported (drift is kept per
     card); ``nexum_tokens`` Nexum's count of the context. ``cost`` is decimal text or ``None``."""

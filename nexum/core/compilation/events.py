@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from nexum.core.events import Event, event_type
+from nexum.core.events import DomainEvent, event_type
 
 REQUEST_QUEUED = "queued"
 REQUEST_DONE = "done"
@@ -36,7 +36,7 @@ def compaction_stream(task_id: str) -> str:
 
 @event_type("ContextCompileRequested")
 @dataclass(frozen=True)
-class ContextCompileRequested(Event):
+class ContextCompileRequested(DomainEvent):
     """An asynchronous compile was asked for; a worker answers it (``evidence_digest``: the request's extra
     evidence in the evidence store, or ``None``)."""
 
@@ -53,7 +53,7 @@ class ContextCompileRequested(Event):
 
 @event_type("ContextCompiled")
 @dataclass(frozen=True)
-class ContextCompiled(Event):
+class ContextCompiled(DomainEvent):
     """A context was compiled for a task at log ``position`` with ``budget`` (the ``ModelBudget`` as a
     mapping, kept so a replay uses the very budget the compile had) and stored under ``digest``."""
 
@@ -86,7 +86,7 @@ class ContextCompiled(Event):
 
 @event_type("ContextCompileFailed")
 @dataclass(frozen=True)
-class ContextCompileFailed(Event):
+class ContextCompileFailed(DomainEvent):
     """An asynchronous compile was refused (budget too small, the model word unknown by now, …)."""
 
     request_id: str
@@ -98,7 +98,7 @@ class ContextCompileFailed(Event):
 
 @event_type("ContextCompacted")
 @dataclass(frozen=True)
-class ContextCompacted(Event):
+class ContextCompacted(DomainEvent):
     """The oldest progress notes and tool calls of a task were folded into the summary item ``summary_id``
     (a progress note recorded in the same transaction). The folded items stay in the log and in the world
     state; the compiler sees the summary instead of them."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nexum.core.errors import ValidationFailed
-from nexum.core.events import Event, event_type
+from nexum.core.events import DomainEvent, event_type
 
 RETENTION_DAYS_MAX = 36_500
 """A hundred years: more is a typo, not a policy."""
@@ -54,7 +54,7 @@ def validate_retention_policy(policy: Mapping[str, Any]) -> dict[str, int | None
 
 @event_type("ProjectRetentionSet")
 @dataclass(frozen=True)
-class ProjectRetentionSet(Event):
+class ProjectRetentionSet(DomainEvent):
     """The project's own retention policy: days to keep stored contexts, bundles and check output; ``None``
     for a member: the service's ``NEXUM_RETENTION_…_DAYS``."""
 
@@ -65,7 +65,7 @@ class ProjectRetentionSet(Event):
 
 @event_type("ContextPruned")
 @dataclass(frozen=True)
-class ContextPruned(Event):
+class ContextPruned(DomainEvent):
     """A stored compiled context's content (prompt block, exclusion runs) was dropped; its digest and
     metadata stay, and a replay recompiles it at ``position``."""
 
@@ -77,7 +77,7 @@ class ContextPruned(Event):
 
 @event_type("BundlePruned")
 @dataclass(frozen=True)
-class BundlePruned(Event):
+class BundlePruned(DomainEvent):
     """A bundle's content was dropped (no stored context was compiled from it, nor is it a task's latest)."""
 
     digest: str
@@ -86,7 +86,7 @@ class BundlePruned(Event):
 
 @event_type("CheckOutputPruned")
 @dataclass(frozen=True)
-class CheckOutputPruned(Event):
+class CheckOutputPruned(DomainEvent):
     """A check run's captured output was removed from the artifact store (nothing else referred to it)."""
 
     sha256: str

@@ -17,7 +17,7 @@ from nexum.core.resolution.model import (
     DENY_SCOPE_NOT_GRANTED,
     DENY_UNKNOWN_SOURCE,
     Denial,
-    Grant,
+    GrantedScopes,
     PlannedCall,
     RetrievalPlan,
     SourceSpec,
@@ -34,7 +34,7 @@ class GrantRecord:
     expires_at: datetime | None
 
 
-def effective_grant(grants: Sequence[GrantRecord], now: datetime) -> Grant | None:
+def effective_grant(grants: Sequence[GrantRecord], now: datetime) -> GrantedScopes | None:
     """The one grant the resolver applies now: the union of the task's and its goal's grants in force.
 
     With none in force but some expired, the union of the expired ones with their latest expiry, so that every
@@ -52,7 +52,7 @@ def effective_grant(grants: Sequence[GrantRecord], now: datetime) -> Grant | Non
     expires_at = None
     if not active:
         expires_at = max(g.expires_at for g in chosen if g.expires_at is not None)
-    return Grant(scopes={name: tuple(sorted(s)) for name, s in merged.items()}, expires_at=expires_at)
+    return GrantedScopes(scopes={name: tuple(sorted(s)) for name, s in merged.items()}, expires_at=expires_at)
 
 
 def scope_covers(granted: str, requested: str) -> bool:
@@ -67,7 +67,7 @@ def scope_covers(granted: str, requested: str) -> bool:
 
 
 def authorize(
-    grant: Grant | None, source: str, scopes: Sequence[str], now: datetime
+    grant: GrantedScopes | None, source: str, scopes: Sequence[str], now: datetime
 ) -> tuple[tuple[str, ...], Denial | None]:
     """The scopes of ``source`` that ``grant`` allows now, and the denial for the rest (``None`` if none)."""
     require_aware(now, "now")
@@ -94,7 +94,7 @@ def authorize(
 
 
 def plan_retrievals(
-    grant: Grant | None,
+    grant: GrantedScopes | None,
     sources: Sequence[SourceSpec],
     *,
     now: datetime,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nexum.core.errors import Conflict, PolicyRefused, ValidationFailed
-from nexum.core.resolution.model import ESCALATE_UNREACHABLE, Bundle, Escalation
+from nexum.core.resolution.model import ESCALATE_UNREACHABLE, Bundle, EscalationSpec
 from nexum.core.resolution.settlements import Settlement, settles
 
 
@@ -21,27 +21,27 @@ class EscalationAlreadyResolved(Conflict):
     code = "escalation_resolved"
 
 
-def gaps_of(bundle: Bundle) -> tuple[Escalation, ...]:
+def gaps_of(bundle: Bundle) -> tuple[EscalationSpec, ...]:
     """Every gap of the bundle that matters: its escalations, plus one per source that could not answer
     (an unavailable source leaves the bundle incomplete, R11, and a human must see it).
     Sorted, one per key."""
     gaps = list(bundle.escalations)
     for error in bundle.source_errors:
         gaps.append(
-            Escalation(
+            EscalationSpec(
                 kind=ESCALATE_UNREACHABLE,
                 missing=f"content from source {error.source!r}",
                 reason=f"source unavailable ({error.kind}): {error.reason}",
                 sources=(error.source,),
             )
         )
-    unique: dict[str, Escalation] = {}
+    unique: dict[str, EscalationSpec] = {}
     for gap in gaps:
         unique.setdefault(gap.key, gap)
     return tuple(sorted(unique.values(), key=lambda e: (e.kind, e.missing, e.key)))
 
 
-def evidence_of(gap: Escalation, bundle: Bundle) -> tuple[dict[str, Any], ...]:
+def evidence_of(gap: EscalationSpec, bundle: Bundle) -> tuple[dict[str, Any], ...]:
     """The items on each side of a gap, with their origins (no text): conflict members, or the items it
     names."""
     members: list[dict[str, Any]] = []
@@ -84,7 +84,7 @@ def evidence_of(gap: Escalation, bundle: Bundle) -> tuple[dict[str, Any], ...]:
 class EscalationPlan:
     """What a resolve does to the task's escalations."""
 
-    to_open: tuple[Escalation, ...]
+    to_open: tuple[EscalationSpec, ...]
     still_open: tuple[str, ...]
     """Ids of open escalations the new bundle still shows."""
     to_close: tuple[str, ...]
@@ -92,7 +92,7 @@ class EscalationPlan:
 
 
 def plan_escalations(
-    gaps: Sequence[Escalation],
+    gaps: Sequence[EscalationSpec],
     *,
     open_by_key: Mapping[str, str],
     resolved_keys: Iterable[str],

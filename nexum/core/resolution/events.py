@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from nexum.core.events import Event, event_type, upcaster
+from nexum.core.events import DomainEvent, event_type, upcaster
 from nexum.core.roles import OPERATOR
 
 # How an escalation was resolved
@@ -59,7 +59,7 @@ def context_stream(task_id: str) -> str:
 
 @event_type("SourceRegistered", version=2)
 @dataclass(frozen=True)
-class SourceRegistered(Event):
+class SourceRegistered(DomainEvent):
     """A source of the project (R1): its kind and configuration (never a secret), scopes, trust, freshness,
     and who can write it (``agent`` or ``operator``, R4a; ``highest_trust`` is already capped by it)."""
 
@@ -83,7 +83,7 @@ def _source_registered_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
 
 @event_type("GrantIssued")
 @dataclass(frozen=True)
-class GrantIssued(Event):
+class GrantIssued(DomainEvent):
     """What the resolver may read for a goal (``task_id`` None) or one task (R2): source name → scopes."""
 
     grant_id: str
@@ -97,14 +97,14 @@ class GrantIssued(Event):
 
 @event_type("GrantRevoked")
 @dataclass(frozen=True)
-class GrantRevoked(Event):
+class GrantRevoked(DomainEvent):
     grant_id: str
     reason: str
 
 
 @event_type("RequiredQuestionsSet")
 @dataclass(frozen=True)
-class RequiredQuestionsSet(Event):
+class RequiredQuestionsSet(DomainEvent):
     """The questions a task's step needs answered (R7), each with the subjects whose items answer it."""
 
     task_id: str
@@ -114,7 +114,7 @@ class RequiredQuestionsSet(Event):
 
 @event_type("RetrievalPerformed")
 @dataclass(frozen=True)
-class RetrievalPerformed(Event):
+class RetrievalPerformed(DomainEvent):
     """One call of a source within a grant: the query, the scopes, the digests of what came back, or why the
     source could not answer (``outcome`` ``failed``). Never the content."""
 
@@ -132,7 +132,7 @@ class RetrievalPerformed(Event):
 
 @event_type("RetrievalDenied")
 @dataclass(frozen=True)
-class RetrievalDenied(Event):
+class RetrievalDenied(DomainEvent):
     """A retrieval the grant does not allow (R2): nothing was read."""
 
     resolve_id: str
@@ -147,7 +147,7 @@ class RetrievalDenied(Event):
 
 @event_type("BundleResolved")
 @dataclass(frozen=True)
-class BundleResolved(Event):
+class BundleResolved(DomainEvent):
     """A resolve's outcome (R8): the bundle's digest (its content is stored by digest), the provenance of its
     items (digest, source, locator, trust class, staleness, conflict group, labels; no text), and the
     escalations it leaves open."""
@@ -169,7 +169,7 @@ class BundleResolved(Event):
 
 @event_type("EscalationOpened")
 @dataclass(frozen=True)
-class EscalationOpened(Event):
+class EscalationOpened(DomainEvent):
     """A gap that matters (R5–R7, ``needs_more_context``): what is missing, why, and the evidence on each
     side (item digests with their origins)."""
 
@@ -190,7 +190,7 @@ class EscalationOpened(Event):
 
 @event_type("EscalationResolved")
 @dataclass(frozen=True)
-class EscalationResolved(Event):
+class EscalationResolved(DomainEvent):
     """How a gap was closed: a supplied fact, a side picked (the others kept, marked rejected), a source
     granted, the task cancelled, or (``gap_closed``) a later resolve that no longer shows it."""
 
@@ -203,7 +203,7 @@ class EscalationResolved(Event):
 
 @event_type("PlanGateOverridden")
 @dataclass(frozen=True)
-class PlanGateOverridden(Event):
+class PlanGateOverridden(DomainEvent):
     """An operator lets the task start despite the open gaps of its latest bundle (R9)."""
 
     task_id: str

@@ -17,7 +17,7 @@ from nexum.core.resolution.model import (
     LABEL_AGENT_WRITABLE,
     STOP_ANSWERED,
     ConflictGroup,
-    Escalation,
+    EscalationSpec,
     ItemKey,
     QuestionStatus,
     RequiredQuestion,
@@ -42,14 +42,14 @@ def question_gaps(
     candidates: Mapping[ItemKey, RetrievedItem],
     risk: str,
     gathered: Gathered,
-) -> tuple[list[QuestionStatus], list[Escalation]]:
+) -> tuple[list[QuestionStatus], list[EscalationSpec]]:
     """Each required question's status (R7) and the gaps that escalate: only stale answers for a high-risk
     step, or no answer (cut by the budget, a source unreachable or denied, or none retrieved). What the agent
     wrote or can write never answers (R4a, ``answers_questions``): such an item on the subject is kept and
     informs, but the question stays unanswered, so it never closes an escalation or opens the plan gate."""
     denials, errors = gathered.denials, gathered.errors
     statuses: list[QuestionStatus] = []
-    escalations: list[Escalation] = []
+    escalations: list[EscalationSpec] = []
     denied_sources = tuple(sorted({d.source for d in denials}))
     error_sources = tuple(sorted({e.source for e in errors}))
     for question in questions:
@@ -67,7 +67,7 @@ def question_gaps(
                 QuestionStatus(question.question, question.subjects, ESCALATE_STALE_ONLY, digests)
             )
             escalations.append(
-                Escalation(
+                EscalationSpec(
                     kind=ESCALATE_STALE_ONLY,
                     missing=f"a fresh answer to: {question.question}",
                     reason="a high-risk step cannot rest only on stale items: "
@@ -111,7 +111,7 @@ def question_gaps(
             why = f"no authorized source returned an item on {subjects_text}"
             involved = ()
         escalations.append(
-            Escalation(
+            EscalationSpec(
                 kind=kind,
                 missing=f"an answer to: {question.question}",
                 reason=why,
@@ -128,10 +128,10 @@ def conflict_gaps(
     step_inputs: Sequence[str],
     success_criteria: Sequence[str],
     questions: Sequence[RequiredQuestion],
-) -> list[Escalation]:
+) -> list[EscalationSpec]:
     """Conflicts that touch the plan are surfaced, never settled by recency (R5)."""
     return [
-        Escalation(
+        EscalationSpec(
             kind=ESCALATE_CONFLICT,
             missing=f"which claim about {group.subject!r} holds",
             reason=f"{len(group.members)} items from "
@@ -147,10 +147,10 @@ def conflict_gaps(
     ]
 
 
-def unreachable_gaps(errors: Sequence[SourceError]) -> list[Escalation]:
+def unreachable_gaps(errors: Sequence[SourceError]) -> list[EscalationSpec]:
     """For a high-risk step, every source that could not answer is a gap of its own (R11)."""
     return [
-        Escalation(
+        EscalationSpec(
             kind=ESCALATE_UNREACHABLE,
             missing=f"content from source {error.source!r}",
             reason=f"source unavailable ({error.kind}): {error.reason}; a high-risk step needs every "

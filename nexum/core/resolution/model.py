@@ -159,7 +159,7 @@ class RetrievedItem:
 
 
 @dataclass(frozen=True)
-class Grant:
+class GrantedScopes:
     """What the resolver may read: source name → granted scopes (``"*"`` = every scope the source declares).
 
     A scope covers another when equal, when it is a path prefix ending in ``/``, or when it is a glob that
@@ -349,7 +349,7 @@ class QuestionStatus:
 
 
 @dataclass(frozen=True)
-class Escalation:
+class EscalationSpec:
     """A gap that matters, for a human: what is missing and why."""
 
     kind: str
@@ -388,7 +388,7 @@ class Bundle:
     source_errors: tuple[SourceError, ...]
     conflict_groups: tuple[ConflictGroup, ...]
     questions: tuple[QuestionStatus, ...]
-    escalations: tuple[Escalation, ...]
+    escalations: tuple[EscalationSpec, ...]
     stop_reason: str
     complete: bool
     incomplete_reasons: tuple[str, ...]

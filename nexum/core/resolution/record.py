@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 
-from nexum.core.events import Event
+from nexum.core.events import DomainEvent
 from nexum.core.ids import RESOLUTION_IDS
 from nexum.core.resolution import events as resolution_events
 from nexum.core.resolution.escalations import evidence_of, gaps_of, plan_escalations
@@ -33,11 +33,11 @@ def resolve_events(
     resolved_keys: Iterable[str],
     settlements: Sequence[Settlement],
     narrowed: bool,
-) -> list[Event]:
+) -> list[DomainEvent]:
     """What one resolve of a task records, in order: each call made (or failed), each denial, the bundle with
     the escalations it leaves open, the gaps it opens, and the open ones it closes (``plan_escalations``
     given the task's escalations by key and the goal's settlements). Ids and digests only, never text."""
-    events: list[Event] = []
+    events: list[DomainEvent] = []
     by_source = {result.source: result for result in results}
     for call in calls:
         result = by_source[call.source]

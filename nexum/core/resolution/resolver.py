@@ -32,7 +32,7 @@ from nexum.core.resolution.model import (
     STOP_EXHAUSTED,
     STOP_UNREACHABLE,
     Bundle,
-    Grant,
+    GrantedScopes,
     RequiredQuestion,
     ResolveBudget,
     RetrievalPlan,
@@ -45,7 +45,7 @@ from nexum.core.resolution.packing import Packed, pack, selection_order
 
 def resolve_bundle(
     *,
-    grant: Grant | None,
+    grant: GrantedScopes | None,
     sources: Sequence[SourceSpec],
     results: Sequence[SourceResult],
     questions: Sequence[RequiredQuestion],

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from nexum.core.errors import Conflict, IllegalTransition, PolicyRefused, ValidationFailed
-from nexum.core.events import Event, event_type
+from nexum.core.events import DomainEvent, event_type
 from nexum.core.text import is_storable, require_storable, validate_reason
 
 # --- states and vocabulary ---
@@ -108,7 +108,7 @@ class DependenciesNotCompleted(Conflict):
 
 @event_type("GoalCreated")
 @dataclass(frozen=True)
-class GoalCreated(Event):
+class GoalCreated(DomainEvent):
     """A goal (the root task of a plan) and the keys of its tasks, in plan order."""
 
     goal_id: str
@@ -122,7 +122,7 @@ class GoalCreated(Event):
 
 @event_type("TaskCreated")
 @dataclass(frozen=True)
-class TaskCreated(Event):
+class TaskCreated(DomainEvent):
     """One step of a goal's plan, pending. ``depends_on`` and ``parent_key`` are keys within the goal."""
 
     task_id: str
@@ -141,7 +141,7 @@ class TaskCreated(Event):
 
 @event_type("TaskStarted")
 @dataclass(frozen=True)
-class TaskStarted(Event):
+class TaskStarted(DomainEvent):
     """pending → running (first attempt) or failed → running (a retry); ``attempt`` is the new number."""
 
     task_id: str
@@ -152,7 +152,7 @@ class TaskStarted(Event):
 
 @event_type("TaskFailed")
 @dataclass(frozen=True)
-class TaskFailed(Event):
+class TaskFailed(DomainEvent):
     """running → failed, by an agent or by a gate decision (``decision_id``)."""
 
     task_id: str
@@ -163,7 +163,7 @@ class TaskFailed(Event):
 
 @event_type("TaskBlocked")
 @dataclass(frozen=True)
-class TaskBlocked(Event):
+class TaskBlocked(DomainEvent):
     """running → blocked: needs a human or an operator, by an agent or by a gate decision."""
 
     task_id: str
@@ -174,7 +174,7 @@ class TaskBlocked(Event):
 
 @event_type("TaskUnblocked")
 @dataclass(frozen=True)
-class TaskUnblocked(Event):
+class TaskUnblocked(DomainEvent):
     task_id: str
     goal_id: str
     reason: str
@@ -182,7 +182,7 @@ class TaskUnblocked(Event):
 
 @event_type("TaskCancelled")
 @dataclass(frozen=True)
-class TaskCancelled(Event):
+class TaskCancelled(DomainEvent):
     task_id: str
     goal_id: str
     reason: str
@@ -190,7 +190,7 @@ class TaskCancelled(Event):
 
 @event_type("TaskCompleted")
 @dataclass(frozen=True)
-class TaskCompleted(Event):
+class TaskCompleted(DomainEvent):
     """running → completed. Only the verification gate's decision produces this event."""
 
     task_id: str
@@ -201,7 +201,7 @@ class TaskCompleted(Event):
 
 @event_type("GoalForked")
 @dataclass(frozen=True)
-class GoalForked(Event):
+class GoalForked(DomainEvent):
     """A goal made as a fork of another goal (or of one of its tasks, ``source_task_id``) as it stood at
     log position ``at_position``; ``task_ids`` maps each of the fork's tasks to the task it was forked from.
     Recorded in the fork's goal stream right after its ``GoalCreated``."""
@@ -448,7 +448,7 @@ class TaskState:
     version: int = 0
 
 
-def evolve(task: TaskState | None, event: Event) -> TaskState:
+def evolve(task: TaskState | None, event: DomainEvent) -> TaskState:
     """Apply one event of a task's stream. The first event must be ``TaskCreated``."""
     if isinstance(event, TaskCreated):
         if task is not None:
@@ -463,7 +463,7 @@ def evolve(task: TaskState | None, event: Event) -> TaskState:
     return replace(task, state=target, attempt=attempt, version=task.version + 1)
 
 
-def replay(events: Iterable[Event]) -> TaskState | None:
+def replay(events: Iterable[DomainEvent]) -> TaskState | None:
     task: TaskState | None = None
     for event in events:
         task = evolve(task, event)
@@ -481,7 +481,9 @@ def _require(task: TaskState, command: str) -> None:
         )
 
 
-def decide_start(task: TaskState, *, dependency_states: Mapping[str, str], reason: str = "") -> list[Event]:
+def decide_start(
+    task: TaskState, *, dependency_states: Mapping[str, str], reason: str = ""
+) -> list[DomainEvent]:
     """Start a pending task, or retry a failed one (attempt + 1). Every dependency must be completed.
 
     ``dependency_states`` maps each key in ``task.depends_on`` to that task's current state; a key missing
@@ -500,27 +502,29 @@ def decide_start(task: TaskState, *, dependency_states: Mapping[str, str], reaso
     return [TaskStarted(task.task_id, task.goal_id, attempt=task.attempt + 1, reason=validate_reason(reason))]
 
 
-def decide_fail(task: TaskState, *, reason: str = "") -> list[Event]:
+def decide_fail(task: TaskState, *, reason: str = "") -> list[DomainEvent]:
     _require(task, "fail")
     return [TaskFailed(task.task_id, task.goal_id, reason=validate_reason(reason))]
 
 
-def decide_block(task: TaskState, *, reason: str = "") -> list[Event]:
+def decide_block(task: TaskState, *, reason: str = "") -> list[DomainEvent]:
     _require(task, "block")
     return [TaskBlocked(task.task_id, task.goal_id, reason=validate_reason(reason))]
 
 
-def decide_unblock(task: TaskState, *, reason: str = "") -> list[Event]:
+def decide_unblock(task: TaskState, *, reason: str = "") -> list[DomainEvent]:
     _require(task, "unblock")
     return [TaskUnblocked(task.task_id, task.goal_id, reason=validate_reason(reason))]
 
 
-def decide_cancel(task: TaskState, *, reason: str = "") -> list[Event]:
+def decide_cancel(task: TaskState, *, reason: str = "") -> list[DomainEvent]:
     _require(task, "cancel")
     return [TaskCancelled(task.task_id, task.goal_id, reason=validate_reason(reason))]
 
 
-def decide_gate_decision(task: TaskState, *, outcome: str, decision_id: str, reason: str = "") -> list[Event]:
+def decide_gate_decision(
+    task: TaskState, *, outcome: str, decision_id: str, reason: str = ""
+) -> list[DomainEvent]:
     """Record the verification gate's decision on a running task: the only way to ``completed``."""
     if outcome not in GATE_OUTCOMES:
         raise ValidationFailed(f"outcome must be one of {', '.join(GATE_OUTCOMES)}", field="outcome")

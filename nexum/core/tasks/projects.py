@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nexum.core.errors import ValidationFailed
-from nexum.core.events import Event, event_type, upcaster
+from nexum.core.events import DomainEvent, event_type, upcaster
 from nexum.core.roles import AGENT
 
 SLUG_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
@@ -54,7 +54,7 @@ def validate_token_name(name: str) -> str:
 
 @event_type("ProjectCreated", version=2)
 @dataclass(frozen=True)
-class ProjectCreated(Event):
+class ProjectCreated(DomainEvent):
     project_id: str
     slug: str
     name: str
@@ -82,7 +82,7 @@ def validate_relevance_floor(value: Any, *, field: str = "relevance_floor") -> f
 
 @event_type("ProjectRelevanceFloorSet")
 @dataclass(frozen=True)
-class ProjectRelevanceFloorSet(Event):
+class ProjectRelevanceFloorSet(DomainEvent):
     """The project's relevance floor for its compiles (issue 24 item 3); ``None``: back to the service's
     ``NEXUM_RELEVANCE_FLOOR``. Each compile records the floor it applied, so a replay is unaffected."""
 
@@ -92,7 +92,7 @@ class ProjectRelevanceFloorSet(Event):
 
 @event_type("ProjectHighRiskApprovalSet")
 @dataclass(frozen=True)
-class ProjectHighRiskApprovalSet(Event):
+class ProjectHighRiskApprovalSet(DomainEvent):
     """The stage at which the project's high-risk tasks wait for an operator's approval when their contract
     says nothing (``nexum.core.verification.approvals``): ``before_start``, ``before_complete``, or ``None``
     for none."""
@@ -103,7 +103,7 @@ class ProjectHighRiskApprovalSet(Event):
 
 @event_type("AgentTokenIssued", version=2)
 @dataclass(frozen=True)
-class AgentTokenIssued(Event):
+class AgentTokenIssued(DomainEvent):
     """A credential for one caller in one project, with its role (``nexum.core.roles``: ``agent`` or
     ``operator``). Only the key's sha256 is recorded, never the key."""
 
@@ -122,14 +122,14 @@ def _agent_token_issued_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
 
 @event_type("AgentTokenRevoked")
 @dataclass(frozen=True)
-class AgentTokenRevoked(Event):
+class AgentTokenRevoked(DomainEvent):
     token_id: str
     reason: str
 
 
 @event_type("HealthPinged")
 @dataclass(frozen=True)
-class HealthPinged(Event):
+class HealthPinged(DomainEvent):
     """Written by the health-ping worker task: proof that a worker reached the database."""
 
     ping_id: str

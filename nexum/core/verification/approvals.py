@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from nexum.core.errors import Conflict, ValidationFailed
-from nexum.core.events import Event, event_type
+from nexum.core.events import DomainEvent, event_type
 from nexum.core.ids import GATE_APPROVAL_IDS
 from nexum.core.text import validate_reason
 
@@ -66,7 +66,7 @@ class ApprovalRequired(Conflict):
     code = "approval_required"
 
 
-class ApprovalDenied(Conflict):
+class ApprovalWasDenied(Conflict):
     code = "approval_denied"
 
 
@@ -87,7 +87,7 @@ class ApprovalNotRequired(Conflict):
 
 @event_type("ApprovalRequested")
 @dataclass(frozen=True)
-class ApprovalRequested(Event):
+class ApprovalRequested(DomainEvent):
     """Someone asks a human to approve ``action`` on a task's ``attempt`` (``arguments_digest``: the sha256
     of the action's arguments, empty for the gate's ``start`` and ``complete``). ``stage``: the gate stage
     it holds, or empty for an agent's own action."""
@@ -104,7 +104,7 @@ class ApprovalRequested(Event):
 
 @event_type("ApprovalGranted")
 @dataclass(frozen=True)
-class ApprovalGranted(Event):
+class ApprovalGranted(DomainEvent):
     """An operator said yes, with a reason."""
 
     approval_id: str
@@ -114,7 +114,7 @@ class ApprovalGranted(Event):
 
 @event_type("ApprovalDenied")
 @dataclass(frozen=True)
-class ApprovalDeniedEvent(Event):
+class ApprovalDenied(DomainEvent):
     """An operator said no, with a reason: the gated command is refused with it until a new approval is
     requested and granted."""
 
@@ -204,7 +204,7 @@ def decide_gate(*, action: str, task_key: str, latest: ApprovalView | None) -> N
         return
     details = {"approval_id": latest.approval_id, "action": action}
     if latest.state == DENIED:
-        raise ApprovalDenied(
+        raise ApprovalWasDenied(
             f"an operator denied {action} of task {task_key!r}: {latest.decision_reason}; request a new "
             "approval (POST /api/v1/tasks/{id}/approvals) to ask again",
             field="approval",

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from nexum.core.errors import Conflict, IllegalTransition, ValidationFailed
-from nexum.core.events import Event, event_type
+from nexum.core.events import DomainEvent, event_type
 from nexum.core.ids import COMPLETION_REQUEST_IDS
 from nexum.core.roles import OPERATOR, caller_trust
 from nexum.core.trust import TrustClass, require_authority
-from nexum.core.verification.gate import Contract, contract_from_dict, contract_to_dict
+from nexum.core.verification.gate import ContractSpec, contract_from_dict, contract_to_dict
 
 MAX_ANSWER_CHARS: Final = 64 * 1024
 MAX_DERIVED_FROM: Final = 100
@@ -76,7 +76,7 @@ class CompletionPending(Conflict):
 
 @event_type("ContractRegistered")
 @dataclass(frozen=True)
-class ContractRegistered(Event):
+class ContractRegistered(DomainEvent):
     """A task's verification contract (a first registration or a replacement, ``revision`` 1, 2, …).
 
     ``contract`` is ``nexum.core.verification.gate.contract_to_dict`` of a validated contract. ``trust_class``
@@ -95,7 +95,7 @@ class ContractRegistered(Event):
 
 @event_type("CompletionRequested")
 @dataclass(frozen=True)
-class CompletionRequested(Event):
+class CompletionRequested(DomainEvent):
     """A caller asked for a running task to be completed. The answer is stored by digest, never decides."""
 
     request_id: str
@@ -110,7 +110,7 @@ class CompletionRequested(Event):
 
 @event_type("CheckRunRecorded")
 @dataclass(frozen=True)
-class CheckRunRecorded(Event):
+class CheckRunRecorded(DomainEvent):
     """One check's run for one request. ``output_sha256`` names the captured output in the artifact store."""
 
     request_id: str
@@ -131,7 +131,7 @@ class CheckRunRecorded(Event):
 
 @event_type("GateDecided")
 @dataclass(frozen=True)
-class GateDecided(Event):
+class GateDecided(DomainEvent):
     """The gate's decision on one request: ``completed``, ``failed`` or ``blocked`` (the task moved with it,
     same transaction), or ``skipped`` (the task was not running at that version any more; nothing moved)."""
 
@@ -175,7 +175,7 @@ def decide_register_contract(
     contract can be registered once but not replaced (``contract_frozen``).
     """
     require_authority(origin_trust, "registering a verification contract")
-    parsed = contract if isinstance(contract, Contract) else contract_from_dict(contract)
+    parsed = contract if isinstance(contract, ContractSpec) else contract_from_dict(contract)
     if is_goal:
         raise ValidationFailed("a goal has no contract: register contracts on its tasks", field="task_id")
     allowed = CONTRACT_CHANGE_STATES if current_revision else CONTRACT_FIRST_STATES
@@ -202,9 +202,9 @@ def decide_register_contract(
     )
 
 
-def contract_of(registered: Mapping[str, Any] | None) -> Contract:
+def contract_of(registered: Mapping[str, Any] | None) -> ContractSpec:
     """The contract recorded in an event's data; no registration means the empty contract (V3 refuses)."""
-    return Contract() if registered is None else contract_from_dict(registered)
+    return ContractSpec() if registered is None else contract_from_dict(registered)
 
 
 def validate_answer(answer: object) -> str:

@@ -45,7 +45,7 @@ NO_CHECKS_REASON: Final = "no checks registered"
 
 
 @dataclass(frozen=True)
-class Contract:
+class ContractSpec:
     """The checks a task must pass to complete (SPEC V1, V3, V5).
 
     ``require_checks`` False lets a contract without checks complete; ``on_failure`` is the outcome when a
@@ -127,7 +127,7 @@ def _result_of(check: CheckSpec, run_check: Callable[[CheckSpec], CheckResult]) 
 
 def gate_task_completion(
     task_state: str,
-    contract: Contract,
+    contract: ContractSpec,
     model_answer: str,
     run_check: Callable[[CheckSpec], CheckResult],
 ) -> GateDecision:
@@ -142,8 +142,8 @@ def gate_task_completion(
     - All passed: ``completed``; otherwise the contract's ``on_failure`` (``failed`` or ``blocked``).
     - ``model_answer`` is recorded and never consulted.
     """
-    if not isinstance(contract, Contract):
-        raise TypeError(f"contract must be a Contract, not {type(contract).__name__}")
+    if not isinstance(contract, ContractSpec):
+        raise TypeError(f"contract must be a ContractSpec, not {type(contract).__name__}")
     if task_state != GATED_STATE:
         return GateDecision(
             outcome="skipped",
@@ -180,7 +180,7 @@ def gate_task_completion(
 # --- serialization ---
 
 
-def contract_to_dict(contract: Contract) -> dict[str, Any]:
+def contract_to_dict(contract: ContractSpec) -> dict[str, Any]:
     """The contract as recorded; ``approval`` only when it is set, so a contract without one is recorded as
     it was before approvals existed."""
     recorded: dict[str, Any] = {
@@ -193,7 +193,7 @@ def contract_to_dict(contract: Contract) -> dict[str, Any]:
     return recorded
 
 
-def contract_from_dict(data: object) -> Contract:
+def contract_from_dict(data: object) -> ContractSpec:
     """Build a contract from a plain dict; errors inside a check name ``checks[<index>].<field>``."""
     if not isinstance(data, Mapping):
         raise ValidationFailed(f"a contract must be an object, not {type(data).__name__}", field="contract")
@@ -217,7 +217,7 @@ def contract_from_dict(data: object) -> Contract:
             prefix = f"checks[{index}]"
             field_name = f"{prefix}.{exc.field}" if exc.field and exc.field != "check" else prefix
             raise ValidationFailed(f"{prefix}: {exc.message}", field=field_name, details=exc.details) from exc
-    return Contract(
+    return ContractSpec(
         checks=tuple(checks),
         require_checks=data.get("require_checks", True),
         on_failure=data.get("on_failure", "failed"),

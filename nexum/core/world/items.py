@@ -28,7 +28,7 @@ from typing import Any
 
 from nexum.core.digests import canonical_json
 from nexum.core.errors import Forbidden, IllegalTransition, ValidationFailed
-from nexum.core.events import Event, event_type
+from nexum.core.events import DomainEvent, event_type
 from nexum.core.tokens import TokenCounter
 from nexum.core.trust import TrustClass
 from nexum.core.world.relevance import terms_of
@@ -187,7 +187,7 @@ def token_counts(text: str, counters: Iterable[TokenCounter]) -> dict[str, int]:
 
 
 @dataclass(frozen=True)
-class _ItemRecorded(Event):
+class _ItemRecorded(DomainEvent):
     """Fields every item event carries: its id, scope, text, trust, and its token counts per encoding."""
 
     item_id: str
@@ -212,14 +212,14 @@ class FactRecorded(_ItemRecorded):
 
 @event_type("FactVerified")
 @dataclass(frozen=True)
-class FactVerified(Event):
+class FactVerified(DomainEvent):
     fact_id: str
     note: str = ""
 
 
 @event_type("FactSuperseded")
 @dataclass(frozen=True)
-class FactSuperseded(Event):
+class FactSuperseded(DomainEvent):
     fact_id: str
     superseded_by: str
     reason: str = ""
@@ -227,7 +227,7 @@ class FactSuperseded(Event):
 
 @event_type("FactRetracted")
 @dataclass(frozen=True)
-class FactRetracted(Event):
+class FactRetracted(DomainEvent):
     fact_id: str
     reason: str
 
@@ -317,7 +317,7 @@ CARRY_BATCH = 1000
 
 @event_type("ItemsCarried")
 @dataclass(frozen=True)
-class ItemsCarried(Event):
+class ItemsCarried(DomainEvent):
     """World items a fork carries into its goal, each as it stood at the fork's position (``CARRIED_FIELDS``),
     under a new id, with ``forked_from`` naming the item it was copied from. ``position`` is the origin's
     place in the recorded order (the compiler's "newer"), kept so that the fork ranks its items as the
@@ -338,7 +338,7 @@ def carried_item_id(fork_goal_id: str, origin_id: str) -> str:
 
 @event_type("ItemTokensCounted")
 @dataclass(frozen=True)
-class ItemTokensCounted(Event):
+class ItemTokensCounted(DomainEvent):
     """Token counts of existing items in an encoding they were not counted in when recorded (W4)."""
 
     encoding: str
@@ -348,7 +348,7 @@ class ItemTokensCounted(Event):
 
 @event_type("ToolDefined")
 @dataclass(frozen=True)
-class ToolDefined(Event):
+class ToolDefined(DomainEvent):
     """A tool registered or redefined in the project's registry (the whole definition, every time)."""
 
     tool_id: str
@@ -363,14 +363,14 @@ class ToolDefined(Event):
 
 @event_type("ToolRemoved")
 @dataclass(frozen=True)
-class ToolRemoved(Event):
+class ToolRemoved(DomainEvent):
     tool_id: str
     name: str
 
 
 @event_type("ToolScopeSet")
 @dataclass(frozen=True)
-class ToolScopeSet(Event):
+class ToolScopeSet(DomainEvent):
     """A goal or task narrows the tools (``allowed``: names, or ``None`` for all) and pins some of them."""
 
     scope_id: str
@@ -391,14 +391,14 @@ class FactState:
     trust_class: TrustClass
 
 
-def decide_verify(fact: FactState, *, note: str) -> list[Event]:
+def decide_verify(fact: FactState, *, note: str) -> list[DomainEvent]:
     _require_current(fact, "verified")
     if fact.verified:
         raise IllegalTransition(f"fact {fact.fact_id} is already verified", field="fact_id")
     return [FactVerified(fact_id=fact.fact_id, note=note)]
 
 
-def decide_retract(fact: FactState, *, reason: str, ceiling: TrustClass) -> list[Event]:
+def decide_retract(fact: FactState, *, reason: str, ceiling: TrustClass) -> list[DomainEvent]:
     _require_current(fact, "retracted")
     _require_within(fact, ceiling, "retract")
     if not reason.strip():
@@ -406,7 +406,9 @@ def decide_retract(fact: FactState, *, reason: str, ceiling: TrustClass) -> list
     return [FactRetracted(fact_id=fact.fact_id, reason=reason)]
 
 
-def decide_supersede(fact: FactState, *, new_fact_id: str, reason: str, ceiling: TrustClass) -> list[Event]:
+def decide_supersede(
+    fact: FactState, *, new_fact_id: str, reason: str, ceiling: TrustClass
+) -> list[DomainEvent]:
     _require_current(fact, "superseded")
     _require_within(fact, ceiling, "supersede")
     if new_fact_id == fact.fact_id:
