@@ -45,7 +45,17 @@ from context_app.compilation.models import (
 from context_app.resolution.models import BundleContent, Escalation, Resolve, TaskContext
 from context_app.world.artifacts import default_store
 from context_app.world.models import WorldItem
-from nexum.core.compilation import retention as rules
+from nexum.core.compilation.retention import (
+    BUNDLES,
+    CHECK_OUTPUT,
+    CONTEXTS,
+    PRUNED_KINDS,
+    BundlePruned,
+    CheckOutputPruned,
+    ContextPruned,
+    retention_stream,
+    validate_retention_days,
+)
 from nexum.core.events import DomainEvent
 from nexum.core.ids import RETENTION_RUN_IDS
 from nexum.eventstore import reading, store
@@ -61,9 +71,9 @@ BATCH = 200
 RETENTION_ACTOR = "system:retention"
 
 SETTINGS = {
-    rules.CONTEXTS: "NEXUM_RETENTION_CONTEXT_DAYS",
-    rules.BUNDLES: "NEXUM_RETENTION_BUNDLE_DAYS",
-    rules.CHECK_OUTPUT: "NEXUM_RETENTION_CHECK_OUTPUT_DAYS",
+    CONTEXTS: "NEXUM_RETENTION_CONTEXT_DAYS",
+    BUNDLES: "NEXUM_RETENTION_BUNDLE_DAYS",
+    CHECK_OUTPUT: "NEXUM_RETENTION_CHECK_OUTPUT_DAYS",
 }
 
 T = TypeVar("T")
@@ -97,17 +107,17 @@ class PruneSummary:
 def default_days(kind: str) -> int | None:
     """The service's days for ``kind`` (``NEXUM_RETENTION_…_DAYS``), checked; ``None``: kept for ever."""
     name = SETTINGS[kind]
-    return rules.validate_retention_days(getattr(settings, name, None), field=name)
+    return validate_retention_days(getattr(settings, name, None), field=name)
 
 
 def effective_policy(project: Project) -> dict[str, int | None]:
     """Days each kind is kept in ``project``: its own policy's member, else the service's default."""
     own = {
-        rules.CONTEXTS: project.retention_context_days,
-        rules.BUNDLES: project.retention_bundle_days,
-        rules.CHECK_OUTPUT: project.retention_check_output_days,
+        CONTEXTS: project.retention_context_days,
+        BUNDLES: project.retention_bundle_days,
+        CHECK_OUTPUT: project.retention_check_output_days,
     }
-    return {kind: own[kind] if own[kind] is not None else default_days(kind) for kind in rules.PRUNED_KINDS}
+    return {kind: own[kind] if own[kind] is not None else default_days(kind) for kind in PRUNED_KINDS}
 
 
 def pruned_digests(*, project_id: str, kind: str | None = None) -> list[str]:
@@ -129,7 +139,7 @@ def pruned_totals(*, project_id: str) -> dict[str, int]:
     rows = PrunedContent.objects.filter(project_id=project_id)
     counts = dict(rows.values_list("kind").annotate(count=Count("id")).values_list("kind", "count"))
     freed = rows.aggregate(total=Sum("bytes_freed"))["total"] or 0
-    return {**{kind: counts.get(kind, 0) for kind in rules.PRUNED_KINDS}, "bytes_freed": freed}
+    return {**{kind: counts.get(kind, 0) for kind in PRUNED_KINDS}, "bytes_freed": freed}
 
 
 def project_prune(
@@ -141,9 +151,9 @@ def project_prune(
     policy = effective_policy(project)
     summary = PruneSummary(str(project.id), dry_run, PruneCount(), PruneCount(), PruneCount())
     pruners = {
-        rules.CONTEXTS: (_prune_contexts, summary.contexts),
-        rules.BUNDLES: (_prune_bundles, summary.bundles),
-        rules.CHECK_OUTPUT: (_prune_check_output, summary.check_output),
+        CONTEXTS: (_prune_contexts, summary.contexts),
+        BUNDLES: (_prune_bundles, summary.bundles),
+        CHECK_OUTPUT: (_prune_check_output, summary.check_output),
     }
     for kind, (pruner, count) in pruners.items():
         days = policy[kind]
@@ -175,7 +185,7 @@ def _prune_contexts(
             events: list[DomainEvent] = []
             for row in rows:
                 freed = len(row.prompt_block.encode()) + len(row.exclusion_runs.encode()) - len(b"[]")
-                events.append(rules.ContextPruned(row.digest, str(row.task_id), row.position, freed))
+                events.append(ContextPruned(row.digest, str(row.task_id), row.position, freed))
                 count.count += 1
                 count.bytes_freed += freed
             if dry_run or not events:
@@ -208,7 +218,7 @@ def _prune_bundles(
     for batch in _batches(due.values_list("digest", flat=True)):
         with transaction.atomic():
             rows = list(BundleContent.objects.select_for_update().filter(digest__in=batch, pruned_at=None))
-            events: list[DomainEvent] = [rules.BundlePruned(row.digest, row.size) for row in rows]
+            events: list[DomainEvent] = [BundlePruned(row.digest, row.size) for row in rows]
             count.count += len(rows)
             count.bytes_freed += sum(row.size for row in rows)
             if dry_run or not events:
@@ -251,7 +261,7 @@ def _prune_check_output(
         if dry_run or not present:
             continue
         with transaction.atomic():
-            _append(project, [rules.CheckOutputPruned(sha, size) for sha, _, size in present], actor)
+            _append(project, [CheckOutputPruned(sha, size) for sha, _, size in present], actor)
             removed = [path for _, path, _ in present]
             transaction.on_commit(lambda removed=removed: _unlink(removed))
 
@@ -270,7 +280,7 @@ def _unlink(paths: list[Path]) -> None:
 
 
 def _append(project: Project, events: list[DomainEvent], actor: str) -> None:
-    stream = rules.retention_stream(str(project.id))
+    stream = retention_stream(str(project.id))
     store.append(
         stream_id=stream,
         events=events,

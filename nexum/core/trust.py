@@ -13,7 +13,7 @@ Rules:
   ``repository_authored`` (or the source's class when that is lower) and the reason is recorded.
 - Untrusted content is data: ``require_authority`` refuses any change of grants, contracts, sources,
   overlays or task state that derives from an item below ``repository_authored``.
-- ``looks_like_instruction`` (``nexum.core.injection``, importable from here too) labels text that reads like
+- ``looks_like_instruction`` (``nexum.core.injection``) labels text that reads like
   an instruction aimed at the model; the label informs, it never grants or removes authority (authority
   follows the trust class alone).
 """
@@ -27,7 +27,6 @@ from hashlib import sha256
 
 from nexum.core.digests import canonical_json
 from nexum.core.errors import PolicyRefused, ValidationFailed
-from nexum.core.injection import looks_like_instruction as looks_like_instruction  # its older home
 
 
 class TrustClass(IntEnum):

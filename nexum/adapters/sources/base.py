@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from nexum.adapters.source_policy import SourcePolicy
 from nexum.core.errors import ValidationFailed
+from nexum.core.injection import looks_like_instruction
 from nexum.core.resolution.model import (
     ANY_SCOPE,
     LABEL_SUSPECTED_INSTRUCTION,
@@ -27,7 +28,7 @@ from nexum.core.resolution.model import (
     SourceSpec,
 )
 from nexum.core.roles import AGENT, OPERATOR, content_ceiling, validate_role
-from nexum.core.trust import TrustClass, looks_like_instruction
+from nexum.core.trust import TrustClass
 
 Clock = Callable[[], datetime]
 
