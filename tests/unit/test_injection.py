@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from nexum.core import trust
 from nexum.core.injection import looks_like_instruction
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "injection_corpus.jsonl"
@@ -98,8 +97,7 @@ def test_each_new_family_is_caught_on_the_tuning_split(family):
     assert not missed, missed
 
 
-def test_the_labeller_is_importable_from_trust_and_deterministic():
-    assert trust.looks_like_instruction is looks_like_instruction
+def test_the_labeller_is_deterministic():
     texts = [d["text"] for d in DOCUMENTS]
     assert [looks_like_instruction(t) for t in texts] == [looks_like_instruction(t) for t in reversed(texts)][
         ::-1

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from nexum.core.errors import PolicyRefused, ValidationFailed
+from nexum.core.injection import looks_like_instruction
 from nexum.core.trust import (
     DOWNGRADE_BAD_SIGNATURE,
     DOWNGRADE_MISSING_SIGNATURE,
@@ -17,7 +18,6 @@ from nexum.core.trust import (
     cap_trust,
     effective_trust,
     is_authoritative,
-    looks_like_instruction,
     require_authority,
     sign_item,
     verify_item_signature,
