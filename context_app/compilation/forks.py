@@ -180,8 +180,6 @@ def _previous_fork(
     idempotency_key: str | None,
 ) -> ForkOutcome | None:
     """The fork made earlier with this key, when the request is the same; a different one is a conflict."""
-    if idempotency_key is None:
-        return None
     forked = next(
         (
             stored.event
@@ -190,13 +188,17 @@ def _previous_fork(
         ),
         None,
     )
-    if forked is None:
-        return None
     asked = (str(goal.id), str(task.id) if task else None, at_position, reason)
-    if (forked.source_goal_id, forked.source_task_id, forked.at_position, forked.reason) != asked:
-        raise store.IdempotencyKeyReused(
-            f"key {idempotency_key!r} was used for a different fork", field="key"
-        )
+    if forked is None or not store.replayed(
+        goal_stream(fork_id),
+        idempotency_key,
+        same_request=lambda _: (
+            (forked.source_goal_id, forked.source_task_id, forked.at_position, forked.reason) == asked
+        ),
+        different=f"key {idempotency_key!r} was used for a different fork",
+        field="key",
+    ):
+        return None
     return ForkOutcome(
         goal=Task.objects.get(id=fork_id),
         source_goal_id=forked.source_goal_id,

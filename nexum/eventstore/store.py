@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -253,15 +253,41 @@ def _chained_batch(
     return "[" + ",".join(items) + "]"
 
 
-def appended_with_key(stream_id: str, idempotency_key: str) -> list[tuple[int, int, str, Any]]:
-    """What an append with ``idempotency_key`` wrote to ``stream_id``, oldest first, a row
-    ``(position, version, event_type, data)``; empty when the key is unused there. For services that must
-    recognise a retry before deciding (a retried transition would otherwise be refused: it has moved on)."""
-    return list(
-        Event.objects.filter(stream_id=stream_id, idempotency_key=idempotency_key)
+class Recorded(NamedTuple):
+    """One event an earlier append with an idempotency key wrote: its type and data as stored."""
+
+    position: int
+    version: int
+    event_type: str
+    data: Any
+
+
+def replayed(
+    stream_id: str,
+    idempotency_key: str | None,
+    *,
+    same_request: Callable[[Sequence[Recorded]], bool] | None = None,
+    different: str = "",
+    field: str = "idempotency_key",
+) -> bool:
+    """Whether this request is a retry of one an earlier append with ``idempotency_key`` answered in
+    ``stream_id``: the one way a service recognises a retry before it decides (a retried transition would
+    otherwise be refused, the world having moved on). True: answer it again, writing nothing. The key used
+    there for another request (``same_request`` says no, given what it wrote, oldest first) is 409
+    ``idempotency_key_reused`` with the message ``different``. False: no key, or one not used there."""
+    if idempotency_key is None:
+        return False
+    recorded = [
+        Recorded(*row)
+        for row in Event.objects.filter(stream_id=stream_id, idempotency_key=idempotency_key)
         .order_by("position")
         .values_list("position", "version", "event_type", "data")
-    )
+    ]
+    if not recorded:
+        return False
+    if same_request is not None and not same_request(recorded):
+        raise IdempotencyKeyReused(different, field=field)
+    return True
 
 
 def _previous_append(

@@ -221,20 +221,15 @@ def _transition(
 
 
 def _already_applied(stream_id: str, idempotency_key: str, event_type: str, reason: str) -> bool:
-    """Did a request with this idempotency key already change this task the same way?
-
-    Checked before deciding, because a retried transition would otherwise be refused as illegal (the task
-    has moved on). The same key used for a different change is a conflict, as in the event store.
-    """
-    recorded = store.appended_with_key(stream_id, idempotency_key)
-    if not recorded:
-        return False
-    if [(name, data.get("reason")) for _, _, name, data in recorded] != [(event_type, reason)]:
-        raise store.IdempotencyKeyReused(
-            f"idempotency key {idempotency_key!r} was used on this task for a different change",
-            field="idempotency_key",
-        )
-    return True
+    """Did a request with this idempotency key already change this task the same way?"""
+    return store.replayed(
+        stream_id,
+        idempotency_key,
+        same_request=lambda recorded: (
+            [(r.event_type, r.data.get("reason")) for r in recorded] == [(event_type, reason)]
+        ),
+        different=f"idempotency key {idempotency_key!r} was used on this task for a different change",
+    )
 
 
 def _row(task: Task) -> dict[str, Any]:

@@ -116,7 +116,7 @@ def _request_replay(
 ) -> CompletionRequest | None:
     if idempotency_key is None:
         return None
-    if store.appended_with_key(completion_stream(request_id), idempotency_key):
+    if store.replayed(completion_stream(request_id), idempotency_key):
         return CompletionRequest.objects.get(id=request_id)
     # The same key on another version of the task: a retry of an earlier request.
     event = (

@@ -142,14 +142,14 @@ def _origin_trust(project_id: str, trust_class: object, derived_from: object) ->
 
 def _replayed(stream_id: str, idempotency_key: str, contract: ContractSpec) -> bool:
 
-    recorded = store.appended_with_key(stream_id, idempotency_key)
-    if not recorded:
-        return False
-    if [data.get("contract") for _, _, _, data in recorded] != [contract_to_dict(contract)]:
-        raise store.IdempotencyKeyReused(
-            f"idempotency key {idempotency_key!r} was used for a different contract", field="idempotency_key"
-        )
-    return True
+    return store.replayed(
+        stream_id,
+        idempotency_key,
+        same_request=lambda recorded: (
+            [r.data.get("contract") for r in recorded] == [contract_to_dict(contract)]
+        ),
+        different=f"idempotency key {idempotency_key!r} was used for a different contract",
+    )
 
 
 class _field_prefix:

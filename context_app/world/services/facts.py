@@ -11,7 +11,6 @@ from django.db import transaction
 from context_app.world import selectors
 from context_app.world.models import WorldItem
 from context_app.world.services.recording import (
-    already_appended,
     append_events,
     append_item,
     item_fields,
@@ -35,6 +34,7 @@ from nexum.core.world.items import (
     item_stream,
     render_fact,
 )
+from nexum.eventstore import store
 
 
 def fact_record(
@@ -75,7 +75,7 @@ def fact_verify(
 ) -> WorldItem:
     fact = selectors.fact_get(project_id=project_id, fact_id=fact_id)
     stream = item_stream("fact", str(fact.id))
-    if already_appended(stream, idempotency_key):
+    if store.replayed(stream, idempotency_key):
         return selectors.fact_get(project_id=project_id, fact_id=fact_id)
     version = validated_version(fact, expected_version)
     events = decide_verify(_fact_state(fact), note=validated_text(note, "note", required=False))
@@ -97,7 +97,7 @@ def fact_retract(
     ceiling is 403 (an agent never retracts what an operator recorded)."""
     fact = selectors.fact_get(project_id=project_id, fact_id=fact_id)
     stream = item_stream("fact", str(fact.id))
-    if already_appended(stream, idempotency_key):
+    if store.replayed(stream, idempotency_key):
         return selectors.fact_get(project_id=project_id, fact_id=fact_id)
     version = validated_version(fact, expected_version)
     events = decide_retract(
@@ -136,7 +136,7 @@ def fact_supersede(
         else str(uuid.uuid4())
     )
     new_stream = item_stream("fact", new_id)
-    if already_appended(new_stream, idempotency_key):
+    if store.replayed(new_stream, idempotency_key):
         return selectors.fact_get(project_id=project_id, fact_id=new_id)
     version = validated_version(old, expected_version)
     superseded = decide_supersede(

@@ -89,11 +89,6 @@ def append_events(
     )
 
 
-def already_appended(stream_id: str, idempotency_key: str | None) -> bool:
-    """Whether ``idempotency_key`` was used in ``stream_id``: a retry, answered with the current state."""
-    return idempotency_key is not None and bool(store.appended_with_key(stream_id, idempotency_key))
-
-
 def new_item_id(scope: Scope, kind: str, idempotency_key: str | None) -> str:
     if idempotency_key is None:
         return str(uuid.uuid4())

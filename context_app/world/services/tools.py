@@ -11,7 +11,6 @@ from typing import Any
 from context_app.world import selectors
 from context_app.world.models import Tool, ToolScope
 from context_app.world.services.recording import (
-    already_appended,
     append_events,
     item_counters,
     validate_storable,
@@ -33,7 +32,7 @@ from nexum.core.world.items import (
     tool_stream,
     validate_tool_name,
 )
-from nexum.eventstore import reading
+from nexum.eventstore import reading, store
 
 SCHEMA_MAX_CHARS = 100_000
 
@@ -69,7 +68,7 @@ def tool_define(
             raise ValidationFailed("score must be a finite number", field="score")
         score = float(score)
     stream = tool_stream(project_id, name)
-    if already_appended(stream, idempotency_key):
+    if store.replayed(stream, idempotency_key):
         return selectors.tool_get(project_id=project_id, name=name)
     existing = Tool.objects.filter(project_id=project_id, name=name).first()
     if create_only and existing is not None:
@@ -127,7 +126,7 @@ def tool_scope_set(
             raise ValidationFailed(f"pinned tool {outside[0]!r} is not in allowed", field="pinned")
     stream = tool_scope_stream(scope.scope_id)
     existing = ToolScope.objects.filter(id=scope.scope_id).first()
-    if not already_appended(stream, idempotency_key):
+    if not store.replayed(stream, idempotency_key):
         version = validated_version(existing, expected_version)
         event = ToolScopeSet(
             scope_id=scope.scope_id,
