@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from context_app.catalog.models import CatalogAlias, CatalogCard, ModelCatalogHead, ModelOverlay
-from nexum.core.catalog.budgets import BudgetOverrides, ModelBudget, ModelCard, budget_for_profile
+from nexum.core.catalog.budgets import ModelBudget, budget_for_profile
+from nexum.core.catalog.cards import BudgetOverrides, ModelCard
 from nexum.core.catalog.changes import CatalogDocument, CatalogState
 from nexum.core.catalog.overlays import (
     UNKNOWN_MODEL_WORD,

@@ -20,7 +20,7 @@ from context_app.catalog.services import (
     model_overlay_set,
 )
 from nexum.adapters.tokenization import UnknownEncoding, counter_for, default_registry
-from nexum.core.catalog.budgets import ModelCard
+from nexum.core.catalog.cards import ModelCard
 from nexum.core.catalog.changes import models_stream
 from nexum.core.errors import ConcurrencyError, Conflict, DomainError, ValidationFailed
 from nexum.eventstore import projections, reading

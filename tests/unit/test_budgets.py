@@ -12,13 +12,12 @@ from hypothesis import strategies as st
 
 from nexum.core.catalog.budgets import (
     CONTEXT_TOKENS_FLOOR,
-    BudgetOverrides,
     ModelBudget,
-    ModelCard,
     budget_for_profile,
     budget_for_ref,
     size_class_of,
 )
+from nexum.core.catalog.cards import BudgetOverrides, ModelCard
 from nexum.core.catalog.overlays import ContextWindowOverlay, ModelCatalog
 from nexum.core.errors import ValidationFailed
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nexum.core.catalog.budgets import ModelCard
+from nexum.core.catalog.cards import ModelCard
 from nexum.core.catalog.overlays import (
     ContextWindowOverlay,
     ModelCatalog,

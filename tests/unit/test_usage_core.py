@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from nexum.core.catalog.budgets import ModelCard, budget_for_profile
+from nexum.core.catalog.budgets import budget_for_profile
+from nexum.core.catalog.cards import ModelCard
 from nexum.core.catalog.usage import (
     drift,
     percentile,

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nexum.core.catalog.budgets import DEFAULT_ENCODING, BudgetOverrides, ModelCard
+from nexum.core.catalog.cards import DEFAULT_ENCODING, BudgetOverrides, ModelCard
 from nexum.core.catalog.overlays import (
     OVERLAY_MEMBERS,
     UNKNOWN_MODEL_WORD,

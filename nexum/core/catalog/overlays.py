@@ -20,20 +20,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, TypeGuard
 
+from nexum.core.catalog.cards import ModelCard, is_int
 from nexum.core.errors import ValidationFailed
-
-if TYPE_CHECKING:
-    from nexum.core.catalog.budgets import ModelCard
 
 OVERLAY_MEMBERS: tuple[str, ...] = ("context_tokens", "auto_compact_tokens", "enabled")
 UNKNOWN_MODEL_WORD = "unknown_model_word"
-
-
-def is_int(value: object) -> TypeGuard[int]:
-    """A real integer: ``True``/``False`` are not counts and floats are never accepted, even ``8000.0``."""
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _validate_member(member: str, value: object, where: str) -> None:
