@@ -64,6 +64,7 @@ class Command(BaseCommand):
             while not self.signals_received:
                 self._pass()
                 self._wait(interval)
+            self._stop_listening()
         except Interrupted:
             if not self.between_passes:
                 logger.info("dispatcher stopped during a pass: the next pass does what it had not done")
@@ -78,7 +79,17 @@ class Command(BaseCommand):
         (``deploy/serve.sh`` then sent every process two)."""
         self.signals_received += 1
         if self.between_passes or self.signals_received > 1:
+            self._stop_listening()
             raise Interrupted
+
+    @staticmethod
+    def _stop_listening() -> None:
+        """Once it stops, further signals change nothing: ignored by the kernel, not by a Python handler,
+        which the interpreter resets to the default (terminate) while it exits, so a second SIGTERM then would
+        end
+        the process with the signal's status instead of 0."""
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, signal.SIG_IGN)
 
     def _wait(self, interval: float) -> None:
         """Sleep until the next pass; a signal meanwhile (or one that came during the pass) ends it."""
