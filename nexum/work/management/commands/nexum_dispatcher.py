@@ -86,8 +86,7 @@ class Command(BaseCommand):
     def _stop_listening() -> None:
         """Once it stops, further signals change nothing: ignored by the kernel, not by a Python handler,
         which the interpreter resets to the default (terminate) while it exits, so a second SIGTERM then would
-        end
-        the process with the signal's status instead of 0."""
+        end the process with the signal's status instead of 0."""
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, signal.SIG_IGN)
 
