@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Protocol
 from django.db import connection, models, transaction
 
 from nexum.core.events import DomainEvent
+from nexum.eventstore import replica
 from nexum.eventstore.reading import StoredEvent, iter_all
 
 Row = dict[str, Any]
@@ -349,8 +350,11 @@ def state_as_of(position: int, *, project_id: str | None = None) -> Iterator[Non
 
     The rebuild happens in a transaction that is always rolled back, so the live read models are untouched
     (on PostgreSQL it fills temporary stand-ins, ``_shadow_read_models``: other requests go on meanwhile).
+    It happens on the primary (a hot standby cannot create a temporary table), and so do the block's reads,
+    even in a request that reads from the replica (whose answer then says it was read from the primary).
     """
-    with transaction.atomic():
+    replica.note_read_from(replica.PRIMARY)
+    with replica.reading_from(replica.PRIMARY), transaction.atomic():
         if connection.vendor == "postgresql":
             _shadow_read_models()
         else:

@@ -11,6 +11,13 @@ the web layer returns it as the ``Nexum-Position`` response header and accepts i
 ``Nexum-Min-Position``. ``read_alias`` polls the replica's project head until it reaches that position,
 for at most ``NEXUM_REPLICA_WAIT_MS``; when it does not, or the replica cannot be reached, the read goes
 to the primary.
+
+Which reads. A compile chooses its alias itself (``read_alias`` then ``reading_from``), and so does a
+queued compile's worker, with the position of the request it answers (the caller's writes came before it).
+Every other read request of the API (GET, HEAD) reads from the replica as a whole: the web layer opens
+``tracking_request(reads=True, min_position=…)``, and the authentication, the first to know the caller's
+project, calls ``note_caller``, which chooses the alias for the rest of the request. The token itself is
+read from the primary (a revoked token is refused at once).
 """
 
 from __future__ import annotations
@@ -83,9 +90,9 @@ def read_alias(project_id: str | None, min_position: int = 0) -> str:
         except DatabaseError as error:
             logger.warning("replica unreachable, reading from the primary: %s", error)
             connections[REPLICA].close()
-            return _note_read_from(PRIMARY)
+            return note_read_from(PRIMARY)
         if reached >= min_position:
-            return _note_read_from(REPLICA)
+            return note_read_from(REPLICA)
         if time.monotonic() >= deadline:
             logger.info(
                 "replica at project position %s of %s after %s ms, reading from the primary",
@@ -93,7 +100,7 @@ def read_alias(project_id: str | None, min_position: int = 0) -> str:
                 min_position,
                 settings.NEXUM_REPLICA_WAIT_MS,
             )
-            return _note_read_from(PRIMARY)
+            return note_read_from(PRIMARY)
         time.sleep(POLL_INTERVAL_SECONDS)
 
 
@@ -113,11 +120,14 @@ def replica_project_position(project_id: str | None) -> int:
 
 @dataclass
 class RequestPositions:
-    """What one request wrote (per project, the highest project position committed) and where its compile
-    read from (``replica``, ``default``, or None when it compiled nothing)."""
+    """What one request wrote (per project, the highest project position committed), where it read from
+    (``replica``, ``default``, or None when it chose no alias) and, for a read request, the project position
+    its caller requires (``min_position``)."""
 
     written: dict[str | None, int] = field(default_factory=dict)
     read_from: str | None = None
+    reads: bool = False
+    min_position: int = 0
 
 
 _request: contextvars.ContextVar[RequestPositions | None] = contextvars.ContextVar(
@@ -126,14 +136,27 @@ _request: contextvars.ContextVar[RequestPositions | None] = contextvars.ContextV
 
 
 @contextlib.contextmanager
-def tracking_request() -> Iterator[RequestPositions]:
-    """Collects the writes and the read alias of the block (one request)."""
-    positions = RequestPositions()
+def tracking_request(*, reads: bool = False, min_position: int = 0) -> Iterator[RequestPositions]:
+    """Collects the writes and the read alias of the block (one request). With ``reads``, the request reads
+    from the replica once its caller is known (``note_caller``); the alias it chose ends with the block."""
+    positions = RequestPositions(reads=reads, min_position=min_position)
     token = _request.set(positions)
+    alias_token = _read_alias.set(None)
     try:
         yield positions
     finally:
+        _read_alias.reset(alias_token)
         _request.reset(token)
+
+
+def note_caller(project_id: str) -> None:
+    """Called by the authentication once it knows the caller's project: a read request (``tracking_request``
+    with ``reads``) reads the rest of its way from ``read_alias(project_id, min_position)``."""
+    positions = _request.get()
+    if positions is None or not positions.reads or positions.read_from is not None:
+        return
+    if replica_configured():
+        _read_alias.set(read_alias(project_id, positions.min_position))
 
 
 def note_written(project_id: str | None, project_position: int) -> None:
@@ -144,9 +167,10 @@ def note_written(project_id: str | None, project_position: int) -> None:
         positions.written[key] = max(positions.written.get(key, 0), project_position)
 
 
-def _note_read_from(alias: str) -> str:
+def note_read_from(alias: str) -> str:
+    """The request's answer was read from ``alias`` (``Nexum-Read-From``, with a replica configured)."""
     positions = _request.get()
-    if positions is not None:
+    if positions is not None and replica_configured():
         positions.read_from = alias
     return alias
 

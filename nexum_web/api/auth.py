@@ -19,6 +19,7 @@ from rest_framework.request import Request
 
 from nexum.core.roles import AGENT, actor_of, caller_trust, require_operator
 from nexum.core.trust import TrustClass
+from nexum.eventstore import replica
 from nexum_web.api.declarations import declared_for
 from tasks_app.models import AgentToken
 from tasks_app.services.tokens import hash_key
@@ -45,7 +46,9 @@ class ProjectAgent:
 
 
 class AgentTokenAuthentication(authentication.BaseAuthentication):
-    """``Authorization: Bearer <key>`` (or ``Token <key>``)."""
+    """``Authorization: Bearer <key>`` (or ``Token <key>``). The token is read from the primary; once the
+    caller's project is known, a read request reads the rest of its way from the replica
+    (``replica.note_caller``)."""
 
     keywords = ("bearer", "token")
 
@@ -62,6 +65,7 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
         )
         if token is None:
             raise exceptions.AuthenticationFailed("unknown or revoked token")
+        replica.note_caller(str(token.project_id))
         return ProjectAgent(str(token.id), token.name, str(token.project_id), token.role), token
 
     def authenticate_header(self, request: HttpRequest) -> str:

@@ -28,7 +28,7 @@ from rest_framework import serializers
 
 from nexum.core.errors import NotFound
 from nexum.core.text import is_storable
-from nexum.eventstore import reading
+from nexum.eventstore import reading, replica
 from nexum_web.api.strict import StrictQuery
 
 DEFAULT_LIMIT = 50
@@ -97,8 +97,10 @@ def log_page(
 def validate_project_cursor(project_id: str, after: int, *, field: str) -> None:
     """Refuse a cursor past the project's last event: no answer of this project gave it. Positions are
     counted per project since issue 26, so a cursor kept from before is a whole-log position, usually past
-    the project's head; it is 404 ``not_found`` naming ``field`` with how to go on, never a silent skip."""
-    head = reading.project_head(project_id)[1]
+    the project's head; it is 404 ``not_found`` naming ``field`` with how to go on, never a silent skip.
+    The head is the primary's: a replica behind it answers such a cursor with no events yet, not a 404."""
+    with replica.reading_from(replica.PRIMARY):
+        head = reading.project_head(project_id)[1]
     if after > head:
         raise NotFound(
             f"position {after} is past this project's last event ({head}): positions are counted per project;"

@@ -1,8 +1,9 @@
 """Read-your-writes tokens on the HTTP edge (issue 26 item 3).
 
 A response to a request that appended events carries ``Nexum-Position``: the project position its last
-append reached (committed). A caller sends it back as ``Nexum-Min-Position`` on a compile, which then reads
-from the read replica only once the replica has replayed the project that far (``nexum.eventstore.replica``).
+append reached (committed). A caller sends it back as ``Nexum-Min-Position`` on a compile or on any read
+(GET, HEAD), which then reads from the read replica only once the replica has replayed the project that far
+(``nexum.eventstore.replica``); ``Nexum-Read-From`` says which database answered.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from rest_framework.request import Request
 
 from nexum.core.errors import ValidationFailed
 from nexum.eventstore import replica
+from nexum_web.api.errors import answer_exception
 
 POSITION_HEADER = "Nexum-Position"
 MIN_POSITION_HEADER = "Nexum-Min-Position"
@@ -33,10 +35,13 @@ MIN_POSITION_PARAMETER = OpenApiParameter(
     "time), else from the primary. Without a replica it changes nothing.",
 )
 
+READ_METHODS = frozenset({"GET", "HEAD"})
+
 
 class PositionMiddleware:
     """Adds ``Nexum-Position`` to the answer of an API request that wrote in its caller's project, and, with
-    a read replica configured, ``Nexum-Read-From: replica|primary`` to a compile's answer."""
+    a read replica configured, ``Nexum-Read-From: replica|primary`` to the answer of a compile or a read
+    (GET, HEAD), which reads from the replica once it has replayed ``Nexum-Min-Position``."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -44,7 +49,12 @@ class PositionMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if not request.path.startswith("/api/"):
             return self.get_response(request)
-        with replica.tracking_request() as positions:
+        reads = request.method in READ_METHODS
+        try:
+            required = header_position(request.headers.get(MIN_POSITION_HEADER)) if reads else 0
+        except ValidationFailed as error:
+            return answer_exception(error, request)
+        with replica.tracking_request(reads=reads, min_position=required) as positions:
             response = self.get_response(request)
         project_id = getattr(getattr(request, "user", None), "project_id", None)
         if project_id is not None:
@@ -58,7 +68,10 @@ class PositionMiddleware:
 
 def min_position(request: Request) -> int:
     """The project position the caller requires a read to include (``Nexum-Min-Position``), 0 if none."""
-    value = request.headers.get(MIN_POSITION_HEADER)
+    return header_position(request.headers.get(MIN_POSITION_HEADER))
+
+
+def header_position(value: str | None) -> int:
     if value is None:
         return 0
     if not re.fullmatch(POSITION_PATTERN, value):

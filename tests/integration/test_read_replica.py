@@ -10,7 +10,11 @@ replica), driven over HTTP as an agent drives it:
 * with the replica's replay paused, a compile with the token waits its bound and reads from the primary
   (the fact is there), while one without a token reads the replica's older world (the fact is not: the
   replica really serves the read);
-* with the replica stopped, compiles fall back to the primary.
+* with the replica stopped, compiles fall back to the primary;
+* reads (GET) are served from the replica as well, with the same token: a fact, a diff (a replay's
+  recompile runs on the primary, where its temporary read models can be made, and matches);
+* a queued compile's worker reads from the replica once it has replayed the request (so every write its
+  caller made before), and from the primary when the replica stays behind.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.test_faults import EVERY_QUEUE
 from tests.integration.test_worker import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -188,12 +193,18 @@ class Caller:
         self.key = key
 
     def post(self, path: str, body: dict[str, Any], **headers: str) -> Answer:
+        return self.call("POST", path, json.dumps(body), headers)
+
+    def get(self, path: str, **headers: str) -> Answer:
+        return self.call("GET", path, None, headers)
+
+    def call(self, method: str, path: str, body: str | None, headers: dict[str, str]) -> Answer:
         connection = http.client.HTTPConnection("127.0.0.1", SERVER_PORT, timeout=60)
         try:
             connection.request(
-                "POST",
+                method,
                 path,
-                body=json.dumps(body),
+                body=body,
                 headers={
                     "Authorization": f"Bearer {self.key}",
                     "Content-Type": "application/json",
@@ -222,6 +233,7 @@ class Deployment:
     operator: Caller
     agent: Caller
     log: Path
+    worker_log: Path
 
 
 @pytest.fixture(scope="module")
@@ -235,26 +247,35 @@ def deployment(clusters: Clusters) -> Iterator[Deployment]:
     operator = Caller(manage(env, "nexum_token", "issue", "acme", "planner", "--role", "operator"))
     agent = Caller(manage(env, "nexum_token", "issue", "acme", "coder", "--role", "agent"))
     log = data_dir / "server.log"
-    with log.open("wb") as output:
-        server = subprocess.Popen(
-            [sys.executable, "manage.py", "runserver", f"127.0.0.1:{SERVER_PORT}", "--noreload"],
-            cwd=ROOT,
-            env=env,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    worker_log = data_dir / "worker.log"
+    processes = []
     try:
+        processes.append(started([sys.executable, "manage.py", "runserver", f"127.0.0.1:{SERVER_PORT}",
+                                  "--noreload"], env, log))  # fmt: skip
+        processes.append(started([sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=solo",
+                                  "--concurrency=1", "-Q", ",".join(EVERY_QUEUE), "--loglevel=INFO",
+                                  "--without-gossip", "--without-mingle", "--without-heartbeat",
+                                  "-n", "replica-test@%h"], env, worker_log))  # fmt: skip
+        server = processes[0]
         assert wait_for(lambda: answers() or server.poll() is not None), log.read_text()
         assert server.poll() is None, log.read_text()
-        yield Deployment(clusters, operator, agent, log)
+        yield Deployment(clusters, operator, agent, log, worker_log)
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=60)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(server.pid, signal.SIGKILL)
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=60)
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+
+
+def started(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as output:
+        return subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
 
 @pytest.fixture(scope="module")
@@ -270,9 +291,23 @@ def task_id(deployment: Deployment) -> str:
 
 
 def record_fact(deployment: Deployment, task: str, text: str) -> int:
+    return int(recorded_fact(deployment, task, text).headers["Nexum-Position"])
+
+
+def recorded_fact(deployment: Deployment, task: str, text: str) -> Answer:
     recorded = deployment.agent.post(f"/api/v1/tasks/{task}/facts", {"text": text})
     assert recorded.status == 201, (recorded.body, deployment.log.read_text()[-5000:])
-    return int(recorded.headers["Nexum-Position"])
+    return recorded
+
+
+@contextlib.contextmanager
+def replay_paused(clusters: Clusters) -> Iterator[None]:
+    """The replica stops replaying WAL (it keeps receiving it): it serves an older world meanwhile."""
+    clusters.sql(REPLICA_PORT, "SELECT pg_wal_replay_pause()")
+    try:
+        yield
+    finally:
+        clusters.sql(REPLICA_PORT, "SELECT pg_wal_replay_resume()")
 
 
 def compile_prompt(deployment: Deployment, task: str, **headers: str) -> tuple[str, str]:
@@ -290,9 +325,7 @@ def test_a_fact_just_recorded_is_in_the_next_compile_served_from_the_replica(dep
 
 
 def test_a_replica_behind_the_token_is_waited_for_then_the_primary_answers(deployment, task_id):
-    clusters = deployment.clusters
-    clusters.sql(REPLICA_PORT, "SELECT pg_wal_replay_pause()")
-    try:
+    with replay_paused(deployment.clusters):
         position = record_fact(deployment, task_id, "The cache evicts by LRU with a 10 minute TTL")
         prompt, read_from = compile_prompt(deployment, task_id, **{"Nexum-Min-Position": str(position)})
         assert read_from == "primary"
@@ -301,8 +334,6 @@ def test_a_replica_behind_the_token_is_waited_for_then_the_primary_answers(deplo
         stale, read_from = compile_prompt(deployment, task_id)
         assert read_from == "replica"
         assert "The cache evicts by LRU with a 10 minute TTL" not in stale
-    finally:
-        clusters.sql(REPLICA_PORT, "SELECT pg_wal_replay_resume()")
     prompt, read_from = compile_prompt(deployment, task_id, **{"Nexum-Min-Position": str(position)})
     assert read_from == "replica"
     assert "The cache evicts by LRU with a 10 minute TTL" in prompt
@@ -322,3 +353,73 @@ def test_with_the_replica_stopped_compiles_fall_back_to_the_primary(deployment, 
     prompt, read_from = compile_prompt(deployment, task_id, **{"Nexum-Min-Position": str(position)})
     assert read_from == "replica"  # back once it has caught up from its slot
     assert "The cache warms from the nightly export" in prompt
+
+
+def test_reads_are_served_from_the_replica_with_the_same_token(deployment, task_id):
+    with replay_paused(deployment.clusters):
+        recorded = recorded_fact(deployment, task_id, "The cache key is tenant:path")
+        fact = f"/api/v1/facts/{recorded.body['id']}"
+        token = {"Nexum-Min-Position": recorded.headers["Nexum-Position"]}
+        read = deployment.agent.get(fact, **token)
+        assert (read.status, read.headers["Nexum-Read-From"]) == (200, "primary")
+        assert read.body["fact"]["text"] == "The cache key is tenant:path"
+        stale = deployment.agent.get(fact)  # the replica answers from its older world: no such fact yet
+        assert (stale.status, stale.headers["Nexum-Read-From"]) == (404, "replica")
+        # A feed cursor the primary gave is no 404 on a replica behind it: no events yet, the cursor kept.
+        position = token["Nexum-Min-Position"]
+        feed = deployment.agent.get(f"/api/v1/events?cursor={position}")
+        assert (feed.status, feed.headers["Nexum-Read-From"]) == (200, "replica"), feed.body
+        assert feed.body["results"] == []
+    read = deployment.agent.get(fact, **token)
+    assert (read.status, read.headers["Nexum-Read-From"]) == (200, "replica")
+    assert read.body["fact"]["text"] == "The cache key is tenant:path"
+
+
+def test_a_diff_is_served_from_the_replica_and_a_replay_recompiles_on_the_primary(deployment, task_id):
+    first = deployment.agent.post(f"/api/v1/tasks/{task_id}/compile", {"model": "quick"})
+    recorded = recorded_fact(deployment, task_id, "The cache is flushed on deploy")
+    second = deployment.agent.post(
+        f"/api/v1/tasks/{task_id}/compile",
+        {"model": "quick"},
+        **{"Nexum-Min-Position": recorded.headers["Nexum-Position"]},
+    )
+    assert first.status == second.status == 200, (first.body, second.body)
+    earlier, later = first.body["context"]["digest"], second.body["context"]["digest"]
+    token = {"Nexum-Min-Position": second.headers["Nexum-Position"]}
+    # The stored context is read from the replica; its recompile rebuilds the read models as of the
+    # context's position in temporary tables, which only the primary can create: the answer says so.
+    replayed = deployment.agent.get(f"/api/v1/contexts/{earlier}/replay", **token)
+    assert (replayed.status, replayed.headers["Nexum-Read-From"]) == (200, "primary"), replayed.body
+    assert replayed.body["matches"] is True and replayed.body["replayed_digest"] == earlier
+    diff = deployment.agent.get(f"/api/v1/contexts/{earlier}/diff/{later}", **token)
+    assert (diff.status, diff.headers["Nexum-Read-From"]) == (200, "replica"), diff.body
+    assert {"kind": "fact", "id": recorded.body["id"], "reason": None} in diff.body["entered"]
+
+
+def queued_compile_prompt(deployment: Deployment, task: str) -> str:
+    """A queued compile (``async``) answered by the worker; its prompt block."""
+    queued = deployment.agent.post(f"/api/v1/tasks/{task}/compile", {"model": "quick", "async": True})
+    assert queued.status == 202, queued.body
+    url, token = queued.body["url"], {"Nexum-Min-Position": queued.headers["Nexum-Position"]}
+    answered: dict[str, Any] = {}
+
+    def done() -> bool:
+        answered.update(deployment.agent.get(url, **token).body)
+        return answered["status"] != "queued"
+
+    assert wait_for(done, timeout=120), deployment.worker_log.read_text()[-5000:]
+    assert answered["status"] == "done", answered
+    return answered["context"]["prompt_block"]
+
+
+def test_a_queued_compile_reads_from_the_replica_once_it_holds_the_request(deployment, task_id):
+    record_fact(deployment, task_id, "The cache is sharded by tenant")
+    prompt = queued_compile_prompt(deployment, task_id)
+    assert "The cache is sharded by tenant" in prompt
+    assert "reading from the primary" not in deployment.worker_log.read_text()
+
+    with replay_paused(deployment.clusters):
+        record_fact(deployment, task_id, "The cache shards rebalance nightly")
+        prompt = queued_compile_prompt(deployment, task_id)  # the worker waits its bound, then the primary
+    assert "The cache shards rebalance nightly" in prompt
+    assert "reading from the primary" in deployment.worker_log.read_text()

@@ -20,7 +20,9 @@ def client_for(handler, **kwargs) -> tuple[Nexum, list[httpx.Request]]:
         seen.append(request)
         return handler(request, len(seen))
 
-    client = Nexum("http://nexum.test", "tok", transport=httpx.MockTransport(record), sleep=lambda s: None)
+    client = Nexum(
+        "http://nexum.test", "tok", transport=httpx.MockTransport(record), sleep=lambda s: None, **kwargs
+    )
     return client, seen
 
 
@@ -51,6 +53,29 @@ def test_each_call_gets_its_own_key_and_a_named_key_is_sent_as_given():
     client.request("POST", "tasks/t/progress", json={"text": "a"}, idempotency_key="mine")
     keys = [request.headers["Idempotency-Key"] for request in seen]
     assert keys[0] != keys[1] and keys[2] == "mine"
+
+
+def test_reads_after_a_write_carry_its_position_so_a_replica_serves_them_only_once_it_has_it():
+    task = {"id": "t", "goal_id": "g", "key": "k", "objective": "o", "state": "ready", "version": 1}
+    positions = {2: "12", 3: "9"}  # the answers to the writes, by request
+
+    def handler(request, count):
+        if request.method == "GET":
+            return httpx.Response(200, json=task)
+        return httpx.Response(201, json=ITEM, headers={"Nexum-Position": positions[count]})
+
+    client, seen = client_for(handler)
+    client.task("t")
+    client.record_fact("t", task_id="t")
+    client.record_fact("u", task_id="t")  # an older position never lowers the one remembered
+    client.task("t")
+    assert [request.headers.get("Nexum-Min-Position") for request in seen] == [None, None, "12", "12"]
+
+    client, seen = client_for(handler, read_your_writes=False)
+    client.task("t")
+    client.record_fact("t", task_id="t")
+    client.task("t")
+    assert [request.headers.get("Nexum-Min-Position") for request in seen] == [None, None, None]
 
 
 def test_503_is_retried_and_errors_are_typed_with_code_field_and_request_id():

@@ -26,7 +26,7 @@ from context_app.compilation.services.request_inputs import (
 from context_app.compilation.tasks import COMPILE
 from nexum.core.compilation import events as compilation_events
 from nexum.core.errors import ConcurrencyError, DomainError, NotFound, ValidationFailed
-from nexum.eventstore import store
+from nexum.eventstore import reading, replica, store
 from nexum.work.dispatch import send_on_commit
 from tasks_app import selectors as task_selectors
 from tasks_app.models import Task
@@ -95,7 +95,9 @@ def context_compile_request(
 
 def context_compile_run(*, request_id: str, actor: str = "worker") -> ContextCompilation | None:
     """Answer a queued request (the worker's side). Idempotent: a request already answered (a redelivered
-    message) writes nothing; a refused compile records ``ContextCompileFailed``."""
+    message) writes nothing; a refused compile records ``ContextCompileFailed``. With a read replica, the
+    world is read from it once it has replayed the request itself, and so every write its caller made
+    before (``nexum.eventstore.replica``)."""
     queued = ContextCompilation.objects.filter(request_id=request_id).first()
     if queued is None:
         return None
@@ -119,6 +121,7 @@ def context_compile_run(*, request_id: str, actor: str = "worker") -> ContextCom
             expected_version=queued.version,
             focus=focus_text(project_id, queued.focus_digest),
             actor=actor,
+            read_alias=replica.read_alias(project_id, requested_position(str(queued.request_id))),
         )
     except ConcurrencyError:
         pass  # another delivery of the same message answered it first
@@ -140,3 +143,9 @@ def context_compile_run(*, request_id: str, actor: str = "worker") -> ContextCom
                 project_id=project_id,
             )
     return ContextCompilation.objects.get(request_id=request_id)
+
+
+def requested_position(request_id: str) -> int:
+    """The project position of a queued request's ``ContextCompileRequested``: every write its caller made
+    before it comes before it in the project's log."""
+    return reading.read_stream(compilation_events.compile_stream(request_id))[-1].project_position

@@ -8,6 +8,11 @@ and sent again with each retry, so a write whose answer was lost is written once
 retry as it answered the first (README, API). Pass ``idempotency_key=`` to name a call yourself (to retry it
 across processes). Errors are raised as typed exceptions (``nexum_client.errors``) carrying ``code``,
 ``field``, ``details`` and ``request_id``.
+
+Read-your-writes. A server with a read replica answers compiles and reads from it; the client remembers the
+``Nexum-Position`` of its last write's answer and sends it as ``Nexum-Min-Position`` on every later request,
+so what it reads includes what it wrote (the server waits a bounded time for the replica, then reads from
+the primary). ``read_your_writes=False`` sends nothing: reads may then miss the newest writes.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ logger = logging.getLogger("nexum_client")
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 API_PREFIX = "/api/v1/"
+POSITION_HEADER = "Nexum-Position"
+MIN_POSITION_HEADER = "Nexum-Min-Position"
 
 
 class Nexum:
@@ -54,8 +61,11 @@ class Nexum:
         backoff_max_s: float = 8.0,
         transport: httpx.BaseTransport | None = None,
         sleep: Any = time.sleep,
+        read_your_writes: bool = True,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.read_your_writes = read_your_writes
+        self.last_position = 0
         self.retries = retries
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
@@ -92,6 +102,8 @@ class Nexum:
         headers = {}
         if method.upper() not in SAFE_METHODS:
             headers["Idempotency-Key"] = idempotency_key or str(uuid.uuid4())
+        if self.read_your_writes and self.last_position:
+            headers[MIN_POSITION_HEADER] = str(self.last_position)
         params = {name: value for name, value in (params or {}).items() if value is not None}
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
@@ -110,8 +122,14 @@ class Nexum:
                     attempt, response.headers.get("Retry-After"), f"{method} {path}: {response.status_code}"
                 )
                 continue
+            self._note_position(response)
             return response.status_code, self._decoded(response)
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _note_position(self, response: httpx.Response) -> None:
+        position = response.headers.get(POSITION_HEADER, "")
+        if position.isdigit():
+            self.last_position = max(self.last_position, int(position))
 
     def _decoded(self, response: httpx.Response) -> Any:
         try:
