@@ -13,10 +13,19 @@ p50/p95/p99, the ratios to N=1 and the load averages before and after.
 
 The server's workers and threads are deploy/gunicorn.conf.py's defaults unless ``NEXUM_WEB_WORKERS`` and
 ``NEXUM_WEB_THREADS`` say otherwise. The server, the database and the clients share the machine.
+
+``BENCH_REPLICA=1`` (issue 26): the bench makes its own primary and a streaming hot standby of it
+(tests/replica_cluster.py, on ``BENCH_PRIMARY_PORT`` 5481 and ``BENCH_REPLICA_PORT`` 5482, removed at the end;
+DATABASE_URL is not used), loads the world on the primary, and runs every N twice in the same run: with
+every compile on the primary, then with the server given ``NEXUM_READ_DATABASE_URL`` (compiles on the
+replica). Each agent sends its last write's ``Nexum-Position`` as ``Nexum-Min-Position`` on its compile
+(read-your-writes); the table adds the share of compiles the replica served and the wait for it to hold the
+write (the answer's ``Server-Timing: replica-wait``), p50 and p99.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -32,7 +41,24 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-import django
+from tests import replica_cluster
+
+REPLICA = os.environ.get("BENCH_REPLICA") == "1"
+PRIMARY_PORT = int(os.environ.get("BENCH_PRIMARY_PORT", 5481))
+REPLICA_PORT = int(os.environ.get("BENCH_REPLICA_PORT", 5482))
+DATABASE = "nexum_agents_bench"
+PAIR = contextlib.ExitStack()
+if REPLICA:
+    if replica_cluster.missing():
+        sys.exit(f"BENCH_REPLICA=1: {replica_cluster.missing()}")
+    CLUSTERS = PAIR.enter_context(
+        replica_cluster.streaming_pair(PRIMARY_PORT, REPLICA_PORT, slot="nexum_bench", shared_buffers="256MB")
+    )
+    CLUSTERS.sql(PRIMARY_PORT, f"CREATE DATABASE {DATABASE}")
+    os.environ["DATABASE_URL"] = f"postgres://postgres@127.0.0.1:{PRIMARY_PORT}/{DATABASE}"
+    os.environ.pop("NEXUM_READ_DATABASE_URL", None)
+
+import django  # noqa: E402
 
 django.setup()
 
@@ -54,9 +80,10 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_server(port: int) -> subprocess.Popen[bytes]:
+def start_server(port: int, **settings: str) -> subprocess.Popen[bytes]:
     environment = {
         **os.environ,
+        **settings,
         "NEXUM_DEBUG": "0",
         "NEXUM_SECRET_KEY": "bench-agents-only-not-a-secret-0123456789abcdefghijklmnopqrstuvwxyz",
         "NEXUM_WEB_BIND": f"127.0.0.1:{port}",
@@ -109,15 +136,21 @@ class Agent(threading.Thread):
         self.headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
         self.loops = 0
         self.compiles: list[float] = []
+        self.read_from: list[str] = []
+        self.waits: list[float] = []
         self.error: str | None = None
 
-    def post(self, client: http.client.HTTPConnection, path: str, body: dict[str, object]) -> int:
-        client.request("POST", f"/api/v1/tasks/{self.task_id}/{path}", json.dumps(body), self.headers)
+    def post(
+        self, client: http.client.HTTPConnection, path: str, body: dict[str, object], **headers: str
+    ) -> http.client.HTTPResponse:
+        client.request(
+            "POST", f"/api/v1/tasks/{self.task_id}/{path}", json.dumps(body), {**self.headers, **headers}
+        )
         response = client.getresponse()
         payload = response.read()
         if response.status not in (200, 201):
             raise RuntimeError(f"{path}: {response.status} {payload[:300]!r}")
-        return len(payload)
+        return response
 
     def run(self) -> None:
         client = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
@@ -126,21 +159,30 @@ class Agent(threading.Thread):
             while time.monotonic() < self.stop_at:
                 step += 1
                 self.post(client, "progress", {"text": f"step {step}: tried rotating the session token"})
-                self.post(
+                recorded = self.post(
                     client,
                     "tool-calls",
                     {"tool": "rspec", "result_summary": f"run {step}: 2 failures in auth_spec.rb"},
                 )
+                position = recorded.getheader("Nexum-Position") or "0"
                 started = time.monotonic()
-                self.post(client, "compile", {"model": WORD})
+                compiled = self.post(client, "compile", {"model": WORD}, **{"Nexum-Min-Position": position})
                 finished = time.monotonic()
                 if started >= self.start_at and finished <= self.stop_at:
                     self.compiles.append((finished - started) * 1000)
                     self.loops += 1
+                    self.note_replica(compiled)
         except Exception as error:  # reported by the main thread
             self.error = repr(error)
         finally:
             client.close()
+
+    def note_replica(self, compiled: http.client.HTTPResponse) -> None:
+        """Where the compile read from and how long it waited for the replica (absent without one)."""
+        read_from = compiled.getheader("Nexum-Read-From")
+        if read_from is not None:
+            self.read_from.append(read_from)
+            self.waits.append(float(compiled.getheader("Server-Timing", "").split("dur=")[-1]))
 
 
 def percentile(times: list[float], q: float) -> float:
@@ -166,7 +208,12 @@ def run_agents(port: int, key: str, task_ids: list[str], count: int) -> dict[str
         raise RuntimeError(f"{len(errors)} agents failed, first: {errors[0]}")
     times = [ms for agent in agents for ms in agent.compiles]
     loops = sum(agent.loops for agent in agents)
+    read_from = [alias for agent in agents for alias in agent.read_from]
+    waits = [ms for agent in agents for ms in agent.waits]
     return {
+        "on_replica": read_from.count("replica") / len(read_from) if read_from else None,
+        "wait_p50": percentile(waits, 0.5) if waits else None,
+        "wait_p99": percentile(waits, 0.99) if waits else None,
         "agents": count,
         "loops_per_s": loops / SECONDS,
         "p50": percentile(times, 0.5),
@@ -193,24 +240,57 @@ def main() -> None:
         f"one goal (loaded in {time.perf_counter() - started:.0f}s); model word {WORD!r}; {SECONDS:.0f}s per "
         f"run after {WARMUP:.0f}s of warm-up; gunicorn workers {workers} × threads {threads}"
     )
+    task_ids = [str(task.id) for task in world.tasks]
+    if REPLICA:
+        caught_up(world.project_id)
+        report("all compiles on the primary", run_all(world.agent_key, task_ids))
+        replica_url = f"postgres://postgres@127.0.0.1:{REPLICA_PORT}/{DATABASE}"
+        report(
+            "compiles on the replica", run_all(world.agent_key, task_ids, NEXUM_READ_DATABASE_URL=replica_url)
+        )
+    else:
+        report("", run_all(world.agent_key, task_ids))
+
+
+def run_all(key: str, task_ids: list[str], **settings: str) -> list[dict[str, object]]:
     port = free_port()
-    server = start_server(port)
+    server = start_server(port, **settings)
     try:
-        task_ids = [str(task.id) for task in world.tasks]
-        results = [run_agents(port, world.agent_key, task_ids, count) for count in AGENTS]
+        return [run_agents(port, key, task_ids, count) for count in AGENTS]
     finally:
         stop_server(server)
+
+
+def caught_up(project_id: str) -> None:
+    """Waits (at most 10 minutes) until the replica has replayed the world just loaded on the primary."""
+    head = CLUSTERS.sql(PRIMARY_PORT, "SELECT pg_current_wal_lsn()")
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        replayed = CLUSTERS.sql(REPLICA_PORT, f"SELECT pg_last_wal_replay_lsn() >= '{head}'::pg_lsn")
+        if replayed == "t":
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"the replica did not replay the world (project {project_id}) within 10 minutes")
+
+
+def report(title: str, results: list[dict[str, object]]) -> None:
     base = results[0]
     head = ("agents", "loops/s", "×N=1", "p50 ms", "p95 ms", "p99 ms", "p50×N=1")
-    print("\n" + " ".join(f"{name:>8}" for name in head) + "  load averages before → after")
+    replica_head = ("replica", "wait p50", "wait p99") if base["on_replica"] is not None else ()
+    if title:
+        print(f"\n{title}")
+    print("\n" + " ".join(f"{name:>8}" for name in head + replica_head) + "  load averages before → after")
     for result in results:
         loops, p50 = result["loops_per_s"], result["p50"]
         row = (
             f"{result['agents']:>8} {loops:8.2f} {loops / base['loops_per_s']:8.2f} {p50:8.1f}"
             f" {result['p95']:8.1f} {result['p99']:8.1f} {p50 / base['p50']:8.2f}"
         )
+        if replica_head:
+            row += f" {result['on_replica']:8.0%} {result['wait_p50']:8.1f} {result['wait_p99']:8.1f}"
         print(f"{row}  {result['load_before']} → {result['load_after']}")
 
 
 if __name__ == "__main__":
-    main()
+    with PAIR:
+        main()

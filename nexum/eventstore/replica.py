@@ -83,16 +83,17 @@ def read_alias(project_id: str | None, min_position: int = 0) -> str:
     ``min_position`` (a project position), waited for at most ``NEXUM_REPLICA_WAIT_MS``; else the primary."""
     if not replica_configured():
         return PRIMARY
-    deadline = time.monotonic() + settings.NEXUM_REPLICA_WAIT_MS / 1000
+    started = time.monotonic()
+    deadline = started + settings.NEXUM_REPLICA_WAIT_MS / 1000
     while True:
         try:
             reached = replica_project_position(project_id)
         except DatabaseError as error:
             logger.warning("replica unreachable, reading from the primary: %s", error)
             connections[REPLICA].close()
-            return note_read_from(PRIMARY)
+            return note_read_from(PRIMARY, waited_s=time.monotonic() - started)
         if reached >= min_position:
-            return note_read_from(REPLICA)
+            return note_read_from(REPLICA, waited_s=time.monotonic() - started)
         if time.monotonic() >= deadline:
             logger.info(
                 "replica at project position %s of %s after %s ms, reading from the primary",
@@ -100,7 +101,7 @@ def read_alias(project_id: str | None, min_position: int = 0) -> str:
                 min_position,
                 settings.NEXUM_REPLICA_WAIT_MS,
             )
-            return note_read_from(PRIMARY)
+            return note_read_from(PRIMARY, waited_s=time.monotonic() - started)
         time.sleep(POLL_INTERVAL_SECONDS)
 
 
@@ -121,11 +122,13 @@ def replica_project_position(project_id: str | None) -> int:
 @dataclass
 class RequestPositions:
     """What one request wrote (per project, the highest project position committed), where it read from
-    (``replica``, ``default``, or None when it chose no alias) and, for a read request, the project position
-    its caller requires (``min_position``)."""
+    (``replica``, ``default``, or None when it chose no alias), how long it waited for the replica to reach
+    the caller's position (``replica_wait_s``, checking included) and, for a read request, that position
+    (``min_position``)."""
 
     written: dict[str | None, int] = field(default_factory=dict)
     read_from: str | None = None
+    replica_wait_s: float = 0.0
     reads: bool = False
     min_position: int = 0
 
@@ -167,11 +170,13 @@ def note_written(project_id: str | None, project_position: int) -> None:
         positions.written[key] = max(positions.written.get(key, 0), project_position)
 
 
-def note_read_from(alias: str) -> str:
-    """The request's answer was read from ``alias`` (``Nexum-Read-From``, with a replica configured)."""
+def note_read_from(alias: str, *, waited_s: float = 0.0) -> str:
+    """The request's answer was read from ``alias`` (``Nexum-Read-From``, with a replica configured), after
+    ``waited_s`` choosing it."""
     positions = _request.get()
     if positions is not None and replica_configured():
         positions.read_from = alias
+        positions.replica_wait_s += waited_s
     return alias
 
 

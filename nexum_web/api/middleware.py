@@ -76,7 +76,9 @@ class ApiCorsMiddleware:
         "Authorization, Content-Type, Idempotency-Key, If-Match, Last-Event-ID, Nexum-Min-Position, "
         "X-Request-ID"
     )
-    EXPOSE_HEADERS = "ETag, Location, Nexum-Position, Nexum-Read-From, Retry-After, X-Request-ID"
+    EXPOSE_HEADERS = (
+        "ETag, Location, Nexum-Position, Nexum-Read-From, Retry-After, Server-Timing, X-Request-ID"
+    )
     MAX_AGE_S = 600
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:

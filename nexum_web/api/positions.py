@@ -22,6 +22,7 @@ from nexum_web.api.errors import answer_exception
 POSITION_HEADER = "Nexum-Position"
 MIN_POSITION_HEADER = "Nexum-Min-Position"
 READ_FROM_HEADER = "Nexum-Read-From"
+SERVER_TIMING_HEADER = "Server-Timing"
 POSITION_MAX_DIGITS = 18
 POSITION_PATTERN = rf"^[0-9]{{1,{POSITION_MAX_DIGITS}}}$"
 
@@ -41,7 +42,8 @@ READ_METHODS = frozenset({"GET", "HEAD"})
 class PositionMiddleware:
     """Adds ``Nexum-Position`` to the answer of an API request that wrote in its caller's project, and, with
     a read replica configured, ``Nexum-Read-From: replica|primary`` to the answer of a compile or a read
-    (GET, HEAD), which reads from the replica once it has replayed ``Nexum-Min-Position``."""
+    (GET, HEAD), which reads from the replica once it has replayed ``Nexum-Min-Position``, with the time
+    spent waiting for it (``Server-Timing: replica-wait;dur=<ms>``)."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -63,6 +65,7 @@ class PositionMiddleware:
                 response[POSITION_HEADER] = str(position)
         if positions.read_from is not None:
             response[READ_FROM_HEADER] = "replica" if positions.read_from == replica.REPLICA else "primary"
+            response[SERVER_TIMING_HEADER] = f"replica-wait;dur={positions.replica_wait_s * 1000:.1f}"
         return response
 
 

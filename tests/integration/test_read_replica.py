@@ -23,13 +23,9 @@ import contextlib
 import http.client
 import json
 import os
-import pwd
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +33,10 @@ from typing import Any
 
 import pytest
 
+from tests import replica_cluster
 from tests.integration.test_faults import EVERY_QUEUE
 from tests.integration.test_worker import wait_for
+from tests.replica_cluster import Clusters
 
 ROOT = Path(__file__).resolve().parents[2]
 PRIMARY_PORT = 5471
@@ -47,109 +45,17 @@ SERVER_PORT = 18950
 DATABASE = "nexum_replica_test"
 SLOT = "nexum_test_replica"
 WAIT_MS = 5000
-TOOLS = ("initdb", "pg_ctl", "pg_basebackup", "psql")
 
-
-def postgres_bindir() -> Path | None:
-    """A folder holding all of the server tools: the newest Debian one, else the one on PATH."""
-    for candidate in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
-        if all((candidate / tool).exists() for tool in TOOLS):
-            return candidate
-    found = [shutil.which(tool) for tool in TOOLS]
-    if all(found) and len({Path(path).parent for path in found if path}) == 1:
-        return Path(found[0]).parent  # type: ignore[arg-type]
-    return None
-
-
-def port_taken(port: int) -> bool:
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
-BINDIR = postgres_bindir()
-AS_ROOT = os.geteuid() == 0
-if BINDIR is None:
-    pytestmark = pytest.mark.skip(
-        reason="a private streaming replica needs initdb, pg_ctl, pg_basebackup and psql of one PostgreSQL "
-        "(apt-get install postgresql)"
-    )
-elif AS_ROOT and (
-    shutil.which("runuser") is None or not any(u.pw_name == "postgres" for u in pwd.getpwall())
-):
-    pytestmark = pytest.mark.skip(
-        reason="as root, the private cluster must run as the 'postgres' user through runuser "
-        "(initdb refuses root)"
-    )
-
-
-@dataclass
-class Clusters:
-    folder: Path
-    primary: Path
-    replica: Path
-
-    def run(self, tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """One PostgreSQL tool, as the ``postgres`` user when the tests run as root."""
-        command = [str(BINDIR / tool), *args]
-        if AS_ROOT:
-            command = ["runuser", "-u", "postgres", "--", *command]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=self.folder)
-        if check and done.returncode != 0:
-            raise AssertionError(f"{tool} {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
-        return done
-
-    def start(self, data: Path) -> None:
-        self.run("pg_ctl", "-D", str(data), "-l", str(data / "server.log"), "-w", "-t", "120", "start")
-
-    def stop(self, data: Path) -> None:
-        self.run("pg_ctl", "-D", str(data), "-m", "fast", "-w", "-t", "120", "stop", check=False)
-
-    def sql(self, port: int, statement: str, database: str = "postgres") -> str:
-        done = self.run(
-            "psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-d", database, "-XAtc", statement
-        )
-        return done.stdout.strip()
+if replica_cluster.missing():
+    pytestmark = pytest.mark.skip(reason=replica_cluster.missing())
 
 
 @pytest.fixture(scope="module")
 def clusters() -> Iterator[Clusters]:
-    for port in (PRIMARY_PORT, REPLICA_PORT, SERVER_PORT):
-        if port_taken(port):
-            pytest.fail(f"port {port} is taken: the replica test needs 5471, 5472 and 18950 free")
-    folder = Path(tempfile.mkdtemp(prefix="nexum-replica-"))
-    folder.chmod(0o755)
-    if AS_ROOT:
-        postgres = pwd.getpwnam("postgres")
-        os.chown(folder, postgres.pw_uid, postgres.pw_gid)
-    made = Clusters(folder, folder / "primary", folder / "replica")
-    started: list[Path] = []
-    try:
-        made.run(
-            "initdb", "-D", str(made.primary), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"
-        )
-        with (made.primary / "postgresql.conf").open("a") as conf:
-            conf.write(
-                f"port = {PRIMARY_PORT}\nlisten_addresses = '127.0.0.1'\n"
-                f"unix_socket_directories = '{folder}'\n"
-                "wal_level = replica\nmax_wal_senders = 4\nmax_replication_slots = 4\nhot_standby = on\n"
-                "fsync = off\nshared_buffers = 32MB\n"
-            )
-        made.start(made.primary)
-        started.append(made.primary)
-        made.run(
-            "pg_basebackup", "-h", "127.0.0.1", "-p", str(PRIMARY_PORT), "-U", "postgres",
-            "-D", str(made.replica), "-R", "-X", "stream", "-C", "-S", SLOT, "--no-sync",
-        )  # fmt: skip
-        with (made.replica / "postgresql.auto.conf").open("a") as conf:
-            conf.write(f"port = {REPLICA_PORT}\n")
-        made.start(made.replica)
-        started.append(made.replica)
-        assert made.sql(REPLICA_PORT, "SELECT pg_is_in_recovery()") == "t"
+    if replica_cluster.port_taken(SERVER_PORT):
+        pytest.fail(f"port {SERVER_PORT} is taken: the replica test's server needs it free")
+    with replica_cluster.streaming_pair(PRIMARY_PORT, REPLICA_PORT, slot=SLOT) as made:
         yield made
-    finally:
-        for data in reversed(started):
-            made.stop(data)
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def database_url(port: int) -> str:
@@ -319,17 +225,28 @@ def compile_prompt(deployment: Deployment, task: str, **headers: str) -> tuple[s
 
 def test_a_fact_just_recorded_is_in_the_next_compile_served_from_the_replica(deployment, task_id):
     position = record_fact(deployment, task_id, "The cache is Redis 7.2 on port 6380")
-    prompt, read_from = compile_prompt(deployment, task_id, **{"Nexum-Min-Position": str(position)})
-    assert read_from == "replica"
-    assert "The cache is Redis 7.2 on port 6380" in prompt
+    compiled = deployment.agent.post(
+        f"/api/v1/tasks/{task_id}/compile", {"model": "quick"}, **{"Nexum-Min-Position": str(position)}
+    )
+    assert (compiled.status, compiled.headers["Nexum-Read-From"]) == (200, "replica"), compiled.body
+    assert "The cache is Redis 7.2 on port 6380" in compiled.body["context"]["prompt_block"]
+    assert 0 <= replica_wait_ms(compiled) < WAIT_MS
+
+
+def replica_wait_ms(answer: Answer) -> float:
+    name, duration = answer.headers["Server-Timing"].split(";dur=")
+    assert name == "replica-wait"
+    return float(duration)
 
 
 def test_a_replica_behind_the_token_is_waited_for_then_the_primary_answers(deployment, task_id):
     with replay_paused(deployment.clusters):
         position = record_fact(deployment, task_id, "The cache evicts by LRU with a 10 minute TTL")
-        prompt, read_from = compile_prompt(deployment, task_id, **{"Nexum-Min-Position": str(position)})
-        assert read_from == "primary"
-        assert "The cache evicts by LRU with a 10 minute TTL" in prompt
+        token = {"Nexum-Min-Position": str(position)}
+        compiled = deployment.agent.post(f"/api/v1/tasks/{task_id}/compile", {"model": "quick"}, **token)
+        assert (compiled.status, compiled.headers["Nexum-Read-From"]) == (200, "primary"), compiled.body
+        assert "The cache evicts by LRU with a 10 minute TTL" in compiled.body["context"]["prompt_block"]
+        assert WAIT_MS <= replica_wait_ms(compiled) < WAIT_MS + 2000  # the whole bound, then the primary
         # Without the token the replica answers, from the world it has replayed: the fact is not in it yet.
         stale, read_from = compile_prompt(deployment, task_id)
         assert read_from == "replica"
