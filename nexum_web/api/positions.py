@@ -32,7 +32,7 @@ MIN_POSITION_PARAMETER = OpenApiParameter(
     OpenApiParameter.HEADER,
     required=False,
     description=f"Read-your-writes: the `{POSITION_HEADER}` of your last write's answer. With a read replica "
-    "configured, the compile reads from it once it has replayed the project that far (waiting a bounded "
+    "configured, the request reads from it once it has replayed the project that far (waiting a bounded "
     "time), else from the primary. Without a replica it changes nothing.",
 )
 

@@ -31,6 +31,7 @@ from rest_framework import serializers
 from nexum.core.roles import OPERATOR
 from nexum.core.text import NOT_BLANK
 from nexum_web.api.auth import AgentTokenAuthentication, CallerTrustField, operator_rule
+from nexum_web.api.positions import MIN_POSITION_PARAMETER, READ_METHODS
 from nexum_web.api.stream_tickets import TICKET_PARAMETER, StreamTicketAuthentication
 from nexum_web.api.strict import StrictInput, blank_refused, query_serializer
 
@@ -180,7 +181,12 @@ class RoleAwareSchema(AutoSchema):
 
     def get_override_parameters(self) -> list[Any]:
         declared = query_serializer(self.view, self.method)
-        return [*super().get_override_parameters(), *([declared] if declared else [])]
+        reads = self.method in READ_METHODS and AgentTokenAuthentication in self.view.authentication_classes
+        return [
+            *super().get_override_parameters(),
+            *([declared] if declared else []),
+            *([MIN_POSITION_PARAMETER] if reads else []),
+        ]
 
     def _map_basic_serializer(self, serializer: Any, direction: str) -> dict[str, Any]:
         schema = super()._map_basic_serializer(serializer, direction)

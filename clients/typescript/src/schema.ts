@@ -2719,7 +2719,8 @@ export interface components {
         OnFailureEnum: "failed" | "blocked";
         /**
          * @description An overlay's members; each is optional, null is "whatever the model card says", and an overlay
-         *     declares at least one (the core's value gate checks them: ``nexum.core.catalog.decide_overlay_set``).
+         *     declares at least one (the core's value gate checks them:
+         *     ``nexum.core.catalog.changes.decide_overlay_set``).
          */
         Overlay: {
             /** @description lowers the window */
@@ -2746,7 +2747,8 @@ export interface components {
         };
         /**
          * @description An overlay's members; each is optional, null is "whatever the model card says", and an overlay
-         *     declares at least one (the core's value gate checks them: ``nexum.core.catalog.decide_overlay_set``).
+         *     declares at least one (the core's value gate checks them:
+         *     ``nexum.core.catalog.changes.decide_overlay_set``).
          */
         OverlayRequest: {
             /** @description lowers the window */
@@ -3427,7 +3429,10 @@ export interface operations {
                 state?: "pending" | "granted" | "denied";
                 task?: string;
             };
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -3482,7 +3487,10 @@ export interface operations {
     approval: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 approval_id: string;
             };
@@ -3627,7 +3635,10 @@ export interface operations {
     artifact_content: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 item_id: string;
             };
@@ -3686,7 +3697,10 @@ export interface operations {
     bundle: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 digest: string;
             };
@@ -3751,7 +3765,10 @@ export interface operations {
                  */
                 excluded?: "summary" | "full";
             };
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 request_id: string;
             };
@@ -3808,7 +3825,10 @@ export interface operations {
     completion: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 request_id: string;
             };
@@ -3873,7 +3893,10 @@ export interface operations {
                  */
                 excluded?: "summary" | "full";
             };
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 digest: string;
             };
@@ -3930,7 +3953,10 @@ export interface operations {
     context_diff: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 /** @description the earlier context */
                 digest: string;
@@ -3994,7 +4020,10 @@ export interface operations {
                 cursor?: number;
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 digest: string;
             };
@@ -4051,7 +4080,10 @@ export interface operations {
     replay_context_get: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 digest: string;
             };
@@ -4276,7 +4308,10 @@ export interface operations {
                 state?: "open" | "resolved";
                 task?: string;
             };
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -4331,7 +4366,10 @@ export interface operations {
     escalation: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 escalation_id: string;
             };
@@ -4490,7 +4528,10 @@ export interface operations {
                 /** @description at most 500 */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -4553,6 +4594,8 @@ export interface operations {
             header?: {
                 /** @description resume after this position in the project's log (the last `id:` received); wins over `after` */
                 "Last-Event-ID"?: number;
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
             };
             path?: never;
             cookie?: never;
@@ -4700,7 +4743,10 @@ export interface operations {
     fact: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 fact_id: string;
             };
@@ -5026,7 +5072,10 @@ export interface operations {
                 /** @description at most 500 */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -5179,7 +5228,10 @@ export interface operations {
     goal: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 goal_id: string;
             };
@@ -5344,7 +5396,10 @@ export interface operations {
     goal_task: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 goal_id: string;
                 key: string;
@@ -5680,7 +5735,10 @@ export interface operations {
                 /** @description at most 500 */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 scope_id: string;
             };
@@ -5928,7 +5986,10 @@ export interface operations {
     goal_tools: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 scope_id: string;
             };
@@ -6124,7 +6185,10 @@ export interface operations {
                 own?: boolean;
                 task?: string;
             };
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -6179,7 +6243,10 @@ export interface operations {
     item: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 item_id: string;
             };
@@ -6236,7 +6303,10 @@ export interface operations {
     models: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -6463,7 +6533,10 @@ export interface operations {
     model_catalog: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -6604,7 +6677,10 @@ export interface operations {
     approval_settings: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -6745,7 +6821,10 @@ export interface operations {
     compile_settings: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -6886,7 +6965,10 @@ export interface operations {
     retention: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -7032,7 +7114,10 @@ export interface operations {
                 /** @description at most 500 */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -7200,7 +7285,10 @@ export interface operations {
                  */
                 state?: "pending" | "running" | "completed" | "failed" | "blocked" | "cancelled";
             };
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -7624,7 +7712,10 @@ export interface operations {
                 /** @description at most 500 */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 scope_id: string;
             };
@@ -7963,7 +8054,10 @@ export interface operations {
     task_tools: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 scope_id: string;
             };
@@ -8111,7 +8205,10 @@ export interface operations {
     task: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 task_id: string;
             };
@@ -8332,7 +8429,10 @@ export interface operations {
     task_bundle: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 task_id: string;
             };
@@ -8491,7 +8591,7 @@ export interface operations {
             header?: {
                 /** @description Makes the POST safe to retry: a repeat with the same key writes nothing and returns the same result; the same key with a different request is a 409 `idempotency_key_reused`. 1–200 characters. */
                 "Idempotency-Key"?: string;
-                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the compile reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
                 "Nexum-Min-Position"?: string;
             };
             path: {
@@ -8684,7 +8784,10 @@ export interface operations {
                 /** @description at most 500 */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 task_id: string;
             };
@@ -8746,7 +8849,10 @@ export interface operations {
                 /** @description at most 500 */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 task_id: string;
             };
@@ -8803,7 +8909,10 @@ export interface operations {
     contract: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 task_id: string;
             };
@@ -9247,7 +9356,10 @@ export interface operations {
     questions: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 task_id: string;
             };
@@ -9669,7 +9781,10 @@ export interface operations {
                 /** @description at most 500 */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -9813,7 +9928,10 @@ export interface operations {
     tool: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 name: string;
             };
@@ -10051,7 +10169,10 @@ export interface operations {
                 /** @description only the usage of this task (within goal, if given) */
                 task?: string;
             };
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -10111,7 +10232,10 @@ export interface operations {
                 /** @description at most 500 */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -10270,7 +10394,10 @@ export interface operations {
     webhook: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 webhook_id: string;
             };
@@ -10425,7 +10552,10 @@ export interface operations {
                 /** @description at most 500 */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
             path: {
                 webhook_id: string;
             };
