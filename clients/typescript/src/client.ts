@@ -8,6 +8,11 @@
  * whose answer was lost is written once: the server answers the retry as it answered the first. Errors are
  * thrown as typed `NexumError`s (`errors.ts`) carrying `code`, `field`, `details`, `status` and `requestId`.
  *
+ * Read-your-writes. A server with a read replica answers compiles and reads from it; the client remembers the
+ * `Nexum-Position` of its last write's answer and sends it as `Nexum-Min-Position` on every later request, so
+ * what it reads includes what it wrote (the server waits a bounded time for the replica, then reads from the
+ * primary). `readYourWrites: false` sends nothing: reads may then miss the newest writes.
+ *
  * Names: the methods are the Python client's (`nexum_client`) in camelCase; members of a request body or an
  * answer are spelled as the API spells them (`expected_version`, `trust_class`, `prompt_block`), typed from the
  * schema; the client's own options are camelCase (`taskId`, `goalId`, `idempotencyKey`, `wait`, `timeoutMs`).
@@ -64,6 +69,8 @@ export interface NexumOptions {
   /** Replaces the global `fetch` (tests inject lost answers through it). */
   fetch?: typeof fetch;
   sleep?: (ms: number) => Promise<void>;
+  /** Send the last write's `Nexum-Position` as `Nexum-Min-Position` on every request (default true). */
+  readYourWrites?: boolean;
 }
 
 export interface RequestOptions {
@@ -156,6 +163,9 @@ export class Nexum {
   readonly backoffMs: number;
   readonly backoffMaxMs: number;
   readonly timeoutMs: number;
+  readonly readYourWrites: boolean;
+  /** The highest `Nexum-Position` an answer carried: where this client's writes reached. */
+  lastPosition = 0;
   private readonly token: string;
   private readonly fetchImpl: typeof fetch;
   private readonly sleep: (ms: number) => Promise<void>;
@@ -169,6 +179,7 @@ export class Nexum {
     this.backoffMaxMs = options.backoffMaxMs ?? 8_000;
     this.fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
     this.sleep = options.sleep ?? defaultSleep;
+    this.readYourWrites = options.readYourWrites ?? true;
   }
 
   // --- the one way requests are made -----------------------------------------------------------------------
@@ -181,6 +192,7 @@ export class Nexum {
     const verb = method.toUpperCase();
     const headers: Record<string, string> = { Authorization: `Bearer ${this.token}`, Accept: "application/json" };
     if (!SAFE_METHODS.has(verb)) headers["Idempotency-Key"] = options.idempotencyKey ?? crypto.randomUUID();
+    if (this.readYourWrites && this.lastPosition > 0) headers["Nexum-Min-Position"] = String(this.lastPosition);
     let body: string | undefined;
     if (options.json !== undefined) {
       body = JSON.stringify(options.json);
@@ -202,6 +214,7 @@ export class Nexum {
         status = response.status;
         answerHeaders = response.headers;
         text = await response.text();
+        this.notePosition(answerHeaders.get("Nexum-Position"));
       } catch (error) {
         if (last) {
           throw new ConnectionFailed(`${verb} ${path}: no answer after ${attempt + 1} attempts: ${describe(error)}`, {
@@ -226,6 +239,12 @@ export class Nexum {
       }
       if (status >= 400) throw errorFromAnswer(status, decoded, answerHeaders.get("X-Request-ID"));
       return { status, body: decoded as Body, headers: answerHeaders };
+    }
+  }
+
+  private notePosition(position: string | null): void {
+    if (position !== null && /^[0-9]{1,18}$/.test(position)) {
+      this.lastPosition = Math.max(this.lastPosition, Number(position));
     }
   }
 

@@ -85,6 +85,34 @@ test("each call of a write gets its own key; a read carries none; a key given is
   assert.equal(keys[3], "plan-7");
 });
 
+test("reads after a write carry its position, so a replica serves them only once it has it", async () => {
+  const answers = (): Step[] => [
+    { status: 200, body: { id: "t1" } },
+    { status: 201, body: { id: "f1" }, headers: { "Nexum-Position": "12" } },
+    { status: 201, body: { id: "f2" }, headers: { "Nexum-Position": "9" } },
+    { status: 200, body: { id: "t1" } },
+  ];
+  const script = scripted(answers());
+  const nexum = new Nexum("http://nexum.test", "nx", script);
+  await nexum.task("t1");
+  await nexum.recordFact("one", { taskId: "t1" });
+  await nexum.recordFact("two", { taskId: "t1" }); // an older position never lowers the one remembered
+  await nexum.task("t1");
+  const sent = script.sent.map((request) => request.headers.get("Nexum-Min-Position"));
+  assert.deepEqual(sent, [null, null, "12", "12"]);
+
+  const off = scripted(answers());
+  const quiet = new Nexum("http://nexum.test", "nx", { ...off, readYourWrites: false });
+  await quiet.task("t1");
+  await quiet.recordFact("one", { taskId: "t1" });
+  await quiet.recordFact("two", { taskId: "t1" });
+  await quiet.task("t1");
+  assert.deepEqual(
+    off.sent.map((request) => request.headers.get("Nexum-Min-Position")),
+    [null, null, null, null],
+  );
+});
+
 test("no answer on every attempt is ConnectionFailed naming the attempts", async () => {
   const script = scripted([new TypeError("fetch failed"), new TypeError("fetch failed"), new TypeError("fetch failed")]);
   const nexum = new Nexum("http://nexum.test", "nx", { ...script, retries: 2 });
