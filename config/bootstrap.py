@@ -22,6 +22,7 @@ from context_app.catalog.projections import ModelCatalogProjection
 from context_app.compilation.projections import CompilationProjection, RetentionProjection, UsageProjection
 from context_app.compilation.tasks import COMPILE, RETENTION
 from context_app.resolution.projections import ResolutionProjection
+from context_app.resolution.tasks import RESOLVE
 from context_app.world import system_checks as world_system_checks
 from context_app.world.projections import WorldProjection
 from nexum.adapters import telemetry
@@ -51,7 +52,7 @@ PROJECTIONS: Sequence[type[Projection]] = (
 )
 """Every projection, in the order an event is applied and the read models are rebuilt: parents first."""
 
-WORK_KINDS: Sequence[WorkKind] = (COMPLETION, COMPILE, DELIVERY, RETENTION)
+WORK_KINDS: Sequence[WorkKind] = (COMPLETION, COMPILE, RESOLVE, DELIVERY, RETENTION)
 """Every kind of request dispatched to workers and leased while it runs (``nexum.work``)."""
 
 MESSAGE_HANDLERS: Mapping[type, Sequence[hooks.Handler]] = {

@@ -403,12 +403,13 @@ NEXUM_DISPATCH_BACKOFF_MAX_S = float(os.environ.get("NEXUM_DISPATCH_BACKOFF_MAX_
 # Without a broker, the serving process runs requests left pending by a process that died
 # (nexum/work/embedded.py); 0 turns that off.
 NEXUM_EMBEDDED_DISPATCHER = _env_bool("NEXUM_EMBEDDED_DISPATCHER", True)
-# At most this many of one project's completion requests, queued compiles (and webhook deliveries, below) are
-# in flight at a time (sent to the workers and not yet answered); the others wait their turn and are sent as
-# these finish, so one project's backlog never queues ahead of another project's requests. A cap at least a
-# pool's processes lets one project alone use the whole pool.
+# At most this many of one project's completion requests, queued compiles, queued resolves (and webhook
+# deliveries, below) are in flight at a time (sent to the workers and not yet answered); the others wait their
+# turn and are sent as these finish, so one project's backlog never queues ahead of another project's
+# requests. A cap at least a pool's processes lets one project alone use the whole pool.
 NEXUM_COMPLETION_IN_FLIGHT_PER_PROJECT = _env_int("NEXUM_COMPLETION_IN_FLIGHT_PER_PROJECT", 8)
 NEXUM_COMPILE_IN_FLIGHT_PER_PROJECT = _env_int("NEXUM_COMPILE_IN_FLIGHT_PER_PROJECT", 4)
+NEXUM_RESOLVE_IN_FLIGHT_PER_PROJECT = _env_int("NEXUM_RESOLVE_IN_FLIGHT_PER_PROJECT", 4)
 # Retention (context_app/compilation/retention.py): stored compiled contexts, bundles and check output older
 # than this many days are pruned to their digests (a project's own policy, PUT /api/v1/project/retention,
 # overrides each); unset: kept for ever. With a broker, the dispatcher's pass records a run for each project

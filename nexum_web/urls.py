@@ -83,6 +83,7 @@ api_v1 = [
     path("tasks/<str:task_id>/questions", resolution.TaskQuestionsView.as_view(), name="task-questions"),
     path("tasks/<str:task_id>/resolve", resolution.TaskResolveView.as_view(), name="task-resolve"),
     path("tasks/<str:task_id>/bundle", resolution.TaskBundleView.as_view(), name="task-bundle"),
+    path("resolves/<str:request_id>", resolution.ResolveRequestView.as_view(), name="resolve-request"),
     path(
         "tasks/<str:task_id>/plan-gate/override",
         resolution.PlanGateOverrideView.as_view(),

@@ -12,7 +12,15 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
 from context_app.resolution import selectors
-from context_app.resolution.models import Escalation, Grant, Resolve, Retrieval, Source, TaskContext
+from context_app.resolution.models import (
+    Escalation,
+    Grant,
+    Resolve,
+    ResolveRequest,
+    Retrieval,
+    Source,
+    TaskContext,
+)
 from context_app.resolution.services.plan_gate import plan_gate_override
 from nexum.core.durations import human_duration
 from nexum.core.errors import DomainError, NotFound
@@ -60,6 +68,13 @@ class RetrievalAdmin(ReadOnlyAdmin):
     list_display = ("position", "project", "task_id", "source", "outcome", "code", "scopes", "recorded_at")
     list_filter = ("project", "outcome", "code")
     search_fields = ("source", "=task_id", "=resolve_id")
+
+
+@admin.register(ResolveRequest)
+class ResolveRequestAdmin(ReadOnlyAdmin):
+    list_display = ("request_id", "task_id", "status", "bundle_digest", "requested_at", "finished_at")
+    list_filter = ("status",)
+    search_fields = ("=request_id", "=task_id", "=bundle_digest")
 
 
 @admin.register(Resolve)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from nexum.core.resolution.events import REQUEST_STATUSES
+
 STATE_CHOICES = [("open", "open"), ("resolved", "resolved")]
 OUTCOME_CHOICES = [("retrieved", "retrieved"), ("failed", "failed"), ("denied", "denied")]
 
@@ -146,6 +148,40 @@ class Resolve(models.Model):
 
     def __str__(self) -> str:
         return f"resolve {self.id}"
+
+
+class ResolveRequest(models.Model):
+    """One queued resolve and its outcome (the ``resolve-request-<id>`` stream): a kind of work dispatched to
+    workers (``context_app.resolution.tasks.RESOLVE``). ``id`` is derived from the project and the caller's
+    ``request_id`` (its ``Idempotency-Key``, or one made for it)."""
+
+    id = models.UUIDField(primary_key=True)
+    request_id = models.CharField(max_length=150)
+    project = models.ForeignKey(
+        "tasks_app.Project", on_delete=models.DO_NOTHING, related_name="+", db_constraint=False
+    )
+    task_id = models.UUIDField()
+    goal_id = models.UUIDField()
+    status = models.CharField(max_length=8, choices=[(status, status) for status in REQUEST_STATUSES])
+    resolve_id = models.UUIDField(null=True, blank=True)
+    bundle_digest = models.CharField(max_length=64, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    actor = models.CharField(max_length=200, blank=True)
+    requested_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    version = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["-requested_at"]
+        indexes = [
+            # The dispatcher's and the dashboard's scan: a few queued rows among every resolve ever queued.
+            models.Index(
+                fields=["requested_at"], condition=models.Q(status="queued"), name="resolution_request_queued"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.request_id} ({self.status})"
 
 
 class Retrieval(models.Model):

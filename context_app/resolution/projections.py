@@ -13,6 +13,7 @@ from context_app.resolution.models import (
     Escalation,
     Grant,
     Resolve,
+    ResolveRequest,
     Retrieval,
     Source,
     TaskContext,
@@ -22,6 +23,9 @@ from nexum.core.ids import BUNDLE_ITEM_ROW_IDS, as_uuid
 from nexum.core.resolution import events as resolution_events
 from nexum.core.resolution.events import (
     BundleResolved,
+    ContextResolveAnswered,
+    ContextResolveFailed,
+    ContextResolveRequested,
     EscalationOpened,
     EscalationResolved,
     GrantIssued,
@@ -40,12 +44,27 @@ def bundle_item_id(resolve_id: str, ordinal: int) -> uuid.UUID:
     return uuid.uuid5(BUNDLE_ITEM_ROW_IDS, f"{resolve_id}:{ordinal}")
 
 
+def _queued_id(stored: StoredEvent) -> uuid.UUID:
+    """A queued resolve's id, from its stream (``resolve-request-<id>``)."""
+    return as_uuid(stored.stream_id.removeprefix(resolution_events.resolve_request_stream("")))
+
+
 def _actor(stored: StoredEvent) -> str:
     return str(stored.metadata.get("actor", ""))
 
 
 class ResolutionProjection(Projection):
-    models = (Source, Grant, TaskQuestions, TaskContext, Resolve, Retrieval, BundleItem, Escalation)
+    models = (
+        Source,
+        Grant,
+        TaskQuestions,
+        TaskContext,
+        Resolve,
+        ResolveRequest,
+        Retrieval,
+        BundleItem,
+        Escalation,
+    )
 
     @handles(SourceRegistered)
     def source_registered(self, stored: StoredEvent, rows: ReadModelRows) -> None:
@@ -292,4 +311,49 @@ class ResolutionProjection(Projection):
             override_reason=event.reason,
             override_actor=_actor(stored),
             overridden_at=stored.recorded_at,
+        )
+
+    @handles(ContextResolveRequested)
+    def resolve_requested(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: resolution_events.ContextResolveRequested = stored.event  # type: ignore[assignment]
+        rows.insert(
+            ResolveRequest,
+            id=_queued_id(stored),
+            request_id=event.request_id,
+            project_id=as_uuid(stored.project_id),
+            task_id=as_uuid(event.task_id),
+            goal_id=as_uuid(event.goal_id),
+            status=resolution_events.REQUEST_QUEUED,
+            resolve_id=None,
+            bundle_digest="",
+            error=None,
+            actor=_actor(stored),
+            requested_at=stored.recorded_at,
+            finished_at=None,
+            version=stored.version,
+        )
+
+    @handles(ContextResolveAnswered)
+    def resolve_answered(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: resolution_events.ContextResolveAnswered = stored.event  # type: ignore[assignment]
+        rows.update(
+            ResolveRequest,
+            _queued_id(stored),
+            status=resolution_events.REQUEST_DONE,
+            resolve_id=as_uuid(event.resolve_id),
+            bundle_digest=event.bundle_digest,
+            finished_at=stored.recorded_at,
+            version=stored.version,
+        )
+
+    @handles(ContextResolveFailed)
+    def resolve_failed(self, stored: StoredEvent, rows: ReadModelRows) -> None:
+        event: resolution_events.ContextResolveFailed = stored.event  # type: ignore[assignment]
+        rows.update(
+            ResolveRequest,
+            _queued_id(stored),
+            status=resolution_events.REQUEST_FAILED,
+            error={"code": event.code, "message": event.message, "field": event.field},
+            finished_at=stored.recorded_at,
+            version=stored.version,
         )

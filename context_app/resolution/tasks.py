@@ -1,21 +1,37 @@
-"""Celery tasks of the resolver: ids only (R10), idempotent under redelivery (the request id is the key).
+"""Celery tasks of the resolver: ids only (R10), idempotent under redelivery.
 
-Nothing is recorded before a queued resolve runs, so it is no kind of dispatched work (a caller whose broker
-was down got 503 and sends again); it still takes ``WorkTask``'s options: late acknowledgement, database
-errors retried with backoff.
+``resolve_requested`` answers one queued resolve under its lease (``nexum.work``), by the id of its request:
+the request is recorded before the message is sent, so a message that is lost is sent again by the
+dispatcher.
 """
 
 from __future__ import annotations
 
 from celery import shared_task
+from django.db.models import Q
 
-from nexum.work.worker import WorkTask
+from context_app.resolution.models import ResolveRequest
+from nexum.core.resolution.events import REQUEST_QUEUED
+from nexum.work.kinds import WorkKind
+from nexum.work.worker import WorkTask, run_leased
 
 
-@shared_task(name="nexum.resolve_context", base=WorkTask)
-def resolve_context(project_id: str, task_id: str, request_id: str, actor: str) -> str:
-    """Resolve a task's context; returns the bundle digest. A redelivered message writes nothing twice."""
-    from context_app.resolution.services.resolves import bundle_resolve
+@shared_task(bind=True, base=WorkTask, name="nexum.resolve_requested")
+def resolve_requested(self: WorkTask, queued_id: str) -> str | None:
+    """Answer the queued resolve ``queued_id``; the bundle's digest, or ``None`` when it was refused. A
+    redelivered message (the request already answered) writes nothing."""
+    # Imported here: the service imports this module to send its work (services -> tasks, one direction).
+    from context_app.resolution.services.resolve_requests import bundle_resolve_run
 
-    outcome = bundle_resolve(project_id=project_id, task_id=task_id, request_id=request_id, actor=actor)
-    return outcome.resolve.bundle_digest
+    answered = run_leased(self, RESOLVE, queued_id, lambda lease: bundle_resolve_run(queued_id=queued_id))
+    return answered.bundle_digest or None if answered is not None else None
+
+
+RESOLVE = WorkKind(
+    name="resolve",
+    task=resolve_requested,
+    model=ResolveRequest,
+    id_field="id",
+    pending=Q(status=REQUEST_QUEUED),
+    in_flight_setting="NEXUM_RESOLVE_IN_FLIGHT_PER_PROJECT",
+)

@@ -42,16 +42,11 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from nexum.core.errors import Unavailable
 from nexum.work import selectors
 from nexum.work.kinds import WorkKind, work_kinds
 from nexum.work.models import Work
 
 logger = logging.getLogger(__name__)
-
-
-class BrokerUnavailable(Unavailable):
-    code = "broker_unavailable"
 
 
 def publish(task: Any, *, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from django.urls import reverse
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
@@ -16,12 +17,21 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from context_app.resolution import selectors
-from context_app.resolution.models import Escalation, Grant, Resolve, Source, TaskContext, TaskQuestions
+from context_app.resolution.models import (
+    Escalation,
+    Grant,
+    Resolve,
+    ResolveRequest,
+    Source,
+    TaskContext,
+    TaskQuestions,
+)
 from context_app.resolution.services.escalations import escalation_resolve
 from context_app.resolution.services.grants import grant_issue
 from context_app.resolution.services.plan_gate import plan_gate_override
 from context_app.resolution.services.questions import questions_set
-from context_app.resolution.services.resolves import bundle_resolve, bundle_resolve_request, default_budget
+from context_app.resolution.services.resolve_requests import bundle_resolve_request, resolve_request_get
+from context_app.resolution.services.resolves import bundle_resolve, default_budget
 from context_app.resolution.services.sources import source_register
 from nexum.core.errors import NotFound
 from nexum.core.resolution import events as resolution_events
@@ -237,9 +247,25 @@ class ResolveSerializer(serializers.Serializer):
     bundle = BundleSerializer()
 
 
-class QueuedSerializer(serializers.Serializer):
+class QueuedResolveSerializer(serializers.Serializer):
     request_id = serializers.CharField()
     task_id = serializers.UUIDField()
+    status = serializers.ChoiceField(
+        choices=resolution_events.REQUEST_STATUSES, help_text="queued, then done (with its bundle) or failed"
+    )
+    resolve_id = serializers.UUIDField(allow_null=True, help_text="the resolve that answered it")
+    bundle_digest = serializers.CharField(allow_blank=True, help_text="its bundle: /bundles/{digest}")
+    error = serializers.DictField(allow_null=True, help_text="why it failed: code, message, field")
+    requested_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    url = serializers.SerializerMethodField(help_text="where the request's state and outcome are read")
+
+    def get_url(self, queued: ResolveRequest) -> str:
+        return reverse("v1:resolve-request", args=[queued.request_id])
+
+
+def _queued_body(queued: ResolveRequest) -> dict[str, Any]:
+    return QueuedResolveSerializer(queued).data
 
 
 def _resolve_body(resolve: Resolve, bundle: dict[str, Any]) -> dict[str, Any]:
@@ -382,15 +408,14 @@ class TaskQuestionsView(APIView):
 
 class TaskResolveView(APIView):
     """Resolve the task's context (R2–R8), answered with the bundle; ``async: true`` queues it for a worker
-    (202) — read the result at ``/tasks/{id}/bundle``; with the broker down that is 503 ``broker_unavailable``
-    and nothing is queued or written."""
-
-    error_statuses = {"POST": (503,)}
+    (202): its state and outcome at ``/resolves/{request_id}`` (``url``), its bundle then at
+    ``/tasks/{id}/bundle``. A queued resolve is recorded before it is sent, so a broker that is down only
+    delays it (the dispatcher sends it)."""
 
     @extend_schema(
         request=ResolveRequestSerializer,
         parameters=[IDEMPOTENCY_HEADER],
-        responses={200: ResolveSerializer, 202: QueuedSerializer},
+        responses={200: ResolveSerializer, 202: QueuedResolveSerializer},
     )
     def post(self, request: Request, task_id: str) -> Response:
         body = ResolveRequestSerializer(data=request.data)
@@ -406,15 +431,13 @@ class TaskResolveView(APIView):
                 max_tokens=data.get("max_tokens", default.max_tokens),
             )
         if data["async"] and not custom:
-            bundle_resolve_request(
+            queued = bundle_resolve_request(
                 project_id=str(request.user.project_id),
                 task_id=str(task.id),
                 request_id=request_id,
                 actor=request.user.actor,
             )
-            return Response(
-                {"request_id": request_id, "task_id": str(task.id)}, status=status.HTTP_202_ACCEPTED
-            )
+            return Response(_queued_body(queued), status=status.HTTP_202_ACCEPTED)
         # Request-specific options are not ids: such a resolve always runs here, synchronously.
         outcome = bundle_resolve(
             project_id=request.user.project_id,
@@ -513,3 +536,13 @@ class EscalationResolveView(APIView):
             **body.validated_data,
         )
         return Response(EscalationSerializer(escalation).data)
+
+
+class ResolveRequestView(APIView):
+    @extend_schema(
+        summary="A queued resolve: queued, done (with the resolve and bundle that answered it) or failed",
+        responses={200: QueuedResolveSerializer},
+    )
+    def get(self, request: Request, request_id: str) -> Response:
+        queued = resolve_request_get(project_id=str(request.user.project_id), request_id=request_id)
+        return Response(_queued_body(queued))

@@ -152,6 +152,7 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
     ("GET", "/tasks/{task_id}/questions"): "questions",
     ("PUT", "/tasks/{task_id}/questions"): "set_questions",
     ("POST", "/tasks/{task_id}/resolve"): "resolve",
+    ("GET", "/resolves/{request_id}"): "resolve_request",
     ("POST", "/tasks/{task_id}/start"): "start",
     ("POST", "/tasks/{task_id}/unblock"): "unblock",
     ("GET", "/tools"): "tools",

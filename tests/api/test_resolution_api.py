@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -113,17 +114,22 @@ def test_the_resolve_path_through_the_api(
     assert again.status_code == 409
     assert api.post(f"/api/v1/tasks/{task_id}/start", {}, format="json").status_code == 200
 
-    sent: list[dict[str, Any]] = []
-    original = resolution_tasks.resolve_context.apply_async
+    sent: list[tuple[Any, ...]] = []
+    original = resolution_tasks.resolve_requested.apply_async
 
     def spy(*args: Any, **kwargs: Any) -> Any:
-        sent.append(kwargs["kwargs"])
+        sent.append(tuple(kwargs["args"]))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(resolution_tasks.resolve_context, "apply_async", spy)
-    assert api.post(f"/api/v1/tasks/{task_id}/resolve", {"async": True}, format="json").status_code == 202
-    # the Celery payload carries ids only
-    assert set(sent[0]) == {"project_id", "task_id", "request_id", "actor"}
+    monkeypatch.setattr(resolution_tasks.resolve_requested, "apply_async", spy)
+    queued = api.post(f"/api/v1/tasks/{task_id}/resolve", {"async": True}, format="json")
+    assert queued.status_code == 202, queued.json()
+    # the Celery payload carries the queued request's id only
+    assert len(sent) == 1 and len(sent[0]) == 1 and uuid.UUID(sent[0][0])
+    # in process (Celery eager) the worker answered it already
+    answered = api.get(queued.json()["url"]).json()
+    assert answered["status"] == "done" and answered["bundle_digest"]
+    assert api.get(f"/api/v1/bundles/{answered['bundle_digest']}").status_code == 200
     assert "port is" not in json.dumps(sent)
 
 

@@ -325,6 +325,7 @@ def test_the_schema_documents_the_task_endpoints(api):
         "key",
         "limit",
         "cursor",
+        "Nexum-Min-Position",  # read-your-writes on a read replica, as on every read
     }
 
 

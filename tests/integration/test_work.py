@@ -24,8 +24,12 @@ from kombu.exceptions import OperationalError as BrokerOperationalError
 
 from config.celery import app
 from context_app.compilation.tasks import COMPILE, compile_requested
-from context_app.resolution.tasks import resolve_context
+from context_app.resolution.models import Resolve, ResolveRequest
+from context_app.resolution.services import resolve_requests
+from context_app.resolution.services.resolve_requests import bundle_resolve_run
+from context_app.resolution.tasks import RESOLVE, resolve_requested
 from nexum.adapters.sandbox.groups import process_start_ticks
+from nexum.core.errors import ValidationFailed
 from nexum.eventstore.models import Event
 from nexum.work import leases
 from nexum.work.dispatch import dispatch_due
@@ -65,7 +69,7 @@ def broker(monkeypatch):
     """A broker that is down until ``broker.up = True``; Celery is not eager (as with a real broker)."""
     stand_in = StandInBroker()
     app.conf.task_always_eager = False  # the conftest fixture restores it
-    for task in (run_completion, compile_requested, resolve_context):
+    for task in (run_completion, compile_requested, resolve_requested):
         monkeypatch.setattr(task, "apply_async", stand_in.publisher(task.name))
     return stand_in
 
@@ -153,14 +157,62 @@ def test_a_compile_queued_while_the_broker_is_down_is_202_and_sent_by_the_dispat
 
 
 @pytest.mark.django_db
-def test_an_async_resolve_with_the_broker_down_is_503_and_writes_nothing(api, project, workspace, broker):
+def test_an_async_resolve_accepted_while_the_broker_is_down_is_202_and_the_dispatcher_sends_it(
+    api, project, workspace, broker, settings, django_capture_on_commit_callbacks
+):
     task = started_task(project, ECHO)
-    events = Event.objects.count()
-    response = api.post(f"/api/v1/tasks/{task.id}/resolve", {"async": True}, format="json")
-    assert_error(response, 503, "broker_unavailable")
-    assert Event.objects.count() == events
+    with django_capture_on_commit_callbacks(execute=True):
+        response = api.post(
+            f"/api/v1/tasks/{task.id}/resolve", {"async": True}, format="json", HTTP_IDEMPOTENCY_KEY="r-1"
+        )
+    assert response.status_code == 202, response.content
+    assert response.json()["status"] == "queued" and response.json()["request_id"] == "r-1"
+    queued = ResolveRequest.objects.get(request_id="r-1")
+    key = RESOLVE.key(queued.id)
+    assert broker.sent == [] and dispatch_due().failed == [key]
+
     broker.up = True
-    assert api.post(f"/api/v1/tasks/{task.id}/resolve", {"async": True}, format="json").status_code == 202
+    assert dispatch_due(now=later(settings.NEXUM_DISPATCH_AFTER_S + 1)).sent == [key]
+    assert broker.sent == [("nexum.resolve_requested", (str(queued.id),), None)]
+    # the same request again is the same queued resolve, and nothing more is written
+    events = Event.objects.count()
+    again = api.post(
+        f"/api/v1/tasks/{task.id}/resolve", {"async": True}, format="json", HTTP_IDEMPOTENCY_KEY="r-1"
+    )
+    assert again.status_code == 202 and Event.objects.count() == events
+
+    answered = bundle_resolve_run(queued_id=str(queued.id))  # the worker's side
+    assert answered.status == "done" and answered.bundle_digest
+    assert Resolve.objects.filter(task_id=task.id).count() == 1
+    events = Event.objects.count()
+    assert bundle_resolve_run(queued_id=str(queued.id)).status == "done"  # a redelivery writes nothing
+    assert Event.objects.count() == events and Resolve.objects.filter(task_id=task.id).count() == 1
+    shown = api.get(response.json()["url"]).json()
+    assert (shown["status"], shown["resolve_id"]) == ("done", str(Resolve.objects.get(task_id=task.id).id))
+    assert dispatch_due(now=later(settings.NEXUM_DISPATCH_BACKOFF_MAX_S + 60)).sent == []  # answered: done
+
+
+@pytest.mark.django_db
+def test_a_queued_resolve_refused_when_it_runs_ends_failed_with_the_error(
+    api, project, workspace, broker, monkeypatch
+):
+    task = started_task(project, ECHO)
+    response = api.post(f"/api/v1/tasks/{task.id}/resolve", {"async": True}, format="json")
+    assert response.status_code == 202, response.content
+
+    def refused(**arguments):
+        raise ValidationFailed("the task's goal was cancelled meanwhile", field="task_id")
+
+    monkeypatch.setattr(resolve_requests, "bundle_resolve", refused)
+    queued = ResolveRequest.objects.get(request_id=response.json()["request_id"])
+    assert resolve_requests.bundle_resolve_run(queued_id=str(queued.id)).status == "failed"
+    shown = api.get(response.json()["url"]).json()
+    assert shown["status"] == "failed" and shown["error"] == {
+        "code": "invalid",
+        "message": "the task's goal was cancelled meanwhile",
+        "field": "task_id",
+    }
+    assert_error(api.get("/api/v1/resolves/no-such-request"), 404, "not_found", field="request_id")
 
 
 @pytest.mark.django_db

@@ -15,7 +15,7 @@ ALLOWED = {
     ("context_app/compilation/tasks.py", "context_app.compilation.services.requests"): (
         "a task imports the service it runs in its body; the service imports the task (HackSoft's direction)"
     ),
-    ("context_app/resolution/tasks.py", "context_app.resolution.services.resolves"): (
+    ("context_app/resolution/tasks.py", "context_app.resolution.services.resolve_requests"): (
         "a task imports the service it runs in its body; the service imports the task (HackSoft's direction)"
     ),
     ("verification_app/tasks.py", "verification_app.services.completion_runs"): (

@@ -425,12 +425,12 @@ export class Nexum {
   async resolve(
     taskId: string,
     fields: Optional<Omit<JsonBody<"/api/v1/tasks/{task_id}/resolve", "post">, "async">> = {},
-  ): Promise<Extract<Resolution, { bundle_digest: unknown }>> {
+  ): Promise<Extract<Resolution, { bundle: unknown }>> {
     const answer = await this.call("post", "/api/v1/tasks/{task_id}/resolve", {
       path: { task_id: taskId },
       json: fields as JsonBody<"/api/v1/tasks/{task_id}/resolve", "post">,
     });
-    return answer as Extract<Resolution, { bundle_digest: unknown }>;
+    return answer as Extract<Resolution, { bundle: unknown }>;
   }
 
   /**

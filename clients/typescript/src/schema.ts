@@ -796,6 +796,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/resolves/{request_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A queued resolve: queued, done (with the resolve and bundle that answered it) or failed */
+        get: operations["resolve_request"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/sources": {
         parameters: {
             query?: never;
@@ -1292,8 +1309,9 @@ export interface paths {
         put?: never;
         /**
          * @description Resolve the task's context (R2–R8), answered with the bundle; ``async: true`` queues it for a worker
-         *     (202) — read the result at ``/tasks/{id}/bundle``; with the broker down that is 503 ``broker_unavailable``
-         *     and nothing is queued or written.
+         *     (202): its state and outcome at ``/resolves/{request_id}`` (``url``), its bundle then at
+         *     ``/tasks/{id}/bundle``. A queued resolve is recorded before it is sent, so a broker that is down only
+         *     delays it (the dispatcher sends it).
          */
         post: operations["resolve"];
         delete?: never;
@@ -2844,10 +2862,35 @@ export interface components {
             questions: components["schemas"]["QuestionRequest"][];
             expected_version?: number;
         };
-        Queued: {
+        QueuedResolve: {
             request_id: string;
             /** Format: uuid */
             task_id: string;
+            /**
+             * @description queued, then done (with its bundle) or failed
+             *
+             *     * `queued` - queued
+             *     * `done` - done
+             *     * `failed` - failed
+             */
+            status: components["schemas"]["CompileRequestStatusEnum"];
+            /**
+             * Format: uuid
+             * @description the resolve that answered it
+             */
+            resolve_id: string | null;
+            /** @description its bundle: /bundles/{digest} */
+            bundle_digest: string;
+            /** @description why it failed: code, message, field */
+            error: {
+                [key: string]: unknown;
+            } | null;
+            /** Format: date-time */
+            requested_at: string;
+            /** Format: date-time */
+            finished_at: string | null;
+            /** @description where the request's state and outcome are read */
+            readonly url: string;
         };
         Resolve: {
             /** Format: uuid */
@@ -7106,6 +7149,66 @@ export interface operations {
             };
         };
     };
+    resolve_request: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Read-your-writes: the `Nexum-Position` of your last write's answer. With a read replica configured, the request reads from it once it has replayed the project that far (waiting a bounded time), else from the primary. Without a replica it changes nothing. */
+                "Nexum-Min-Position"?: string;
+            };
+            path: {
+                request_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["QueuedResolve"];
+                };
+            };
+            /** @description bad input: malformed, unknown member or parameter, wrong type, out of range */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description no token, or an unknown or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not found in the token's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description a service it needs (the database, the broker, a share of the server) is unavailable; nothing was written; Retry-After says when to try again */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     sources: {
         parameters: {
             query?: {
@@ -9532,7 +9635,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Queued"];
+                    "application/json": components["schemas"]["QueuedResolve"];
                 };
             };
             /** @description bad input: malformed, unknown member or parameter, wrong type, out of range */

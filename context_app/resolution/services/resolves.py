@@ -1,4 +1,4 @@
-"""Resolving a task's context (SPEC R2–R8, R10, R11), here or on a worker.
+"""Resolving a task's context (SPEC R2–R8, R10, R11), here or on a worker (``resolve_requests``).
 
 A resolve fetches its sources outside any database transaction (a slow source never holds the log's lock),
 then decides and appends everything (retrievals, denials, the bundle, escalations) in one append to the task's
@@ -25,7 +25,6 @@ from context_app.resolution.confinement import source_policy
 from context_app.resolution.models import BundleContent, Escalation, Resolve, Source, TaskContext
 from context_app.resolution.services.clock import aware_now
 from context_app.resolution.services.sources import source_spec
-from context_app.resolution.tasks import resolve_context
 from nexum.adapters import telemetry
 from nexum.adapters.source_policy import SourceNotAllowed
 from nexum.adapters.sources.base import SourceRefused, fetch
@@ -41,7 +40,6 @@ from nexum.core.resolution.record import resolve_events
 from nexum.core.resolution.resolver import resolve_bundle
 from nexum.core.resolution.validation import build_query
 from nexum.eventstore import store
-from nexum.work.dispatch import BrokerUnavailable, publish
 from tasks_app import selectors as task_selectors
 from tasks_app.models import Project
 
@@ -211,17 +209,6 @@ def _bundle_resolve(
         )
     resolve = Resolve.objects.get(id=resolve_id)
     return ResolveOutcome(resolve, selectors.bundle_content(digest=resolve.bundle_digest))
-
-
-def bundle_resolve_request(*, project_id: str, task_id: str, request_id: str, actor: str) -> None:
-    """Queue ``bundle_resolve`` for a worker, by ids (R10); the request id makes a redelivery harmless.
-
-    Unlike a compile or a completion, nothing is recorded before the worker runs it, so there is nothing for
-    the dispatcher to send again: a broker that is down is ``BrokerUnavailable`` (503), with nothing queued or
-    written. In process (Celery eager) it runs now."""
-    ids = {"project_id": project_id, "task_id": task_id, "request_id": request_id, "actor": actor}
-    if not publish(resolve_context, kwargs=ids):
-        raise BrokerUnavailable("the broker is unreachable: nothing was queued; send the request again later")
 
 
 def resolve_id_for(*, task_id: str, request_id: str) -> str:

@@ -11,6 +11,8 @@ the bundle's content is stored by its digest outside the log (R10).
 Streams: ``source-<id>`` (one per source, id derived from project and name), ``grant-<id>``,
 ``questions-<task_id>``, and ``context-<task_id>``: every resolve of a task, its retrievals and denials, its
 escalations and their resolutions, and plan-gate overrides, so one stream version guards the task's context.
+A queued resolve (``async``) is a request of its own, ``resolve-request-<request_id>``: asked for, then
+answered (the resolve it made) or failed.
 """
 
 from __future__ import annotations
@@ -32,6 +34,12 @@ RESOLUTION_ACTIONS = (RESOLVE_SUPPLY_FACT, RESOLVE_PICK_SIDE, RESOLVE_GRANT_SOUR
 SETTLING_ACTIONS = (RESOLVE_PICK_SIDE, RESOLVE_SUPPLY_FACT)
 """The resolutions of a conflict that settle it for the whole goal (see ``settlements.Settlement``)."""
 
+REQUEST_QUEUED = "queued"
+REQUEST_DONE = "done"
+REQUEST_FAILED = "failed"
+REQUEST_STATUSES = (REQUEST_QUEUED, REQUEST_DONE, REQUEST_FAILED)
+"""The states of a queued resolve."""
+
 ESCALATION_OPEN = "open"
 ESCALATION_RESOLVED = "resolved"
 
@@ -52,6 +60,10 @@ def questions_stream(task_id: str) -> str:
 
 def context_stream(task_id: str) -> str:
     return f"context-{task_id}"
+
+
+def resolve_request_stream(request_id: str) -> str:
+    return f"resolve-request-{request_id}"
 
 
 # --- events -------------------------------------------------------------------------------------------------
@@ -210,3 +222,37 @@ class PlanGateOverridden(DomainEvent):
     resolve_id: str
     bundle_digest: str
     reason: str
+
+
+@event_type("ContextResolveRequested")
+@dataclass(frozen=True)
+class ContextResolveRequested(DomainEvent):
+    """A resolve was queued (``async``) for a worker, which answers it by ids: the task's sources as its grant
+    allows, its query built from the task (a queued resolve takes neither sources nor a query)."""
+
+    request_id: str
+    task_id: str
+    goal_id: str
+
+
+@event_type("ContextResolveAnswered")
+@dataclass(frozen=True)
+class ContextResolveAnswered(DomainEvent):
+    """A queued resolve was answered by the resolve ``resolve_id`` (recorded on the task's context stream)."""
+
+    request_id: str
+    task_id: str
+    resolve_id: str
+    bundle_digest: str
+
+
+@event_type("ContextResolveFailed")
+@dataclass(frozen=True)
+class ContextResolveFailed(DomainEvent):
+    """A queued resolve was refused when its worker ran it (the error a synchronous resolve would answer)."""
+
+    request_id: str
+    task_id: str
+    code: str
+    message: str
+    field: str | None = None
