@@ -30,6 +30,7 @@ from context_app.compilation.services.usage import context_usage_report
 from context_app.resolution.models import Grant, Source, TaskContext, TaskQuestions
 from context_app.resolution.services.grants import grant_issue
 from context_app.resolution.services.questions import questions_set
+from context_app.resolution.services.resolve_requests import bundle_resolve_request
 from context_app.resolution.services.resolves import bundle_resolve
 from context_app.resolution.services.sources import source_register
 from context_app.world.models import Tool, ToolScope, WorldItem
@@ -415,7 +416,9 @@ def _run_gate(project_id: str, tasks: dict[str, Task], log: Callable[[str], None
 
 
 def _resolve(project_id: str, tasks: dict[str, Task], log: Callable[[str], None]) -> None:
-    for key in ("s2", "s3", "s4"):
+    """s2 and s3 resolved here; s4's resolve queued for a worker, as ``async: true`` does (in process, with no
+    broker, it runs at once)."""
+    for key in ("s2", "s3"):
         if TaskContext.objects.filter(task_id=tasks[key].id).exists():
             continue
         outcome = bundle_resolve(project_id=project_id, task_id=str(tasks[key].id), actor=AGENT)
@@ -423,6 +426,10 @@ def _resolve(project_id: str, tasks: dict[str, Task], log: Callable[[str], None]
             f"resolve: {key} complete={outcome.resolve.complete} stop={outcome.resolve.stop_reason} "
             f"escalations={len(outcome.bundle.get('escalations', []))}"
         )
+    queued = bundle_resolve_request(
+        project_id=project_id, task_id=str(tasks["s4"].id), request_id="demo-s4-resolve", actor=AGENT
+    )
+    log(f"resolve: s4 queued for a worker ({queued.status})")
 
 
 def _compile(project_id: str, tasks: dict[str, Task], log: Callable[[str], None]) -> None:
