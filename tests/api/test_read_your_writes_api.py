@@ -40,10 +40,22 @@ def test_a_write_answers_its_project_position_and_a_compile_accepts_it_back(api,
     assert "Nexum-Read-From" not in compiled  # no replica configured: nothing chose where to read
 
 
-def test_a_read_carries_no_position(api, auth):
+def test_a_read_carries_no_position_and_accepts_one_without_a_replica(api, auth):
     answer = api.get(f"/api/v1/tasks/{auth.task.id}")
     assert answer.status_code == 200
     assert "Nexum-Position" not in answer
+    tokened = api.get(f"/api/v1/tasks/{auth.task.id}", HTTP_NEXUM_MIN_POSITION="99999")
+    assert tokened.status_code == 200 and tokened.json() == answer.json()
+    assert "Nexum-Read-From" not in tokened and "Server-Timing" not in tokened
+
+
+@pytest.mark.parametrize("token", ["-1", "12a", "1" * 19])
+def test_a_malformed_min_position_on_a_read_is_refused_naming_the_header(api, auth, token):
+    answer = api.get(f"/api/v1/tasks/{auth.task.id}", HTTP_NEXUM_MIN_POSITION=token)
+    assert answer.status_code == 400, answer.content
+    error = answer.json()["error"]
+    assert error["field"] == "Nexum-Min-Position"
+    assert "project position" in error["message"]
 
 
 @pytest.mark.parametrize("token", ["-1", "12a", "", " 3", "1" * 19])
