@@ -36,6 +36,7 @@ from nexum.core.resolution.events import (
     RetrievalPerformed,
     SourceRegistered,
 )
+from nexum.core.resolution.record import queued_resolve_id
 from nexum.eventstore.projections import Projection, ReadModelRows, handles
 from nexum.eventstore.reading import StoredEvent
 
@@ -44,9 +45,9 @@ def bundle_item_id(resolve_id: str, ordinal: int) -> uuid.UUID:
     return uuid.uuid5(BUNDLE_ITEM_ROW_IDS, f"{resolve_id}:{ordinal}")
 
 
-def _queued_id(stored: StoredEvent) -> uuid.UUID:
-    """A queued resolve's id, from its stream (``resolve-request-<id>``)."""
-    return as_uuid(stored.stream_id.removeprefix(resolution_events.resolve_request_stream("")))
+def _queued_id(stored: StoredEvent, request_id: str) -> uuid.UUID:
+    """A queued resolve's id: derived from its project and the caller's request id, as the service does."""
+    return as_uuid(queued_resolve_id(project_id=str(stored.project_id), request_id=request_id))
 
 
 def _actor(stored: StoredEvent) -> str:
@@ -318,7 +319,7 @@ class ResolutionProjection(Projection):
         event: resolution_events.ContextResolveRequested = stored.event  # type: ignore[assignment]
         rows.insert(
             ResolveRequest,
-            id=_queued_id(stored),
+            id=_queued_id(stored, event.request_id),
             request_id=event.request_id,
             project_id=as_uuid(stored.project_id),
             task_id=as_uuid(event.task_id),
@@ -338,7 +339,7 @@ class ResolutionProjection(Projection):
         event: resolution_events.ContextResolveAnswered = stored.event  # type: ignore[assignment]
         rows.update(
             ResolveRequest,
-            _queued_id(stored),
+            _queued_id(stored, event.request_id),
             status=resolution_events.REQUEST_DONE,
             resolve_id=as_uuid(event.resolve_id),
             bundle_digest=event.bundle_digest,
@@ -351,7 +352,7 @@ class ResolutionProjection(Projection):
         event: resolution_events.ContextResolveFailed = stored.event  # type: ignore[assignment]
         rows.update(
             ResolveRequest,
-            _queued_id(stored),
+            _queued_id(stored, event.request_id),
             status=resolution_events.REQUEST_FAILED,
             error={"code": event.code, "message": event.message, "field": event.field},
             finished_at=stored.recorded_at,

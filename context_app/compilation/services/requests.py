@@ -121,7 +121,7 @@ def context_compile_run(*, request_id: str, actor: str = "worker") -> ContextCom
             expected_version=queued.version,
             focus=focus_text(project_id, queued.focus_digest),
             actor=actor,
-            read_alias=replica.read_alias(project_id, requested_position(str(queued.request_id))),
+            read_alias=_read_alias(queued),
         )
     except ConcurrencyError:
         pass  # another delivery of the same message answered it first
@@ -145,7 +145,11 @@ def context_compile_run(*, request_id: str, actor: str = "worker") -> ContextCom
     return ContextCompilation.objects.get(request_id=request_id)
 
 
-def requested_position(request_id: str) -> int:
-    """The project position of a queued request's ``ContextCompileRequested``: every write its caller made
-    before it comes before it in the project's log."""
-    return reading.read_stream(compilation_events.compile_stream(request_id))[-1].project_position
+def _read_alias(queued: ContextCompilation) -> str:
+    """Where the worker reads the request's world: the replica once it holds the request's
+    ``ContextCompileRequested`` (every write its caller made before comes before it in the project's log).
+    Without a replica the request's position is not read."""
+    if not replica.replica_configured():
+        return replica.PRIMARY
+    stream = reading.read_stream(compilation_events.compile_stream(str(queued.request_id)))
+    return replica.read_alias(str(queued.project_id), stream[-1].project_position)

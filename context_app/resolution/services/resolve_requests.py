@@ -9,38 +9,27 @@ died, is sent again (``nexum.work.dispatch``). So every accepted request ends an
 from __future__ import annotations
 
 import contextlib
-import uuid
 
 from django.db import transaction
 
 from context_app.resolution.models import ResolveRequest
-from context_app.resolution.services.resolves import bundle_resolve
+from context_app.resolution.services.resolves import bundle_resolve, resolvable_task
 from context_app.resolution.tasks import RESOLVE
-from nexum.core.errors import ConcurrencyError, DomainError, NotFound, ValidationFailed
-from nexum.core.ids import RESOLUTION_IDS
+from nexum.core.errors import ConcurrencyError, DomainError, NotFound
 from nexum.core.resolution import events as resolution_events
+from nexum.core.resolution.record import queued_resolve_id
+from nexum.core.resolution.validation import validate_resolve_request_id
 from nexum.eventstore import store
 from nexum.work.dispatch import send_on_commit
-from tasks_app import selectors as task_selectors
-
-MAX_REQUEST_ID_LENGTH = 150
-
-
-def resolve_request_id(*, project_id: str, request_id: str) -> str:
-    """The id of the queued resolve a caller's request id names in its project (the row and its stream)."""
-    return str(uuid.uuid5(RESOLUTION_IDS, f"{project_id}/resolve-request/{request_id}"))
 
 
 def bundle_resolve_request(*, project_id: str, task_id: str, request_id: str, actor: str) -> ResolveRequest:
     """Queue a resolve of ``task_id`` for a worker: records ``ContextResolveRequested`` and sends it when the
     transaction commits. The same ``request_id`` again returns the first request and writes nothing; a goal's
     id is ``ValidationFailed`` and another project's task ``NotFound``, with nothing written."""
-    if not isinstance(request_id, str) or not 0 < len(request_id) <= MAX_REQUEST_ID_LENGTH:
-        raise ValidationFailed(f"request_id must be 1–{MAX_REQUEST_ID_LENGTH} characters", field="request_id")
-    task = task_selectors.task_get(project_id=project_id, task_id=task_id)
-    if task.is_goal:
-        raise ValidationFailed("resolve the context of a task, not of a goal", field="task_id")
-    queued_id = resolve_request_id(project_id=str(project_id), request_id=request_id)
+    request_id = validate_resolve_request_id(request_id)
+    task = resolvable_task(project_id=project_id, task_id=task_id)
+    queued_id = queued_resolve_id(project_id=str(project_id), request_id=request_id)
     existing = ResolveRequest.objects.filter(id=queued_id).first()
     if existing is not None:
         return existing
@@ -63,7 +52,7 @@ def bundle_resolve_request(*, project_id: str, task_id: str, request_id: str, ac
 
 def resolve_request_get(*, project_id: str, request_id: str) -> ResolveRequest:
     """A queued resolve of the caller's project by the request id it was queued under."""
-    queued_id = resolve_request_id(project_id=str(project_id), request_id=request_id)
+    queued_id = queued_resolve_id(project_id=str(project_id), request_id=request_id)
     found = ResolveRequest.objects.filter(id=queued_id, project_id=project_id).first()
     if found is None:
         raise NotFound(f"no queued resolve {request_id}", field="request_id")

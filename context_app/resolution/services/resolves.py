@@ -38,10 +38,10 @@ from nexum.core.resolution.authorization import effective_grant, plan_retrievals
 from nexum.core.resolution.model import ResolveBudget, SourceResult
 from nexum.core.resolution.record import resolve_events
 from nexum.core.resolution.resolver import resolve_bundle
-from nexum.core.resolution.validation import build_query
+from nexum.core.resolution.validation import build_query, validate_resolve_request_id
 from nexum.eventstore import store
 from tasks_app import selectors as task_selectors
-from tasks_app.models import Project
+from tasks_app.models import Project, Task
 
 MAX_SOURCE_LIMIT = 1000
 
@@ -123,15 +123,12 @@ def _bundle_resolve(
     now: datetime | None,
 ) -> ResolveOutcome:
     narrowed = any(option is not None for option in (budget, requested, query))
-    task = task_selectors.task_get(project_id=project_id, task_id=task_id)
-    if task.is_goal:
-        raise ValidationFailed("resolve the context of a task, not of a goal", field="task_id")
+    task = resolvable_task(project_id=project_id, task_id=task_id)
     project = task_selectors.project_get(project_id=str(task.project_id))
     stream_id = resolution_events.context_stream(str(task.id))
     idempotency_key = f"resolve:{request_id}" if request_id else None
     if request_id is not None:
-        if not isinstance(request_id, str) or not 0 < len(request_id) <= 150:
-            raise ValidationFailed("request_id must be 1–150 characters", field="request_id")
+        request_id = validate_resolve_request_id(request_id)
         resolve_id = resolve_id_for(task_id=str(task.id), request_id=request_id)
         done = Resolve.objects.filter(id=resolve_id).first()
         if done is not None:
@@ -209,6 +206,15 @@ def _bundle_resolve(
         )
     resolve = Resolve.objects.get(id=resolve_id)
     return ResolveOutcome(resolve, selectors.bundle_content(digest=resolve.bundle_digest))
+
+
+def resolvable_task(*, project_id: str, task_id: str) -> Task:
+    """The task whose context a resolve (here or queued) gathers: another project's is ``NotFound``, a
+    goal's id ``ValidationFailed``."""
+    task = task_selectors.task_get(project_id=project_id, task_id=task_id)
+    if task.is_goal:
+        raise ValidationFailed("resolve the context of a task, not of a goal", field="task_id")
+    return task
 
 
 def resolve_id_for(*, task_id: str, request_id: str) -> str:

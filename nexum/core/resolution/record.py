@@ -20,6 +20,11 @@ def escalation_id_for(*, resolve_id: str, key: str) -> str:
     return str(uuid.uuid5(RESOLUTION_IDS, f"escalation:{resolve_id}:{key}"))
 
 
+def queued_resolve_id(*, project_id: str, request_id: str) -> str:
+    """The id of the queued resolve a caller's request id names in its project (its row and its stream)."""
+    return str(uuid.uuid5(RESOLUTION_IDS, f"{project_id}/resolve-request/{request_id}"))
+
+
 def resolve_events(
     *,
     task_id: str,

@@ -15,6 +15,7 @@ SOURCE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 MAX_QUESTIONS = 50
 MAX_QUESTION_CHARS = 2000
 MAX_SCOPES = 100
+MAX_REQUEST_ID_CHARS = 150
 
 
 def validate_source_name(name: Any) -> str:
@@ -24,6 +25,13 @@ def validate_source_name(name: Any) -> str:
             field="name",
         )
     return name
+
+
+def validate_resolve_request_id(request_id: Any) -> str:
+    """A caller's name for a resolve request (its ``Idempotency-Key``, or one made for it)."""
+    if not isinstance(request_id, str) or not 0 < len(request_id) <= MAX_REQUEST_ID_CHARS:
+        raise ValidationFailed(f"request_id must be 1–{MAX_REQUEST_ID_CHARS} characters", field="request_id")
+    return request_id
 
 
 def validate_grant_scopes(scopes: Any) -> dict[str, tuple[str, ...]]:
