@@ -143,8 +143,12 @@ if NEXUM_READ_DATABASE_URL:
     )
     if _replica["ENGINE"] != "django.db.backends.postgresql":
         raise ImproperlyConfigured("NEXUM_READ_DATABASE_URL must name a PostgreSQL streaming replica")
-    # Connecting to a stopped replica must fail fast: the read then falls back to the primary.
-    _replica["OPTIONS"] = {"connect_timeout": _env_int("NEXUM_REPLICA_CONNECT_TIMEOUT", 2)}
+    # Connecting to a stopped replica must fail fast, and so must a statement the standby holds up (behind
+    # a lock it replays, say): the read then falls back to the primary.
+    _replica["OPTIONS"] = {
+        "connect_timeout": _env_int("NEXUM_REPLICA_CONNECT_TIMEOUT", 2),
+        "options": f"-c statement_timeout={_env_int('NEXUM_REPLICA_STATEMENT_TIMEOUT_MS', 30000)}",
+    }
     _replica["TEST"] = {"MIRROR": "default"}
     DATABASES["replica"] = _replica
     DATABASE_ROUTERS = ["nexum.eventstore.replica.ReadReplicaRouter"]

@@ -12,6 +12,11 @@ the web layer returns it as the ``Nexum-Position`` response header and accepts i
 for at most ``NEXUM_REPLICA_WAIT_MS``; when it does not, or the replica cannot be reached, the read goes
 to the primary.
 
+A read that fails on the replica once it was chosen (a statement past ``NEXUM_REPLICA_STATEMENT_TIMEOUT_MS``,
+say behind a lock the standby replays, a recovery conflict, the standby gone) is read again on the primary:
+a compile's read phase by ``read_with_fallback``, any other read request by the web layer, which the error
+answer marks (``note_replica_failed``). A read writes nothing, so reading it again is safe.
+
 Which reads. A compile chooses its alias itself (``read_alias`` then ``reading_from``), and so does a
 queued compile's worker, with the position of the request it answers (the caller's writes came before it).
 Every other read request of the API (GET, HEAD) reads from the replica as a whole: the web layer opens
@@ -26,9 +31,9 @@ import contextlib
 import contextvars
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import DatabaseError, connections
@@ -38,6 +43,8 @@ PRIMARY = "default"
 POLL_INTERVAL_SECONDS = 0.01
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _read_alias: contextvars.ContextVar[str | None] = contextvars.ContextVar("nexum_read_alias", default=None)
 
@@ -105,6 +112,39 @@ def read_alias(project_id: str | None, min_position: int = 0) -> str:
         time.sleep(POLL_INTERVAL_SECONDS)
 
 
+def read_with_fallback(alias: str, read: Callable[[], T]) -> T:
+    """``read()`` inside ``reading_from(alias)``; when ``alias`` is the replica and the read fails there
+    with a database error, ``read()`` again on the primary."""
+    if alias == REPLICA:
+        try:
+            with reading_from(REPLICA):
+                return read()
+        except DatabaseError as error:
+            _fall_back(error)
+    with reading_from(PRIMARY if alias == REPLICA else alias):
+        return read()
+
+
+def note_replica_failed(error: BaseException) -> bool:
+    """Called with the error a read request is about to be answered with: when it is a database error met
+    while reading from the replica, the request is marked to be read again on the primary (``True``)."""
+    positions = _request.get()
+    if positions is None or not positions.reads or current_read_alias() != REPLICA:
+        return False
+    if not isinstance(error, DatabaseError):
+        return False
+    positions.replica_failed = True
+    return True
+
+
+def _fall_back(error: BaseException) -> None:
+    """A read failed on the replica: its connection is dropped (the next read connects afresh) and the read
+    goes to the primary."""
+    logger.warning("a read on the replica failed, reading from the primary: %s", error)
+    connections[REPLICA].close()
+    note_read_from(PRIMARY)
+
+
 def replica_project_position(project_id: str | None) -> int:
     """The last project position of ``project_id`` that the replica has replayed."""
     from nexum.eventstore.models import Event
@@ -131,6 +171,8 @@ class RequestPositions:
     replica_wait_s: float = 0.0
     reads: bool = False
     min_position: int = 0
+    replica_failed: bool = False
+    """A read on the replica failed: the request is read again on the primary (``retried_on_primary``)."""
 
 
 _request: contextvars.ContextVar[RequestPositions | None] = contextvars.ContextVar(
@@ -150,6 +192,16 @@ def tracking_request(*, reads: bool = False, min_position: int = 0) -> Iterator[
     finally:
         _read_alias.reset(alias_token)
         _request.reset(token)
+
+
+@contextlib.contextmanager
+def retried_on_primary(failed: RequestPositions) -> Iterator[RequestPositions]:
+    """``tracking_request`` for reading again, on the primary, a read request whose read on the replica
+    ``failed``: the replica's connection dropped, the time spent choosing it kept."""
+    connections[REPLICA].close()
+    with tracking_request(reads=True) as positions:
+        note_read_from(PRIMARY, waited_s=failed.replica_wait_s)
+        yield positions
 
 
 def note_caller(project_id: str) -> None:

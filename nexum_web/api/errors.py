@@ -29,6 +29,7 @@ from rest_framework.response import Response
 
 from nexum.adapters.logs import current_request_id
 from nexum.core.errors import DomainError, TooLarge, Unavailable
+from nexum.eventstore import replica
 from nexum.eventstore.models import AppendOnlyError
 from nexum_web.api.strict import UNKNOWN_FIELD, UNKNOWN_PARAMETER
 
@@ -114,6 +115,10 @@ def database_unavailable() -> DatabaseUnavailable:
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if isinstance(exc, RequestDataTooBig):
         exc = _body_too_large(context["request"])
+    if replica.note_replica_failed(exc):
+        response = _domain_error(database_unavailable())
+        _log_outage(exc, context["request"], response, "Read on the replica failed, reading from the primary")
+        return response
     if database_outage(exc):
         response = _domain_error(database_unavailable())
         _log_outage(exc, context["request"], response)
@@ -178,12 +183,13 @@ def _server_error(exc: Exception, request: Any) -> Response:
     return response
 
 
-def _log_outage(exc: BaseException, request: Any, response: Any) -> None:
+def _log_outage(exc: BaseException, request: Any, response: Any, what: str = "Database unavailable") -> None:
     """An outage is logged once per request on ``django.request``, as a warning naming its cause: the
     operator's to see, not a bug's traceback."""
     django_request = getattr(request, "_request", request)
     log_response(
-        "Database unavailable: %s (%s)",
+        "%s: %s (%s)",
+        what,
         django_request.path,
         str(exc).strip(),
         response=response,

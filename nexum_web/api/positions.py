@@ -43,7 +43,8 @@ class PositionMiddleware:
     """Adds ``Nexum-Position`` to the answer of an API request that wrote in its caller's project, and, with
     a read replica configured, ``Nexum-Read-From: replica|primary`` to the answer of a compile or a read
     (GET, HEAD), which reads from the replica once it has replayed ``Nexum-Min-Position``, with the time
-    spent waiting for it (``Server-Timing: replica-wait;dur=<ms>``)."""
+    spent waiting for it (``Server-Timing: replica-wait;dur=<ms>``). A read that failed on the replica is
+    read again on the primary (``replica.note_replica_failed``)."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -58,6 +59,9 @@ class PositionMiddleware:
             return answer_exception(error, request)
         with replica.tracking_request(reads=reads, min_position=required) as positions:
             response = self.get_response(request)
+        if positions.replica_failed:
+            with replica.retried_on_primary(positions) as positions:
+                response = self.get_response(request)
         project_id = getattr(getattr(request, "user", None), "project_id", None)
         if project_id is not None:
             position = positions.written.get(str(project_id))

@@ -14,7 +14,9 @@ replica), driven over HTTP as an agent drives it:
 * reads (GET) are served from the replica as well, with the same token: a fact, a diff (a replay's
   recompile runs on the primary, where its temporary read models can be made, and matches);
 * a queued compile's worker reads from the replica once it has replayed the request (so every write its
-  caller made before), and from the primary when the replica stays behind.
+  caller made before), and from the primary when the replica stays behind;
+* a read and a compile that fail on the replica once it was chosen (held behind a lock the standby replays,
+  past its statement timeout) are read again on the primary.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from tests import replica_cluster
@@ -45,6 +48,8 @@ SERVER_PORT = 18950
 DATABASE = "nexum_replica_test"
 SLOT = "nexum_test_replica"
 WAIT_MS = 5000
+STATEMENT_TIMEOUT_MS = 1000
+PRIMARY_DSN = f"host=127.0.0.1 port={PRIMARY_PORT} dbname={DATABASE} user=postgres"
 
 if replica_cluster.missing():
     pytestmark = pytest.mark.skip(reason=replica_cluster.missing())
@@ -72,6 +77,7 @@ def server_env(data_dir: Path) -> dict[str, str]:
         DATABASE_URL=database_url(PRIMARY_PORT),
         NEXUM_READ_DATABASE_URL=database_url(REPLICA_PORT),
         NEXUM_REPLICA_WAIT_MS=str(WAIT_MS),
+        NEXUM_REPLICA_STATEMENT_TIMEOUT_MS=str(STATEMENT_TIMEOUT_MS),
         NEXUM_DATA_DIR=str(data_dir),
         CELERY_BROKER_URL="redis://127.0.0.1:6379/5",
         PYTHONPATH=str(ROOT),
@@ -340,3 +346,47 @@ def test_a_queued_compile_reads_from_the_replica_once_it_holds_the_request(deplo
         prompt = queued_compile_prompt(deployment, task_id)  # the worker waits its bound, then the primary
     assert "The cache shards rebalance nightly" in prompt
     assert "reading from the primary" in deployment.worker_log.read_text()
+
+
+@contextlib.contextmanager
+def held_on_the_replica_only(clusters: Clusters, table: str) -> Iterator[None]:
+    """The standby holds an ACCESS EXCLUSIVE lock on ``table`` that the primary no longer does: taken on the
+    primary, replayed, then replay paused before the commit that releases it is replayed. A read of the
+    table on the replica waits on it, as behind a migration's lock; on the primary it does not."""
+    with psycopg.connect(PRIMARY_DSN, autocommit=True) as primary, primary.transaction():
+        primary.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+        with psycopg.connect(PRIMARY_DSN, autocommit=True) as other:
+            other.execute("SELECT txid_current()")  # a commit after it flushes the lock's WAL record
+        held = (
+            "SELECT count(*) FROM pg_locks WHERE mode = 'AccessExclusiveLock'"
+            f" AND relation = '{table}'::regclass"
+        )
+        assert wait_for(lambda: clusters.sql(REPLICA_PORT, held, DATABASE) == "1", timeout=30)
+        clusters.sql(REPLICA_PORT, "SELECT pg_wal_replay_pause()")
+        paused = "SELECT pg_get_wal_replay_pause_state()"
+        assert wait_for(lambda: clusters.sql(REPLICA_PORT, paused) == "paused", timeout=30)
+    try:
+        yield
+    finally:
+        clusters.sql(REPLICA_PORT, "SELECT pg_wal_replay_resume()")
+
+
+def test_a_read_that_fails_on_the_replica_is_read_again_on_the_primary(deployment, task_id):
+    recorded = recorded_fact(deployment, task_id, "The cache tolerates a lost node")
+    fact = f"/api/v1/facts/{recorded.body['id']}"
+    token = {"Nexum-Min-Position": recorded.headers["Nexum-Position"]}
+    assert deployment.agent.get(fact, **token).headers["Nexum-Read-From"] == "replica"
+    with held_on_the_replica_only(deployment.clusters, "context_app_worlditem"):
+        # Chosen (its head is far enough), the replica then holds the read past its statement timeout.
+        read = deployment.agent.get(fact, **token)
+        assert (read.status, read.headers["Nexum-Read-From"]) == (200, "primary"), read.body
+        assert read.body["fact"]["text"] == "The cache tolerates a lost node"
+        prompt, read_from = compile_prompt(deployment, task_id, **token)
+        assert read_from == "primary"
+        assert "The cache tolerates a lost node" in prompt
+    log = deployment.log.read_text()
+    assert "Read on the replica failed, reading from the primary" in log
+    assert "canceling statement due to statement timeout" in log
+    assert "Internal Server Error" not in log
+    read = deployment.agent.get(fact, **token)
+    assert (read.status, read.headers["Nexum-Read-From"]) == (200, "replica")

@@ -34,12 +34,13 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from context_app.catalog import selectors as catalog_selectors
+from context_app.catalog.selectors import ModelChoice
 from context_app.compilation.models import ContextCompilation, StoredContext
 from context_app.compilation.selectors.compile_input import compile_input_for, item_text_loader
 from context_app.compilation.selectors.contexts import context_get
@@ -179,37 +180,24 @@ def _compile_and_record_unmeasured(
     read_alias: str = replica.PRIMARY,
 ) -> CompileOutcome:
     project_id = str(task.project_id)
-    with replica.reading_from(read_alias), reading.consistent_read(project_id) as position:
-        answered = _answered(project_id, request_id, expected_version)
-        if answered is not None:
-            return answered
-        choice = catalog_selectors.requested_budget_for(
-            project_id=project_id, word=word, field="model", overrides=overrides, compaction=compaction
-        )
-        encoding = choice.card.encoding
-        threshold = choice.auto_compact_tokens if choice.compaction_enabled else None
-        floor = relevance_floor(project_id)
-        embedder = compile_embedder(COMPILER_VERSION)
-        embedded: list[NewVector] = []
-        folds = (
-            bool(threshold)
-            and fold_for(
-                task=task, threshold=threshold, encoding=encoding, embedder=embedder, embedded=embedded
-            )
-            is not None
-        )
-        if not folds:
-            result, bundle_digest = compile_task(
-                task=task,
-                budget=choice.budget,
-                encoding=encoding,
-                evidence=evidence,
-                compaction_threshold=threshold or None,
-                focus=focus,
-                relevance_floor=floor,
-                embedder=embedder,
-                embedded=embedded,
-            )
+    read = replica.read_with_fallback(
+        read_alias,
+        partial(
+            _read_phase,
+            task=task,
+            word=word,
+            overrides=overrides,
+            evidence=evidence,
+            compaction=compaction,
+            request_id=request_id,
+            expected_version=expected_version,
+            focus=focus,
+        ),
+    )
+    if isinstance(read, CompileOutcome):
+        return read
+    choice, threshold, floor, embedder, embedded, folds, result, bundle_digest, position = read
+    encoding = choice.card.encoding
     record = partial(
         _record,
         task=task,
@@ -253,6 +241,72 @@ def _compile_and_record_unmeasured(
             embedded=embedded,
         )
         return record(result=result, bundle_digest=bundle_digest, position=position, actor=actor)
+
+
+class _ReadPhase(NamedTuple):
+    """What a compile read, in one snapshot of the project, before anything is written: the budget, the
+    compaction threshold, the relevance floor, the embedder and the vectors it made, whether a fold is due
+    and, when none is, the compiled result, its bundle digest and the log position it was read at."""
+
+    choice: ModelChoice
+    threshold: int | None
+    floor: float
+    embedder: Embedder | None
+    embedded: list[NewVector]
+    folds: bool
+    result: CompiledContext | None
+    bundle_digest: str | None
+    position: int
+
+
+def _read_phase(
+    *,
+    task: Task,
+    word: str,
+    overrides: Mapping[str, Any] | None,
+    evidence: Sequence[Mapping[str, Any]],
+    compaction: bool | None,
+    request_id: str,
+    expected_version: int,
+    focus: str,
+) -> _ReadPhase | CompileOutcome:
+    """The compile's reads, in one consistent snapshot of the project (on the alias chosen for it), or the
+    first answer when the request was answered meanwhile. Writes nothing: on a failed replica it is read
+    again on the primary (``replica.read_with_fallback``)."""
+    project_id = str(task.project_id)
+    with reading.consistent_read(project_id) as position:
+        answered = _answered(project_id, request_id, expected_version)
+        if answered is not None:
+            return answered
+        choice = catalog_selectors.requested_budget_for(
+            project_id=project_id, word=word, field="model", overrides=overrides, compaction=compaction
+        )
+        encoding = choice.card.encoding
+        threshold = choice.auto_compact_tokens if choice.compaction_enabled else None
+        floor = relevance_floor(project_id)
+        embedder = compile_embedder(COMPILER_VERSION)
+        embedded: list[NewVector] = []
+        folds = (
+            bool(threshold)
+            and fold_for(
+                task=task, threshold=threshold, encoding=encoding, embedder=embedder, embedded=embedded
+            )
+            is not None
+        )
+        result, bundle_digest = None, None
+        if not folds:
+            result, bundle_digest = compile_task(
+                task=task,
+                budget=choice.budget,
+                encoding=encoding,
+                evidence=evidence,
+                compaction_threshold=threshold or None,
+                focus=focus,
+                relevance_floor=floor,
+                embedder=embedder,
+                embedded=embedded,
+            )
+    return _ReadPhase(choice, threshold, floor, embedder, embedded, folds, result, bundle_digest, position)
 
 
 def _answered(project_id: str, request_id: str, expected_version: int) -> CompileOutcome | None:
