@@ -27,7 +27,7 @@ from context_app.compilation.tasks import COMPILE, compile_requested
 from context_app.resolution.models import Resolve, ResolveRequest
 from context_app.resolution.services import resolve_requests
 from context_app.resolution.services.resolve_requests import bundle_resolve_run
-from context_app.resolution.tasks import RESOLVE, resolve_requested
+from context_app.resolution.tasks import RESOLVE, resolve_context, resolve_requested
 from nexum.adapters.sandbox.groups import process_start_ticks
 from nexum.core.errors import ValidationFailed
 from nexum.eventstore.models import Event
@@ -190,6 +190,23 @@ def test_an_async_resolve_accepted_while_the_broker_is_down_is_202_and_the_dispa
     shown = api.get(response.json()["url"]).json()
     assert (shown["status"], shown["resolve_id"]) == ("done", str(Resolve.objects.get(task_id=task.id).id))
     assert dispatch_due(now=later(settings.NEXUM_DISPATCH_BACKOFF_MAX_S + 60)).sent == []  # answered: done
+
+
+@pytest.mark.django_db
+def test_a_resolve_message_from_the_release_before_is_recorded_and_answered_once(
+    api, project, workspace, broker, django_capture_on_commit_callbacks
+):
+    task = started_task(project, ECHO)
+    message = (str(project.id), str(task.id), "r-old", "agent:coder")  # nexum.resolve_context's arguments
+    broker.up = True
+    with django_capture_on_commit_callbacks(execute=True):
+        queued_id = resolve_context(*message)
+    assert broker.sent == [("nexum.resolve_requested", (queued_id,), None)]
+    events = Event.objects.count()
+    assert resolve_context(*message) == queued_id and Event.objects.count() == events  # redelivered
+    assert bundle_resolve_run(queued_id=queued_id).status == "done"
+    shown = api.get("/api/v1/resolves/r-old").json()
+    assert (shown["status"], shown["resolve_id"]) == ("done", str(Resolve.objects.get(task_id=task.id).id))
 
 
 @pytest.mark.django_db
