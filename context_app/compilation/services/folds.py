@@ -124,15 +124,15 @@ def fold_for(
     candidates = CANDIDATES.refresh(
         task=task, encoding=encoding, counter=counter, embedder=embedder, embedded=embedded
     )
-    own = candidates.compacted_items()
-    planned = _fold_plan(own, threshold)
-    if not planned:
-        return None
     path = summarizer_path()
     tried = (str(task.id), candidates.marks, threshold, encoding, path)
     if tried in _UNSUMMARIZABLE:
-        return None
+        return None  # the same notes were planned and refused before: no need to plan them again
+    own = candidates.compacted_items()
     total = sum(item.token_count for item in own)
+    planned = _fold_plan(own, threshold) if total > threshold else []
+    if not planned:
+        return None
     folded, summary = _summarized(planned, total, threshold, import_string(path), counter)
     if not folded:
         _UNSUMMARIZABLE.add(tried)

@@ -225,7 +225,7 @@ def _by_relevance(
     items: Sequence[ContextItem], query: frozenset[str], version: int
 ) -> tuple[ContextItem, ...]:
     """Most relevant first (BM25 over the items given), ties (and no relevance at all) by id."""
-    scores = bm25_scores(query, items if version < RELEVANT_FROM else _normalized(items))
+    scores = bm25_scores(query, items) if version < RELEVANT_FROM else _normalized_scores(query, items)
     ordered = sorted(items, key=_by_id)
     ordered.sort(key=lambda item: scores.get(item.id, 0.0), reverse=True)
     return tuple(ordered)
@@ -247,7 +247,7 @@ def _relevant_facts_first(
     most relevant first with verified facts boosted by ``VERIFIED_BOOST``, then the others by id; and how
     many are relevant. A floor of 0 turns the floor off: every fact is relevant, those sharing no word with
     the query last (verified first among them). Ties by id."""
-    scores = bm25_scores(query, _normalized(facts))
+    scores = _normalized_scores(query, facts)
     threshold = floor * max(scores.values(), default=0.0)
     relevant = [fact for fact in facts if not floor or (fact.id in scores and scores[fact.id] >= threshold)]
     relevant.sort(key=_by_id)
@@ -264,7 +264,7 @@ def relevance_scores(items: Sequence[ContextItem], query: Query) -> dict[str, fl
     """Version 5's relevance of each item to ``query``, by id (items scoring 0 are absent): ``LEXICAL_WEIGHT``
     times its BM25 score as a share of the best one, plus the rest times its cosine with the query's vector
     (below 0 counts as 0; an item without a vector has none). Without a query vector, the BM25 share alone."""
-    lexical = bm25_scores(query.terms, _normalized(items))
+    lexical = _normalized_scores(query.terms, items)
     best = max(lexical.values(), default=0.0)
     if not query.vector:
         return {item_id: score / best for item_id, score in lexical.items()}
@@ -407,6 +407,15 @@ _heads_memo = lru_cache(maxsize=1 << 16)(with_heads)
 """``with_heads`` of an item's entities (a tuple), kept: a world's items are ranked again on every compile."""
 
 
-def _normalized(items: Sequence[ContextItem]) -> list[Document]:
-    """The items as documents of their normalized terms (``relevance.stems_of``), for scoring."""
-    return [Document(item.id, stems_of(item.terms) if item.stems is None else item.stems) for item in items]
+def _normalized_scores(query: frozenset[str], items: Sequence[ContextItem]) -> dict[str, float]:
+    """BM25 scores of the items over their normalized terms (``relevance.stems_of``): the stems the store
+    computed once (the candidate cache's items carry them), made here for the items that have none."""
+    if None in map(_stems, items):
+        documents = [
+            Document(item.id, stems_of(item.terms) if item.stems is None else item.stems) for item in items
+        ]
+        return bm25_scores(query, documents)
+    return bm25_scores(query, items, terms_of_document=_stems)
+
+
+_stems = attrgetter("stems")

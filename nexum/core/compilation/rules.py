@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import NamedTuple
 
 from nexum.core.tokens import TokenCounter
@@ -27,6 +28,9 @@ class FoldCandidate(NamedTuple):
     position: int
 
 
+_by_position_and_id = attrgetter("position", "id")
+
+
 def plan_fold(candidates: Sequence[FoldCandidate], *, threshold: int) -> list[FoldCandidate]:
     """The items to fold: none while the total is within ``threshold``; otherwise the oldest ones, leaving
     the newest that fit in half the threshold (the summary gets the rest, ``summary_budget``, so the task
@@ -38,7 +42,7 @@ def plan_fold(candidates: Sequence[FoldCandidate], *, threshold: int) -> list[Fo
     keep_tokens = threshold // 2
     kept = 0
     cut = len(candidates)
-    ordered = sorted(candidates, key=lambda candidate: (candidate.position, candidate.id))
+    ordered = sorted(candidates, key=_by_position_and_id)
     while cut > 0 and kept + ordered[cut - 1].tokens <= keep_tokens:
         kept += ordered[cut - 1].tokens
         cut -= 1

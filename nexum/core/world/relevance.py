@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import Stemmer
 
@@ -103,8 +103,11 @@ def bm25_scores(
     *,
     k1: float = DEFAULT_K1,
     b: float = DEFAULT_B,
+    terms_of_document: Callable[[Any], Sequence[str]] = _terms_of_document,
 ) -> dict[str, float]:
-    """BM25 scores of ``documents`` for the query, by document id; documents that score 0 are absent.
+    """BM25 scores of ``documents`` for the query, by document id; documents that score 0 are absent. A
+    document's terms are ``terms_of_document(document)`` (its ``terms``; a caller whose documents keep their
+    normalized terms elsewhere says where, and makes no document of its own for them).
 
     IDF is the non-negative form ``ln(1 + (N - df + 0.5) / (df + 0.5))``. Query terms are used as a set, and
     a document's terms are summed in the order they occur in it, so the floating-point result is the same for
@@ -115,13 +118,13 @@ def bm25_scores(
     total_documents = len(documents)
     if not query or not total_documents:
         return {}
-    average_length = sum(map(len, map(_terms_of_document, documents))) / total_documents or 1.0
+    average_length = sum(map(len, map(terms_of_document, documents))) / total_documents or 1.0
 
     matches: list[tuple[str, dict[str, int], int]] = []
     document_frequency: dict[str, int] = {}
     isdisjoint = query.isdisjoint
     for document in documents:
-        terms = document.terms
+        terms = terms_of_document(document)
         if isdisjoint(terms):
             continue
         frequencies: dict[str, int] = {}
