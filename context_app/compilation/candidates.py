@@ -37,6 +37,8 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
+from operator import attrgetter
 from typing import Any
 
 from django.conf import settings
@@ -56,7 +58,7 @@ from nexum.adapters.embedding import Embedder, embedder_id
 from nexum.adapters.gc_pause import collection_paused
 from nexum.core.compilation.model import ContextItem
 from nexum.core.compilation.ranking import RankedSection
-from nexum.core.compilation.rules import COMPACTED_KINDS
+from nexum.core.compilation.rules import COMPACTED_KINDS, FoldCandidate
 from nexum.core.tokens import TokenCounter
 from nexum.core.world.items import FACT_CURRENT
 from nexum.core.world.relevance import stems_of
@@ -64,10 +66,13 @@ from nexum.eventstore.replica import read_connection
 from tasks_app.models import Task
 
 SECTION_KINDS = ("failure", "decision", "fact", "artifact", "progress", "diagnostic")
+COMPACTED_SECTIONS = ("progress", "diagnostic")
+"""The sections of the items a compaction folds (``rules.COMPACTED_KINDS``: tool calls are ``diagnostic``)."""
 DEFAULT_CACHE_MB = 256
 ITEM_BYTES = 480
 SLOT_BYTES = 8
 ENTRY_BYTES = 4096
+FOLD_CANDIDATE_BYTES = 96
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,22 @@ class TaskCandidates:
     folded: frozenset[str]
     sections: Mapping[str, tuple[ContextItem, ...]]
     compacted: frozenset[str]
+    kept_fold_order: tuple[FoldCandidate, ...] | None = None
+    """``fold_order`` brought forward from the previous value, when that one had made it (``_fold_order``)."""
+
+    @cached_property
+    def fold_order(self) -> tuple[FoldCandidate, ...]:
+        """The ``compacted`` items as a fold plans them, oldest first (by position, then id). Made when first
+        asked (a compile that plans no fold never sorts the notes) and then brought forward by the next
+        values with the new notes after it, so an agent loop's compile does not sort every note again."""
+        if self.kept_fold_order is not None:
+            return self.kept_fold_order
+        return tuple(sorted(map(_fold_candidate, self.compacted_items()), key=_fold_key))
+
+    def made_fold_order(self) -> tuple[FoldCandidate, ...] | None:
+        """``fold_order`` if it was made (or brought forward), else ``None``."""
+        made: tuple[FoldCandidate, ...] | None = self.__dict__.get("fold_order", self.kept_fold_order)
+        return made
 
     @property
     def items(self) -> tuple[ContextItem, ...]:
@@ -95,19 +116,19 @@ class TaskCandidates:
 
     def compacted_items(self) -> list[ContextItem]:
         """The task's own progress notes and tool calls (``diagnostic`` here), each with its token count."""
-        return [
-            item
-            for kind in ("progress", "diagnostic")
-            for item in self.sections[kind]
-            if item.id in self.compacted
-        ]
+        if not self.compacted:
+            return []
+        compacted = self.compacted
+        return [item for kind in COMPACTED_SECTIONS for item in self.sections[kind] if item.id in compacted]
 
     def estimated_bytes(self) -> int:
-        """The references this value holds (its items are charged by the cache, once)."""
+        """The references this value holds (its items are charged by the cache, once) and its fold order
+        (a 4-tuple per note, sharing the notes' strings)."""
         slots = sum(len(items) for items in self.sections.values()) + 4 * (
             len(self.folded) + len(self.compacted)
         )
-        return ENTRY_BYTES + SLOT_BYTES * slots
+        folds = len(self.made_fold_order() or ())
+        return ENTRY_BYTES + SLOT_BYTES * slots + FOLD_CANDIDATE_BYTES * folds
 
 
 EMPTY = TaskCandidates(NO_MARKS, frozenset(), {kind: () for kind in SECTION_KINDS}, frozenset())
@@ -309,7 +330,8 @@ class CandidateCache:
             kind: _applied(base.sections[kind], changes[kind]) if changes[kind] else base.sections[kind]
             for kind in SECTION_KINDS
         }
-        return TaskCandidates(now, folded, sections, compacted)
+        fresh = TaskCandidates(now, folded, sections, compacted)
+        return dataclasses.replace(fresh, kept_fold_order=_fold_order(base, fresh, changes))
 
     def items_of(
         self,
@@ -408,6 +430,42 @@ def _applied(
     """``section`` with items replaced, removed (``None``) or added, by id."""
     kept = [item for item in section if item.id not in changes]
     return (*kept, *(item for item in changes.values() if item is not None))
+
+
+def _fold_order(
+    base: TaskCandidates, fresh: TaskCandidates, changes: Mapping[str, Mapping[str, ContextItem | None]]
+) -> tuple[FoldCandidate, ...] | None:
+    """``fresh``'s fold order brought forward from ``base``'s, if that was made: when none of its compacted
+    items changed or left and the new ones (which came with this read's changes) all come after it, as an
+    agent's new notes do, with those appended; else ``None`` (sorted again when asked)."""
+    kept = base.made_fold_order()
+    changed = [changes[kind] for kind in COMPACTED_SECTIONS]
+    if (
+        kept is None
+        or not base.compacted <= fresh.compacted
+        or not all(map(base.compacted.isdisjoint, changed))
+    ):
+        return None
+    added = sorted(
+        (
+            _fold_candidate(item)
+            for items in changed
+            for item_id, item in items.items()
+            if item is not None and item_id in fresh.compacted
+        ),
+        key=_fold_key,
+    )
+    if added and kept and _fold_key(added[0]) <= _fold_key(kept[-1]):
+        return None
+    return kept + tuple(added)
+
+
+def _fold_candidate(item: ContextItem) -> FoldCandidate:
+    kind = "tool_call" if item.kind == "diagnostic" else item.kind
+    return FoldCandidate(item.id, kind, item.token_count, item.position)
+
+
+_fold_key = attrgetter("position", "id")
 
 
 def _newer(kept: Marks, fresh: Marks) -> bool:

@@ -559,7 +559,8 @@ def test_the_in_process_candidate_list_follows_every_change_of_the_world(auth):
 def test_the_candidate_list_kept_up_to_date_equals_one_read_from_scratch(auth, monkeypatch, settings):
     """After every kind of change, the list brought up to date from the rows changed since its last read
     equals a list read whole and the plain query of what the task sees, for the task and for its goal;
-    a sibling task's items never enter."""
+    a sibling task's items never enter. So does the order a fold plans the task's notes in, kept from one
+    read to the next."""
     encoding, counter = "cl100k_base", counter_for("cl100k_base")
     goal = goal_create(
         project_id=auth.project_id,
@@ -575,7 +576,7 @@ def test_the_candidate_list_kept_up_to_date_equals_one_read_from_scratch(auth, m
 
     def read(task, cache=CANDIDATES):
         entry = cache.refresh(task=task, encoding=encoding, counter=counter)
-        return entry.by_kind, entry.compacted
+        return entry.by_kind, entry.compacted, entry.fold_order
 
     def check():
         for viewer in (task, goal, sibling):

@@ -9,6 +9,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from functools import cached_property
+from operator import attrgetter
 from typing import Any, overload
 
 from django.db import transaction
@@ -24,7 +25,6 @@ from nexum.adapters.embedding import Embedder
 from nexum.adapters.tokenization import counter_for
 from nexum.core.compilation import events as compilation_events
 from nexum.core.compilation import rules as compilation_rules
-from nexum.core.compilation.model import ContextItem
 from nexum.core.trust import TrustClass
 from nexum.core.world.items import TEXT_MAX
 from nexum.eventstore import reading, store
@@ -128,9 +128,10 @@ def fold_for(
     tried = (str(task.id), candidates.marks, threshold, encoding, path)
     if tried in _UNSUMMARIZABLE:
         return None  # the same notes were planned and refused before: no need to plan them again
-    own = candidates.compacted_items()
-    total = sum(item.token_count for item in own)
-    planned = _fold_plan(own, threshold) if total > threshold else []
+    total = sum(map(_tokens, candidates.fold_order))
+    planned = (
+        compilation_rules.plan_fold(candidates.fold_order, threshold=threshold) if total > threshold else []
+    )
     if not planned:
         return None
     folded, summary = _summarized(planned, total, threshold, import_string(path), counter)
@@ -138,7 +139,7 @@ def fold_for(
         _UNSUMMARIZABLE.add(tried)
         return None
     # The summary is as trusted as the least trusted entry it folds (an agent's notes stay agent_reported).
-    trust = {item.id: item.trust_class for item in own}
+    trust = {item.id: item.trust_class for item in candidates.compacted_items()}
     lowest = min(TrustClass.parse(trust[c.id]) for c in folded)
     return folded, summary, min(lowest, TrustClass.repository_authored).name
 
@@ -208,12 +209,4 @@ def _summarized(
     return [], ""
 
 
-def _fold_plan(own: Sequence[ContextItem], threshold: int) -> list[compilation_rules.FoldCandidate]:
-    """What a fold of the task's own items ``own`` at ``threshold`` would fold (empty: nothing is due)."""
-    candidates = [
-        compilation_rules.FoldCandidate(
-            item.id, "tool_call" if item.kind == "diagnostic" else item.kind, item.token_count, item.position
-        )
-        for item in own
-    ]
-    return compilation_rules.plan_fold(candidates, threshold=threshold)
+_tokens = attrgetter("tokens")
