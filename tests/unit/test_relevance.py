@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 from hypothesis import given, settings
@@ -94,6 +95,45 @@ def test_scores_do_not_depend_on_document_or_query_order(
     assert bm25_scores(query, documents) == bm25_scores(list(reversed(query)), shuffled)
     assert rank_by_relevance(query, documents) == rank_by_relevance(query, shuffled)
     assert all(score > 0 for score in bm25_scores(query, documents).values())
+
+
+def reference_bm25(query: list[str], documents: list[Document], k1: float = 1.2, b: float = 0.75) -> dict:
+    """BM25 as written out plainly: each document's terms walked one by one, summed in the order they first
+    occur in it."""
+    wanted = set(query)
+    if not wanted or not documents:
+        return {}
+    average = sum(len(document.terms) for document in documents) / len(documents) or 1.0
+    frequencies = []
+    for document in documents:
+        counts: dict[str, int] = {}
+        for term in document.terms:
+            if term in wanted:
+                counts[term] = counts.get(term, 0) + 1
+        frequencies.append(counts)
+    having = {term: sum(term in counts for counts in frequencies) for term in wanted}
+    scores = {}
+    for document, counts in zip(documents, frequencies, strict=True):
+        norm = k1 * (1.0 - b + b * len(document.terms) / average)
+        score = 0.0
+        for term, count in counts.items():
+            idf = math.log(1.0 + (len(documents) - having[term] + 0.5) / (having[term] + 0.5))
+            score += idf * count * (k1 + 1.0) / (count + norm)
+        if score > 0.0:
+            scores[document.id] = score
+    return scores
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    corpus=st.lists(st.lists(st.sampled_from("abcdefgh"), max_size=15), min_size=1, max_size=20),
+    query=st.lists(st.sampled_from("abcdefghij"), max_size=6),
+)
+def test_scores_are_bm25_summed_in_the_order_terms_first_occur(
+    corpus: list[list[str]], query: list[str]
+) -> None:
+    documents = [Document(f"d{index:03d}", tuple(terms)) for index, terms in enumerate(corpus)]
+    assert bm25_scores(query, documents) == reference_bm25(query, documents)
 
 
 def test_stems_drop_stopwords_and_meet_across_inflections() -> None:
