@@ -38,7 +38,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from operator import attrgetter
+from operator import attrgetter, is_
 from typing import Any
 
 from django.conf import settings
@@ -57,7 +57,7 @@ from context_app.world.vectors import NewVector, embed_items
 from nexum.adapters.embedding import Embedder, embedder_id
 from nexum.adapters.gc_pause import collection_paused
 from nexum.core.compilation.model import ContextItem
-from nexum.core.compilation.ranking import RankedSection
+from nexum.core.compilation.ranking import NEWEST_FIRST_KINDS, RankedSection, newest_first_extended
 from nexum.core.compilation.rules import COMPACTED_KINDS, FoldCandidate
 from nexum.core.tokens import TokenCounter
 from nexum.core.world.items import FACT_CURRENT
@@ -227,11 +227,13 @@ class CandidateCache:
             if entry is not None and entry is not examined and _newer(entry.candidates.marks, fresh.marks):
                 return
             kept_ranked = {} if entry is None else entry.ranked
-            ranked = {
-                kind: (memo_key, section)
-                for kind, (memo_key, section) in kept_ranked.items()
-                if kind not in fresh.sections or memo_key[0] is fresh.sections[kind]
-            }
+            ranked = {}
+            for kind, (memo_key, section) in kept_ranked.items():
+                base = fresh.sections.get(kind)
+                if base is None or memo_key[0] is base:
+                    ranked[kind] = (memo_key, section)
+                elif kind in NEWEST_FIRST_KINDS and (extended := _extended(memo_key, section, base)):
+                    ranked[kind] = extended
             self._put(key, _Entry(fresh, ranked))
 
     def _put(self, key: tuple[Any, ...], entry: _Entry) -> None:
@@ -466,6 +468,19 @@ def _fold_candidate(item: ContextItem) -> FoldCandidate:
 
 
 _fold_key = attrgetter("position", "id")
+
+
+def _extended(
+    memo_key: tuple[Any, ...], section: RankedSection, base: tuple[ContextItem, ...]
+) -> tuple[tuple[Any, ...], RankedSection] | None:
+    """The ranking kept for a newest-first section brought forward to ``base``, the section as it stands
+    now, when that is the ranked items with new ones after them (``_applied`` keeps the order of the items
+    it keeps and adds the new ones last) and they rank in front (``ranking.newest_first_extended``)."""
+    ranked_base = memo_key[0]
+    if len(base) <= len(ranked_base) or not all(map(is_, base, ranked_base)):
+        return None
+    extended = newest_first_extended(section, base[len(ranked_base) :])
+    return None if extended is None else ((base, *memo_key[1:]), extended)
 
 
 def _newer(kept: Marks, fresh: Marks) -> bool:

@@ -741,3 +741,22 @@ def test_a_compile_from_kept_rankings_equals_one_from_an_empty_cache(auth, monke
     kept = digest()
     monkeypatch.setattr(compile_input, "CANDIDATES", CandidateCache())
     assert digest() == kept
+
+
+def test_a_new_note_is_ranked_in_front_of_the_kept_ranking_of_its_section(auth, monkeypatch):
+    """An agent loop's compile ranks its new progress note in front of the kept ranking of the task's notes
+    instead of ranking every note again; a new fact still ranks the facts again (its words change every
+    fact's score)."""
+    scope = scope_resolve(project_id=auth.project_id, task_id=str(auth.task.id))
+    compile_for(auth, "local")
+    ranked: list[str] = []
+    rank = compile_input.rank_section
+    monkeypatch.setattr(
+        compile_input, "rank_section", lambda kind, *a, **k: ranked.append(kind) or rank(kind, *a, **k)
+    )
+    progress_record(scope=scope, text="step 4: rotated the token again", actor="test")
+    compile_for(auth, "local")
+    assert "progress" not in ranked and "fact" not in ranked
+    fact_record(scope=scope, text="the cookie store is Redis", actor="test")
+    compile_for(auth, "local")
+    assert "fact" in ranked and "progress" not in ranked

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from functools import partial
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -12,6 +13,7 @@ from nexum.adapters.tokenization import counter_for
 from nexum.core.catalog.budgets import ModelBudget
 from nexum.core.compilation.compiler import compile_context
 from nexum.core.compilation.model import CompiledContext, CompileInput, ContextItem, Fold, Step, ToolSpec
+from nexum.core.compilation.ranking import NEWEST_FIRST_KINDS, Query, newest_first_extended, rank_section
 from nexum.core.compilation.versions import COMPILER_VERSION
 from nexum.core.digests import canonical_json, digest_of
 
@@ -309,3 +311,40 @@ def test_a_fold_shows_its_summary_or_its_entries_never_both(
     excluded = {(record.kind, record.id) for record in result.excluded if record.kind != "tool"}
     assert included | excluded == {(item.kind, item.id) for item in candidates(folding)}
     assert compile_with(folding, model_budget).digest == result.digest
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    kind=st.sampled_from(NEWEST_FIRST_KINDS),
+    positions=st.lists(st.integers(0, 30), min_size=0, max_size=25),
+    added=st.lists(st.integers(0, 60), min_size=0, max_size=8),
+    verified=st.booleans(),
+)
+def test_a_newest_first_section_brought_forward_ranks_as_ranking_it_whole(
+    kind: str, positions: list[int], added: list[int], verified: bool
+) -> None:
+    """The ranking a compile keeps for a newest-first section, brought forward to the section with new items
+    (``newest_first_extended``), is the ranking of the whole section, or refused when the new items do not
+    all rank in front."""
+
+    def item(name: str, position: int) -> ContextItem:
+        return ContextItem(kind, name, 5 + position, 1 + position % 3, position, verified)
+
+    old = tuple(item(f"a{index:02d}", position) for index, position in enumerate(positions))
+    new = tuple(item(f"z{index:02d}", position) for index, position in enumerate(added))
+    rank = partial(rank_section, kind, query=query_of_nothing(), verified_label=3)
+    extended = newest_first_extended(rank(old), new)
+    whole = rank(old + new)
+    if extended is None:
+        assert old and new and min(added) <= max(positions)
+    else:
+        assert (extended.items, extended.ids, list(extended.costs)) == (
+            whole.items,
+            whole.ids,
+            list(whole.costs),
+        )
+        assert (extended.relevant, extended.links) == (whole.relevant, whole.links)
+
+
+def query_of_nothing() -> Query:
+    return Query(frozenset())

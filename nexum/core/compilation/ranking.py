@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from operator import attrgetter
@@ -213,6 +214,29 @@ def rank_sections(
             kind: rank_section(kind, items, query=query, verified_label=label, version=version, floor=floor)
             for kind, items in (*evidence.items(), *state.items())
         }
+    )
+
+
+NEWEST_FIRST_KINDS = ("failure", "decision", "artifact", "progress")
+"""The sections ranked newest first by every version, with no floor (``rank_section``)."""
+
+
+def newest_first_extended(section: RankedSection, added: Sequence[ContextItem]) -> RankedSection | None:
+    """``rank_section`` of a newest-first section's items and ``added`` (of its kind, ids new to it), from
+    ``section`` (those items ranked): the added items ranked in front of it when every one is newer than all
+    of it, as an agent's new notes are; ``None`` otherwise (rank them all again). An agent loop's compile
+    then does not sort the task's every note again."""
+    if not added:
+        return section
+    if section.items and min(map(_by_position, added)) <= section.items[0].position:
+        return None
+    kind = section.items[0].kind if section.items else added[0].kind
+    _validate_kind(added, name=SECTION_FIELDS[kind], kind=kind)
+    ordered = _newest_first(added)
+    return RankedSection(
+        (*ordered, *section.items),
+        (*map(_by_id, ordered), *section.ids),
+        lower_costs(ordered, 0) + array("q", section.costs),
     )
 
 
