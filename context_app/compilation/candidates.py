@@ -17,7 +17,10 @@ event, and folds are only ever added, so equal marks mean an equal world for the
 
 ``CandidateCache.ranked`` keeps, per task and section, the section ranked and costed for the compiler
 (``nexum.core.compilation.ranking.rank_section``) while the section's candidates, the extra items joined
-to it and the query stay the same: the memo covers every task in the cache and leaves with it.
+to it and the query stay the same: the memo covers every task in the cache and leaves with it. A
+newest-first section that only gained items newer than all of it (an agent's new note) keeps its ranking
+with them in front (``ranking.newest_first_extended``), and a task's notes keep the order a fold plans them
+in (``TaskCandidates.fold_order``), so an agent loop's compile sorts neither again.
 
 Memory. Entries are evicted least recently used once the estimated total passes ``NEXUM_COMPILE_CACHE_MB``
 (default 256). An entry is charged for its references (8 bytes per slot of its tuples, sets and cost
