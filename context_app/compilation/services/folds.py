@@ -128,13 +128,11 @@ def fold_for(
     tried = (str(task.id), candidates.marks, threshold, encoding, path)
     if tried in _UNSUMMARIZABLE:
         return None  # the same notes were planned and refused before: no need to plan them again
-    total = sum(map(_tokens, candidates.fold_order))
-    planned = (
-        compilation_rules.plan_fold(candidates.fold_order, threshold=threshold) if total > threshold else []
-    )
+    order = candidates.fold_order
+    planned = compilation_rules.plan_fold(order, threshold=threshold)
     if not planned:
         return None
-    folded, summary = _summarized(planned, total, threshold, import_string(path), counter)
+    folded, summary = _summarized(planned, sum(map(_tokens, order)), threshold, import_string(path), counter)
     if not folded:
         _UNSUMMARIZABLE.add(tried)
         return None

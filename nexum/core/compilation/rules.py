@@ -20,7 +20,8 @@ COMPACTED_KINDS = ("progress", "tool_call")
 
 
 class FoldCandidate(NamedTuple):
-    """A progress note or tool call of a task, oldest first: its id, kind, tokens and rendered text."""
+    """A progress note or tool call of a task: its id, kind (``progress`` or ``tool_call``), stored tokens
+    and log position."""
 
     id: str
     kind: str
@@ -28,25 +29,24 @@ class FoldCandidate(NamedTuple):
     position: int
 
 
-_by_position_and_id = attrgetter("position", "id")
+_tokens = attrgetter("tokens")
 
 
 def plan_fold(candidates: Sequence[FoldCandidate], *, threshold: int) -> list[FoldCandidate]:
-    """The items to fold: none while the total is within ``threshold``; otherwise the oldest ones, leaving
-    the newest that fit in half the threshold (the summary gets the rest, ``summary_budget``, so the task
-    is within the threshold after the fold). Folding fewer than two items would not shrink anything, so
-    that returns none either."""
-    total = sum(candidate.tokens for candidate in candidates)
+    """The items to fold of ``candidates`` (a task's notes and tool calls, oldest first: by position, then
+    id): none while the total is within ``threshold``; otherwise the oldest ones, leaving the newest that fit
+    in half the threshold (the summary gets the rest, ``summary_budget``, so the task is within the threshold
+    after the fold). Folding fewer than two items would not shrink anything, so that returns none either."""
+    total = sum(map(_tokens, candidates))
     if total <= threshold or threshold < 1:
         return []
     keep_tokens = threshold // 2
     kept = 0
     cut = len(candidates)
-    ordered = sorted(candidates, key=_by_position_and_id)
-    while cut > 0 and kept + ordered[cut - 1].tokens <= keep_tokens:
-        kept += ordered[cut - 1].tokens
+    while cut > 0 and kept + candidates[cut - 1].tokens <= keep_tokens:
+        kept += candidates[cut - 1].tokens
         cut -= 1
-    folded = ordered[:cut]
+    folded = list(candidates[:cut])
     return folded if len(folded) >= 2 else []
 
 
