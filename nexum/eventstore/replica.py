@@ -121,7 +121,8 @@ def read_with_fallback(alias: str, read: Callable[[], T]) -> T:
                 return read()
         except DatabaseError as error:
             _fall_back(error)
-    with reading_from(PRIMARY if alias == REPLICA else alias):
+        alias = PRIMARY
+    with reading_from(alias):
         return read()
 
 
