@@ -292,6 +292,8 @@ def main() -> None:
     print(
         f"single fact append    embedded {facts_embedded:8.0f}/s   NEXUM_EMBEDDER=none {facts_plain:8.0f}/s "
         f"ratio {facts_embedded / facts_plain:.2f} (goal >= 0.4; embedder {embedder_name})"
+    )
+    print(
         f"one writer, one project   service {cross['service_one']:9.0f}/s   "
         f"raw insert txn {cross['raw_one']:9.0f}/s   ratio {cross['service_one'] / cross['raw_one']:.2f}"
     )
