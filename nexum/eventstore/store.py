@@ -167,20 +167,6 @@ _HEAD = (
     "SELECT project_position, event_hash FROM nexum_event WHERE {project}"
     " ORDER BY project_position DESC LIMIT 1"
 )
-# The insert's guard when the head was guessed: the project's last event is the one guessed (its hash covers
-# its project and place).
-_HEAD_IS_GUESSED = (
-    "COALESCE((SELECT event_hash FROM nexum_event WHERE {project} ORDER BY project_position DESC LIMIT 1),"
-    " %(genesis)s) = %(guessed_hash)s"
-)
-
-_GUESSED_HEADS: dict[tuple[str, str | None], tuple[int, str]] = {}
-"""Per (database alias, project): the place and hash of the project's last event as this process last
-appended it. An append guesses its project's head from it, so it sends the lock and the insert in one round
-trip, the insert guarded by the guess (``_HEAD_IS_GUESSED``). A wrong guess (another process appended since,
-or the transaction that wrote the guessed head rolled back) inserts nothing and costs the head's read and the
-insert again: correctness never rests on the guess. Emptied when it would outgrow ``_MAX_GUESSED_HEADS``."""
-_MAX_GUESSED_HEADS = 10_000
 
 
 def _insert(
@@ -197,14 +183,14 @@ def _insert(
     """Number and hash the batch after the project's head, then insert it in one statement; ``None`` when the
     stream is not at ``expected_version``.
 
-    The head is guessed (``_GUESSED_HEADS``); when there is no guess, or it was wrong, it is read. On
-    PostgreSQL, ``lock`` sends the project's lock in the same round trip as the first statement (the guessed
-    insert, else the read of the head). Returns (position, version, project_position) per event, in batch
-    order.
+    On PostgreSQL, ``lock`` sends the project's lock in the same round trip as the read of the head. Returns
+    (position, version, project_position) per event, in batch order.
     """
     in_project, without_project = _PROJECT_MATCH[connection.vendor]
     match = in_project if project_id is not None else without_project
-    version_guard = ["cur.v = %(expected)s"] if expected_version is not None else []
+    sql = _INSERT_BATCH[connection.vendor].format(
+        guard="WHERE cur.v = %(expected)s" if expected_version is not None else ""
+    )
     field = Event._meta.get_field
     params = {
         "stream": stream_id,
@@ -214,48 +200,21 @@ def _insert(
         "at": field("recorded_at").get_db_prep_save(recorded_at, connection),
         "expected": expected_version,
         "lock_class": PROJECT_LOCK_CLASS,
-        "genesis": chain.GENESIS,
     }
-    locking = f"{LOCK_PROJECT}; " if lock and connection.vendor == "postgresql" else ""
-    known = (connection.alias, project_id)
-    chained = partial(_chained_batch, stream_id, typed, metadata, project_id, recorded_at)
     with connection.cursor() as cursor:
-        guessed = _GUESSED_HEADS.get(known)
-        if guessed is not None:
-            params["guessed_hash"] = guessed[1]
-            params["batch"], last = chained(guessed)
-            guards = [*version_guard, _HEAD_IS_GUESSED.format(project=match)]
-            rows = _inserted(cursor, locking, guards, params)
-            if rows:
-                _guess_head(known, last)
-                return rows
-            locking = ""  # the lock is held from here on
-        cursor.execute(locking + _HEAD.format(project=match), params)
-        if locking:
+        head_sql = _HEAD.format(project=match)
+        if lock and connection.vendor == "postgresql":
+            cursor.execute(f"{LOCK_PROJECT}; {head_sql}", params)
             cursor.nextset()
-        params["batch"], last = chained(cursor.fetchone() or (0, chain.GENESIS))
-        rows = _inserted(cursor, "", version_guard, params)
-    if rows:
-        _guess_head(known, last)
-    return rows or None
-
-
-def _inserted(
-    cursor: Any, locking: str, guards: list[str], params: dict[str, Any]
-) -> list[tuple[int, int, int]]:
-    """The rows the batch insert wrote under ``guards`` (after ``locking``, the lock's statement or
-    nothing), in batch order; none when a guard held the batch back."""
-    sql = _INSERT_BATCH[connection.vendor].format(guard=f"WHERE {' AND '.join(guards)}" if guards else "")
-    cursor.execute(locking + sql, params)
-    if locking:
-        cursor.nextset()
-    return sorted((tuple(row) for row in cursor.fetchall()), key=lambda row: row[1])
-
-
-def _guess_head(known: tuple[str, str | None], head: tuple[int, str]) -> None:
-    if len(_GUESSED_HEADS) >= _MAX_GUESSED_HEADS and known not in _GUESSED_HEADS:
-        _GUESSED_HEADS.clear()
-    _GUESSED_HEADS[known] = head
+        else:
+            cursor.execute(head_sql, params)
+        head = cursor.fetchone()
+        params["batch"] = _chained_batch(
+            stream_id, typed, metadata, project_id, recorded_at, head or (0, chain.GENESIS)
+        )
+        cursor.execute(sql, params)
+        rows = [tuple(row) for row in cursor.fetchall()]
+    return sorted(rows, key=lambda row: row[1]) or None
 
 
 def _chained_batch(
@@ -265,10 +224,9 @@ def _chained_batch(
     project_id: str | None,
     recorded_at: datetime,
     head: tuple[int, str],
-) -> tuple[str, tuple[int, str]]:
-    """The batch's JSON text, each event as [type, schema version, data, project position, previous hash,
-    its hash], and the place and hash of its last event. Each event's data is serialized once, for its hash
-    and for the statement."""
+) -> str:
+    """The batch's JSON text: each event as [type, schema version, data, project position, previous hash,
+    its hash]. Each event's data is serialized once, for its hash and for the statement."""
     place, previous = head
     chained_project = str(uuid.UUID(str(project_id))) if project_id is not None else None
     metadata_text = chain.canonical_text(metadata)
@@ -292,7 +250,7 @@ def _chained_batch(
             f'[{chain.canonical_text(event.event_type)},{event.schema_version},{data_text},{place},"{previous}","{own}"]'
         )
         previous = own
-    return "[" + ",".join(items) + "]", (place, previous)
+    return "[" + ",".join(items) + "]"
 
 
 class Recorded(NamedTuple):
