@@ -129,6 +129,14 @@ if _database["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
     _database["TEST"] = {"NAME": str(DATA_DIR / "test-nexum.sqlite3")}
+else:
+    # The event log's append binds its parameters on the server (nexum/eventstore/store.py): psycopg prepares
+    # each of its statements on a connection once it has run there this many times, instead of the server
+    # planning it on every append. Off (None) behind a pooler that cannot keep prepared statements (PgBouncer
+    # in transaction mode before 1.21). Django's other statements inline their values and are never prepared.
+    _database.setdefault("OPTIONS", {})["prepare_threshold"] = (
+        5 if _env_bool("NEXUM_DB_PREPARED_STATEMENTS", True) else None
+    )
 DATABASES = {"default": _database}
 # An optional streaming replica of the primary (issue 26 item 3): compiles read from it once it has
 # replayed the caller's last write (``Nexum-Min-Position``), waiting at most NEXUM_REPLICA_WAIT_MS for it,

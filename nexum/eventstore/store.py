@@ -158,7 +158,8 @@ _INSERT_BATCH = {
     " {guard} ORDER BY b.key RETURNING position, version, project_position",
 }
 # The project's head: an equality or IS NULL (not IS NOT DISTINCT FROM), newest first, LIMIT 1, so that it is
-# one probe of the (project_id, project_position) index whatever the planner estimates.
+# one probe of the (project_id, project_position) index whatever the planner estimates. Read as a statement of
+# its own after the lock's: a statement sees what committed before it began, so the head is the latest.
 _PROJECT_MATCH = {
     "postgresql": ("project_id = %(project)s::uuid", "project_id IS NULL"),
     "sqlite": ("project_id = %(project)s", "project_id IS NULL"),
@@ -180,12 +181,9 @@ def _insert(
     *,
     lock: bool,
 ) -> list[tuple[int, int, int]] | None:
-    """Number and hash the batch after the project's head, then insert it in one statement; ``None`` when the
-    stream is not at ``expected_version``.
-
-    On PostgreSQL, ``lock`` sends the project's lock in the same round trip as the read of the head. Returns
-    (position, version, project_position) per event, in batch order.
-    """
+    """Take the project's lock (``lock``, PostgreSQL), read its head, number and hash the batch after it and
+    insert it in one statement; ``None`` when the stream is not at ``expected_version``. Returns (position,
+    version, project_position) per event, in batch order."""
     in_project, without_project = _PROJECT_MATCH[connection.vendor]
     match = in_project if project_id is not None else without_project
     sql = _INSERT_BATCH[connection.vendor].format(
@@ -201,13 +199,10 @@ def _insert(
         "expected": expected_version,
         "lock_class": PROJECT_LOCK_CLASS,
     }
-    with connection.cursor() as cursor:
-        head_sql = _HEAD.format(project=match)
+    with _append_cursor() as cursor:
         if lock and connection.vendor == "postgresql":
-            cursor.execute(f"{LOCK_PROJECT}; {head_sql}", params)
-            cursor.nextset()
-        else:
-            cursor.execute(head_sql, params)
+            cursor.execute(LOCK_PROJECT, params)
+        cursor.execute(_HEAD.format(project=match), params)
         head = cursor.fetchone()
         params["batch"] = _chained_batch(
             stream_id, typed, metadata, project_id, recorded_at, head or (0, chain.GENESIS)
@@ -215,6 +210,27 @@ def _insert(
         cursor.execute(sql, params)
         rows = [tuple(row) for row in cursor.fetchall()]
     return sorted(rows, key=lambda row: row[1]) or None
+
+
+def _append_cursor() -> Any:
+    """The cursor an append's statements run on. On PostgreSQL it binds their parameters on the server, so
+    psycopg prepares each statement once per connection (after ``NEXUM_DB_PREPARED_STATEMENTS``' threshold)
+    instead of the server planning it on every append: Django's cursors inline the values, and planning the
+    insert cost more than running it. Wrapped like any Django cursor (errors, query logging). A connection
+    whose cursors were wrapped (psycopg's instrumentation, ``NEXUM_TRACE_SQL``) keeps its own, so every
+    statement stays traced."""
+    if connection.vendor != "postgresql":
+        return connection.cursor()
+    from django.db.backends.postgresql.base import Cursor, ServerBindingCursor
+
+    connection.ensure_connection()
+    if connection.connection.cursor_factory is not Cursor:
+        return connection.cursor()
+    connection.validate_thread_sharing()
+    cursor = ServerBindingCursor(connection.connection)
+    if connection.queries_logged:
+        return connection.make_debug_cursor(cursor)
+    return connection.make_cursor(cursor)
 
 
 def _chained_batch(

@@ -218,6 +218,21 @@ def test_raw_sql_cannot_change_or_remove_events(statement):
     assert Event.objects.filter(event_type="HealthPinged").count() == 1
 
 
+@pytest.mark.django_db
+def test_an_appends_statements_are_prepared_on_its_connection_not_planned_every_time():
+    if connection.vendor != "postgresql":
+        pytest.skip("prepared statements are PostgreSQL's")
+    stream = new_stream()
+    for version in range(8):
+        store.append(stream_id=stream, events=[ping(version)], expected_version=version)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert any("pg_advisory_xact_lock" in statement for statement in prepared)
+    assert any("SELECT project_position, event_hash FROM nexum_event" in statement for statement in prepared)
+    assert any(statement.startswith("INSERT INTO nexum_event") for statement in prepared)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_truncate_is_refused_on_postgres():
     if connection.vendor != "postgresql":
