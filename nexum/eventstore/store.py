@@ -34,6 +34,8 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from django.db import connection, transaction
+from django.db.backends.postgresql.base import Cursor as ClientBindingCursor
+from django.db.backends.postgresql.base import ServerBindingCursor
 from django.utils import timezone
 
 from nexum.core import chain
@@ -221,10 +223,8 @@ def _append_cursor() -> Any:
     statement stays traced."""
     if connection.vendor != "postgresql":
         return connection.cursor()
-    from django.db.backends.postgresql.base import Cursor, ServerBindingCursor
-
     connection.ensure_connection()
-    if connection.connection.cursor_factory is not Cursor:
+    if connection.connection.cursor_factory is not ClientBindingCursor:
         return connection.cursor()
     connection.validate_thread_sharing()
     cursor = ServerBindingCursor(connection.connection)
